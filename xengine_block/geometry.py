@@ -1,0 +1,262 @@
+"""The one validated description of the correlator's shape.
+
+Every size in the project (packet bytes, ring frames, NPU buffers, output triangle) derives from a
+:class:`Geometry`. Defaults are the seed design (DESIGN.md section 2): 256 streams, 9 channels per
+packet, 480 spectra per packet laid out as 60 coarse x (re, im) x 8 fine, NPU tiles of
+8N x 8M streams with N=8, M=4, T=15 on a 4 x 8 array, P packets per NPU integration.
+
+Invalid combinations raise :class:`GeometryError` naming the field and the limit, before any work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: Largest magnitude of one int8 x int8 product term: (-128) * (-128).
+MAX_PRODUCT = 1 << 14
+#: Largest magnitude of the real or imaginary part of one complex product term
+#: (a_re*b_re + a_im*b_im with every value -128).
+MAX_COMPLEX_TERM = 2 * MAX_PRODUCT
+INT32_MAX = (1 << 31) - 1
+#: Largest SPEAD payload we accept: a 9000-byte jumbo frame less IP/UDP/SPEAD headers.
+MAX_PAYLOAD_BYTES = 8800
+#: The kernel works on 8 x 8 int8 blocks ([stream][sample]); the fine axis must match.
+BLOCK = 8
+
+
+class GeometryError(ValueError):
+    """A geometry field is out of range; the message names the field and the limit."""
+
+
+def max_spectra_int32() -> int:
+    """Most spectra an int32 accumulator can hold for every legal input (all -128)."""
+    return INT32_MAX // MAX_COMPLEX_TERM
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Correlator geometry; all derived sizes are properties.
+
+    Parameters
+    ----------
+    nstream : number of streams S (antennas x 2 polarisations); any even number.
+    nchan : channels handled by this X-engine; a multiple of ``nchan_pkt``.
+    nchan_pkt : channels carried by one packet (seed: 9).
+    ncoarse, nfine : spectra per packet = ncoarse * nfine, stored [coarse][reim][fine].
+    npacket : P, packets (ring frames) per NPU integration / X-engine output frame.
+    tile_n, tile_m, tile_t : NPU kernel tiling N, M, T (one call = 8T samples).
+    rows, cols : NPU compute-tile array.
+    """
+
+    nstream: int = 256
+    nchan: int = 9
+    nchan_pkt: int = 9
+    ncoarse: int = 60
+    nfine: int = 8
+    npacket: int = 136
+    tile_n: int = 8
+    tile_m: int = 4
+    tile_t: int = 15
+    rows: int = 4
+    cols: int = 8
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Raise GeometryError for the first impossible field, naming it and the limit."""
+        for name in ("nstream", "nchan", "nchan_pkt", "ncoarse", "nfine", "npacket",
+                     "tile_n", "tile_m", "tile_t", "rows", "cols"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise GeometryError(f"{name} must be a positive integer, got {value!r}")
+        if self.nstream % 2:
+            raise GeometryError(
+                f"nstream must be even (two polarisations per antenna), got {self.nstream}")
+        if self.nchan % self.nchan_pkt:
+            raise GeometryError(
+                f"nchan ({self.nchan}) must be a multiple of nchan_pkt ({self.nchan_pkt})")
+        if self.nfine != BLOCK:
+            raise GeometryError(
+                f"nfine must be {BLOCK} (the kernel's 8x8 sample blocks), got {self.nfine}")
+        if self.payload_bytes > MAX_PAYLOAD_BYTES:
+            raise GeometryError(
+                f"packet payload nchan_pkt*ncoarse*2*nfine = {self.payload_bytes} bytes exceeds "
+                f"the limit of {MAX_PAYLOAD_BYTES} bytes")
+        if self.npacket > self.max_npacket:
+            raise GeometryError(
+                f"npacket P={self.npacket} can overflow int32: P * {self.nspectra_pkt} spectra * "
+                f"{MAX_COMPLEX_TERM} must be <= {INT32_MAX}, so P <= {self.max_npacket}")
+        if self.tile_n % 2:
+            raise GeometryError(
+                f"tile_n N must be even (the kernel handles two rows of A at once), "
+                f"got {self.tile_n}")
+        if self.nspectra_pkt % self.kernel_samples:
+            raise GeometryError(
+                f"tile_t T={self.tile_t}: a packet's {self.nspectra_pkt} spectra must be a whole "
+                f"number of kernel calls of 8T={self.kernel_samples} samples")
+        if self.npu_block_a != self.npu_block_b:
+            raise GeometryError(
+                f"NPU tiling is not square: 8*tile_n*rows = {self.npu_block_a} differs from "
+                f"8*tile_m*cols = {self.npu_block_b}")
+
+    # ---------------------------------------------------------------- packet / frame
+    @property
+    def nspectra_pkt(self) -> int:
+        """Spectra per packet (per channel): 480 for the seed."""
+        return self.ncoarse * self.nfine
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of one packet payload: [chan][coarse][reim][fine] int8."""
+        return self.nchan_pkt * self.ncoarse * 2 * self.nfine
+
+    @property
+    def chan_bytes(self) -> int:
+        """Bytes of one channel's samples in one packet (contiguous)."""
+        return self.ncoarse * 2 * self.nfine
+
+    @property
+    def nchan_group(self) -> int:
+        """Packets per stream per packet time (channel groups)."""
+        return self.nchan // self.nchan_pkt
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of one stream in one frame: all its channel groups."""
+        return self.nchan * self.chan_bytes
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int, int, int]:
+        """One ring frame: [stream][chan][coarse][reim][fine] int8."""
+        return (self.nstream, self.nchan, self.ncoarse, 2, self.nfine)
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.nstream * self.stream_bytes
+
+    @property
+    def npackets_per_frame(self) -> int:
+        """Heaps that make up one complete frame."""
+        return self.nstream * self.nchan_group
+
+    @property
+    def nspectra_int(self) -> int:
+        """Spectra per channel in one X-engine output (P packets)."""
+        return self.npacket * self.nspectra_pkt
+
+    @property
+    def max_npacket(self) -> int:
+        """Largest P for which int32 accumulation is exact for every input (136 for seed)."""
+        return max_spectra_int32() // self.nspectra_pkt
+
+    # ---------------------------------------------------------------- output
+    @property
+    def nbaseline(self) -> int:
+        """Entries of the packed upper triangle (autocorrelations included)."""
+        return self.nstream * (self.nstream + 1) // 2
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        """X-engine output frame: [chan][baseline][re, im] int32."""
+        return (self.nchan, self.nbaseline, 2)
+
+    @property
+    def output_bytes(self) -> int:
+        return self.nchan * self.nbaseline * 2 * 4
+
+    # ---------------------------------------------------------------- NPU tiling
+    @property
+    def kernel_samples(self) -> int:
+        """Samples per kernel call: 8T."""
+        return BLOCK * self.tile_t
+
+    @property
+    def npu_block_a(self) -> int:
+        """A-side streams covered by the array: 8*N*rows."""
+        return BLOCK * self.tile_n * self.rows
+
+    @property
+    def npu_block_b(self) -> int:
+        """B-side streams covered by the array: 8*M*cols."""
+        return BLOCK * self.tile_m * self.cols
+
+    @property
+    def npu_block(self) -> int:
+        """Streams per NPU block (256 for the seed); larger S is split into such blocks."""
+        return self.npu_block_a
+
+    @property
+    def npu_nblock(self) -> int:
+        """Number of NPU stream blocks (the last zero-padded)."""
+        return -(-self.nstream // self.npu_block)
+
+    @property
+    def npu_block_pairs(self) -> list[tuple[int, int]]:
+        """Block pairs (i <= j) the NPU computes; Hermitian symmetry covers the rest."""
+        n = self.npu_nblock
+        return [(i, j) for j in range(n) for i in range(j + 1)]
+
+    @property
+    def npu_ncalls_per_packet(self) -> int:
+        """Kernel calls per packet per channel (4 for the seed)."""
+        return self.nspectra_pkt // self.kernel_samples
+
+    @property
+    def tile_a_bytes(self) -> int:
+        """One A buffer in a compute tile: N x T x 2 x 8 x 8 int8."""
+        return self.tile_n * self.tile_t * 2 * BLOCK * BLOCK
+
+    @property
+    def tile_b_bytes(self) -> int:
+        """One B buffer in a compute tile: M x T x 2 x 8 x 8 int8."""
+        return self.tile_m * self.tile_t * 2 * BLOCK * BLOCK
+
+    @property
+    def tile_acc_bytes(self) -> int:
+        """Accumulators of one compute tile: N x M x 2 x 8 x 8 int32."""
+        return self.tile_n * self.tile_m * 2 * BLOCK * BLOCK * 4
+
+    @property
+    def tile_data_bytes(self) -> int:
+        """Data buffers of one compute tile: double-buffered A and B plus accumulators."""
+        return 2 * self.tile_a_bytes + 2 * self.tile_b_bytes + self.tile_acc_bytes
+
+    @property
+    def npu_in_bytes(self) -> int:
+        """Bytes of one NPU input buffer (P packets of one 256-stream block)."""
+        return self.npacket * self.npu_block * self.payload_bytes
+
+    @property
+    def npu_out_bytes(self) -> int:
+        """Bytes of one NPU call's output: nchan_pkt full npu_block^2 complex int32 matrices."""
+        return self.nchan_pkt * self.npu_block * self.npu_block * 2 * 4
+
+    # ---------------------------------------------------------------- helpers
+    def replace(self, **changes: int) -> Geometry:
+        """A copy with some fields changed (validated)."""
+        return Geometry(**{**asdict(self), **changes})
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-friendly fields (for ring headers)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Geometry:
+        return cls(**{k: int(v) for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+#: The seed design: 256 streams, 9 channels, P = 136.
+SEED = Geometry()
+
+
+def small_test_geometry(**changes: int) -> Geometry:
+    """A small but structurally complete geometry for fast tests.
+
+    N=2, M=1, T=15 on a 2 x 4 array gives 32-stream NPU blocks; 2 channels per packet.
+    """
+    base = dict(nstream=32, nchan=2, nchan_pkt=2, npacket=2, tile_n=2, tile_m=1, tile_t=15,
+                rows=2, cols=4)
+    base.update(changes)
+    return Geometry(**base)
