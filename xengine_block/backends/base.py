@@ -51,5 +51,5 @@ class Backend(ABC):
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Correlate whole frames; return (and fill ``out`` if given) ``[C, nbaseline, 2]``."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release resources (device buffers, threads)."""

@@ -1,0 +1,51 @@
+"""Geometry: seed values, derived sizes and one error per impossible field."""
+
+import pytest
+
+from xengine_block.geometry import SEED, Geometry, GeometryError, small_test_geometry
+
+
+def test_seed_sizes():
+    g = SEED
+    assert (g.nstream, g.nchan_pkt, g.nspectra_pkt) == (256, 9, 480)
+    assert g.payload_bytes == 8640
+    assert g.frame_bytes == 256 * 8640
+    assert g.max_npacket == 136  # 136 * 480 * 2^15 <= 2^31 - 1 < 137 * 480 * 2^15
+    assert 136 * 480 * 2**15 <= 2**31 - 1 < 137 * 480 * 2**15
+    assert g.npu_block == 256 and g.npu_nblock == 1
+    assert g.kernel_samples == 120 and g.npu_ncalls_per_packet == 4
+    assert g.tile_a_bytes == 15360 and g.tile_b_bytes == 7680 and g.tile_acc_bytes == 16384
+    assert g.tile_data_bytes == 62464
+    assert g.nbaseline == 256 * 257 // 2
+    assert g.output_shape == (9, 32896, 2)
+    assert g.npu_in_bytes == 136 * 256 * 8640
+
+
+def test_larger_arrays_split_into_npu_blocks():
+    g = SEED.replace(nstream=600)
+    assert g.npu_nblock == 3
+    assert g.npu_block_pairs == [(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2)]
+
+
+def test_roundtrip_dict():
+    g = small_test_geometry()
+    assert Geometry.from_dict(g.to_dict()) == g
+
+
+@pytest.mark.parametrize("changes, field, limit", [
+    ({"nstream": 255}, "nstream", "even"),
+    ({"nstream": 0}, "nstream", "positive"),
+    ({"nchan": 10}, "nchan", "multiple of nchan_pkt"),
+    ({"npacket": 137}, "npacket", "P <= 136"),
+    ({"npacket": 0}, "npacket", "positive"),
+    ({"tile_n": 7, "rows": 4, "tile_m": 7, "cols": 4}, "tile_n", "even"),
+    ({"nchan_pkt": 10, "nchan": 10}, "payload", "8800"),
+    ({"nfine": 4}, "nfine", "8"),
+    ({"tile_t": 16}, "tile_t", "whole number of kernel calls"),
+    ({"cols": 4}, "not square", "8*tile_m*cols"),
+    ({"nchan": 2.5}, "nchan", "positive integer"),
+])
+def test_geometry_errors(changes, field, limit):
+    with pytest.raises(GeometryError) as exc:
+        SEED.replace(**changes)
+    assert field in str(exc.value) and limit in str(exc.value)

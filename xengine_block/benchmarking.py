@@ -1,0 +1,117 @@
+"""Throughput measurement of correlator backends against peers, in one run (DESIGN.md section 9).
+
+Rates are Msps = samples per second of the whole block of C channels (B = C * f_s); TOPS in both
+conventions: full matrix 8 S^2 B and triangle 4 S^2 B. Exactness of every result is checked
+against complex128 BLAS, which is exact here because every partial sum is an integer far below
+2^53 (|sum| <= 136 * 480 * 2^15 < 2^31).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .backends import get_backend
+from .geometry import Geometry
+from .layout import frames_to_natural
+from .triangle import triangle_streams
+
+
+def tops(msps: float, nstream: int) -> tuple[float, float]:
+    """(full-matrix, triangle) TOPS for a rate in Msps."""
+    full = 8 * nstream**2 * msps * 1e6 / 1e12
+    return full, full / 2
+
+
+def _best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def _complex_samples(frames: np.ndarray, g: Geometry, dtype) -> np.ndarray:
+    """[C, S, nspec] complex array of the frames' samples."""
+    x = frames_to_natural(frames, g)
+    z = np.empty((g.nchan, g.nstream, x.shape[2]), dtype)
+    z.real = x[..., 0].transpose(1, 0, 2)
+    z.imag = x[..., 1].transpose(1, 0, 2)
+    return z
+
+
+def exact_oracle(frames: np.ndarray, g: Geometry) -> np.ndarray:
+    """Packed triangle via complex128 BLAS (exact: see module docstring)."""
+    z = _complex_samples(frames, g, np.complex128)
+    j, k = triangle_streams(g.nstream)
+    out = np.empty((g.nchan, j.size, 2), np.int64)
+    for c in range(g.nchan):
+        full = z[c] @ z[c].conj().T
+        out[c, :, 0] = full.real[j, k]
+        out[c, :, 1] = full.imag[j, k]
+    return out
+
+
+def _triangle_of(full: np.ndarray, g: Geometry) -> np.ndarray:
+    j, k = triangle_streams(g.nstream)
+    vals = full[:, j, k]
+    return np.stack([np.rint(vals.real), np.rint(vals.imag)], axis=-1).astype(np.int64)
+
+
+def peer_einsum(frames: np.ndarray, g: Geometry) -> np.ndarray:
+    """What a user would write first: complex64 einsum over all stream pairs."""
+    z = _complex_samples(frames, g, np.complex64)
+    return _triangle_of(np.einsum("csn,ctn->cst", z, z.conj()), g)
+
+
+def peer_matmul(frames: np.ndarray, g: Geometry) -> np.ndarray:
+    """Per-channel complex64 ``A @ A.conj().T`` (full matrix, float32 accumulation)."""
+    z = _complex_samples(frames, g, np.complex64)
+    return _triangle_of(np.stack([z[c] @ z[c].conj().T for c in range(g.nchan)]), g)
+
+
+def machine_sgemm_gflops(n: int = 2048, repeat: int = 3) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    t, _ = _best_time(lambda: a @ a, repeat)
+    return 2 * n**3 / t / 1e9
+
+
+def run(backend: str = "auto", nstream: int = 256, nchan: int = 9, npacket: int = 136,
+        repeat: int = 2, einsum_packets: int = 1, seed: int = 0) -> dict:
+    """Measure ``backend`` and its peers on the same random frames; return the JSON dict."""
+    g = Geometry(nstream=nstream, nchan=nchan, npacket=npacket)
+    frames = np.random.default_rng(seed).integers(
+        -128, 128, size=(npacket, *g.frame_shape), dtype=np.int8)
+    nsamp = npacket * g.nspectra_pkt * nchan
+    oracle = exact_oracle(frames, g)
+
+    b = get_backend(backend, g)
+    try:
+        b.correlate(frames[:1])  # warm-up (threads, scratch, dispatch)
+        t, out = _best_time(lambda: b.correlate(frames), repeat)
+    finally:
+        b.close()
+    msps = nsamp / t / 1e6
+    full, tri = tops(msps, nstream)
+    result = {
+        "backend": b.name, "backend_reason": getattr(b, "choice_reason", ""),
+        "S": nstream, "nchan": nchan, "P": npacket, "msps": msps,
+        "tops_full": full, "tops_triangle": tri, "exact": bool(np.array_equal(out, oracle)),
+        "peers": {},
+    }
+    # einsum without BLAS is slow: measure it on fewer packets (a rate per sample is fair).
+    sub = frames[:einsum_packets]
+    t, out = _best_time(lambda: peer_einsum(sub, g), 1)
+    result["peers"]["numpy.einsum"] = {
+        "msps": einsum_packets * g.nspectra_pkt * nchan / t / 1e6,
+        "exact": bool(np.array_equal(out, exact_oracle(sub, g))), "packets": einsum_packets}
+    t, out = _best_time(lambda: peer_matmul(frames, g), repeat)
+    result["peers"]["complex64 A@A^H"] = {"msps": nsamp / t / 1e6,
+                                          "exact": bool(np.array_equal(out, oracle)),
+                                          "packets": npacket}
+    result["machine_sgemm_gflops"] = machine_sgemm_gflops()
+    result["speedup_vs_peers"] = {k: msps / v["msps"] for k, v in result["peers"].items()}
+    return result

@@ -1,0 +1,77 @@
+"""``xengine`` command line: parses arguments and calls library code, nothing more.
+
+Subcommands register themselves in ``COMMANDS`` (name -> (help, add_arguments, run)), so each
+feature keeps its options next to its code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
+    """Decorator registering ``run(args) -> exit status`` as subcommand ``name``."""
+    def register(run: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = (help, add_arguments, run)
+        return run
+    return register
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="auto", help="backend name or 'auto'")
+    p.add_argument("--nstream", type=int, default=256)
+    p.add_argument("--nchan", type=int, default=9)
+    p.add_argument("--npacket", type=int, default=136)
+    p.add_argument("--repeat", type=int, default=2)
+
+
+@command("bench", "measure a correlator backend against numpy peers (JSON)", _bench_args)
+def _bench(a: argparse.Namespace) -> int:
+    from . import benchmarking
+    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat)
+    print(json.dumps(result, indent=2))
+    return 0 if result["exact"] else 1
+
+
+@command("backends", "list correlator backends and whether they can run here", lambda p: None)
+def _backends(a: argparse.Namespace) -> int:
+    from .backends import availability, choose_backend
+    for name, (ok, reason) in availability().items():
+        print(f"{name:10s} {'yes' if ok else 'no ':3s}  {reason}")
+    print("auto ->", *choose_backend("auto"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Import modules that add subcommands (kept optional so a missing extra only hides them).
+    for module in ("quicklook", "reprocess"):
+        try:
+            __import__(f"xengine_block.{module}")
+        except ImportError:
+            pass
+    parser = argparse.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add_arguments(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
