@@ -1,0 +1,73 @@
+"""Valid-spectra counts from the presence mask and exact, aligned integration."""
+
+import numpy as np
+import pytest
+
+from xengine_block.geometry import Geometry
+from xengine_block.integration import Integrator, counts_per_channel, valid_counts
+from xengine_block.triangle import baseline_index
+
+
+def test_valid_counts_per_baseline():
+    g = Geometry(nstream=6, nchan=9, npacket=3)
+    mask = np.ones((3, 6), np.uint8)
+    mask[0, 2] = 0  # stream 2 missing in frame 0
+    mask[1, 4] = 0  # stream 4 missing in frame 1
+    v = valid_counts(mask, g)
+    assert v.shape == (1, g.nbaseline)
+    assert v[0, baseline_index(0, 1)] == 3 * 480
+    assert v[0, baseline_index(2, 2)] == 2 * 480
+    assert v[0, baseline_index(2, 4)] == 1 * 480
+    assert v[0, baseline_index(1, 4)] == 2 * 480
+    assert counts_per_channel(v, g).shape == (9, g.nbaseline)
+
+
+def test_valid_counts_per_group():
+    g = Geometry(nstream=4, nchan=18, npacket=2)
+    mask = np.ones((2, 4, 2), np.uint8)
+    mask[1, 3, 1] = 0
+    v = valid_counts(mask, g)
+    assert v[0, baseline_index(3, 3)] == 960 and v[1, baseline_index(3, 3)] == 480
+    c = counts_per_channel(v, g)
+    assert (c[:9] == v[0]).all() and (c[9:] == v[1]).all()
+
+
+def test_valid_counts_rejects_wrong_shape():
+    with pytest.raises(ValueError, match="mask must be"):
+        valid_counts(np.ones((2, 5)), Geometry(nstream=4, nchan=9, npacket=2))
+
+
+def test_integrator_aligned_sums():
+    integ = Integrator(ninteg=3, frame_spectra=960)
+    shape = (2, 3, 2)
+    dumps = []
+    # starts mid-integration (frame at 960*4 = second frame of the dump starting at 960*3)
+    for i in range(4, 11):
+        if i == 8:
+            continue  # a missing X-engine frame
+        dumps += integ.add(960 * i, np.full(shape, i, np.int32), np.full((1, 3), 960))
+    dumps += integ.flush()
+    assert [d.time_tag for d in dumps] == [960 * 3, 960 * 6, 960 * 9]
+    assert [d.ninput for d in dumps] == [2, 2, 2]
+    assert dumps[0].vis[0, 0, 0] == 4 + 5
+    assert dumps[1].vis[0, 0, 0] == 6 + 7
+    assert dumps[2].vis[0, 0, 0] == 9 + 10
+    assert dumps[1].valid[0, 0] == 2 * 960
+    assert all(d.nspectra == 3 * 960 and d.vis.dtype == np.int64 for d in dumps)
+
+
+def test_integrator_exceeds_int32_exactly():
+    integ = Integrator(ninteg=4, frame_spectra=480)
+    big = np.full((1, 1, 2), 2**31 - 1, np.int32)
+    dumps = [d for t in range(4) for d in integ.add(480 * t, big, np.ones((1, 1), np.int64))]
+    assert dumps[0].vis[0, 0, 0] == 4 * (2**31 - 1)
+
+
+def test_integrator_rejects_unaligned_time_tag():
+    with pytest.raises(ValueError, match="not a multiple"):
+        Integrator(2, 480).add(100, np.zeros((1, 1, 2), int), np.zeros((1, 1), int))
+
+
+def test_integrator_rejects_floats():
+    with pytest.raises(TypeError, match="exact on integers"):
+        Integrator(2, 480).add(0, np.zeros((1, 1, 2)), np.zeros((1, 1), int))

@@ -1,0 +1,106 @@
+"""UVH5 writer: pyuvdata reads it, conventions are exact, crash-safe appends, no overwrite."""
+
+import numpy as np
+import pytest
+
+from xengine_block.geometry import Geometry
+from xengine_block.layout import frames_to_natural
+from xengine_block.reference import reference_triangle
+from xengine_block.uvh5 import SiteInfo, UVH5Writer, baseline_map, visdata_dtype
+
+from .conftest import random_frames
+
+pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validates UVH5 files")
+
+LAT, LON, ALT = -26.703319, 116.67081, 377.827
+
+
+def make_site(nant: int) -> SiteInfo:
+    from pyuvdata.utils import ECEF_from_ENU, XYZ_from_LatLonAlt
+
+    enu = np.random.default_rng(0).normal(size=(nant, 3)) * 100
+    enu[:, 2] = 0
+    lat, lon = np.deg2rad(LAT), np.deg2rad(LON)
+    ecef = ECEF_from_ENU(enu, latitude=lat, longitude=lon, altitude=ALT)
+    return SiteInfo("MWA", LAT, LON, ALT, [f"T{i:03d}" for i in range(nant)],
+                    np.arange(nant), ecef - XYZ_from_LatLonAlt(lat, lon, ALT), enu)
+
+
+def write(tmp_path, nant=4, ndump=2, max_spectra=960, valid=None):
+    g = Geometry(nstream=2 * nant, nchan=9, npacket=2)
+    frames = random_frames(g, 2, seed=3)
+    x = frames_to_natural(frames, g)
+    tri = reference_triangle(x)
+    valid = np.full((1, g.nbaseline), 960) if valid is None else valid
+    path = tmp_path / "out.uvh5"
+    with UVH5Writer(path, make_site(nant), 1e8 + 1e4 * np.arange(9), 1e4, max_spectra) as w:
+        for i in range(ndump):
+            w.append(tri, valid, 960, 1.8e9 + i, 1.0)
+    return path, x, g
+
+
+def test_pyuvdata_reads_and_checks(tmp_path):
+    path, _, _ = write(tmp_path)
+    uv = pyuvdata.UVData.from_file(path)
+    uv.check()
+    assert (uv.Ntimes, uv.Nbls, uv.Npols, uv.Nfreqs) == (2, 10, 4, 9)
+    assert list(uv.polarization_array) == [-5, -6, -7, -8]
+    assert np.all(uv.ant_1_array <= uv.ant_2_array)
+    autos = uv.ant_1_array == uv.ant_2_array
+    assert np.all(uv.uvw_array[autos] == 0)
+    assert np.all(uv.data_array[autos][:, :, :2].imag == 0)  # XX, YY autos are real
+
+
+def test_conjugation_and_polarisation_convention(tmp_path):
+    path, x, _ = write(tmp_path, ndump=1)
+    uv = pyuvdata.UVData.from_file(path)
+    z = x[..., 0].astype(np.complex128) + 1j * x[..., 1]
+    for a1, a2 in [(0, 1), (1, 3), (2, 2)]:
+        for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:
+            expect = np.sum(np.conj(z[2 * a1 + p1]) * z[2 * a2 + p2], axis=-1)
+            assert np.array_equal(uv.get_data(a1, a2, pol)[0], expect), (a1, a2, pol)
+
+
+def test_uvw_matches_pyuvdata(tmp_path):
+    path, _, _ = write(tmp_path)
+    uv = pyuvdata.UVData.from_file(path)
+    ref = uv.copy()
+    ref.set_uvws_from_antenna_positions()
+    assert np.allclose(ref.uvw_array, uv.uvw_array, atol=1e-6)
+
+
+def test_flags_and_nsamples_from_valid_counts(tmp_path):
+    g = Geometry(nstream=8, nchan=9, npacket=2)
+    valid = np.full((1, g.nbaseline), 960)
+    valid[0, 0] = 0  # stream 0 auto: nothing valid
+    valid[0, 1] = 480  # K[0, 1]: half
+    path, _, _ = write(tmp_path, valid=valid)
+    uv = pyuvdata.UVData.from_file(path)
+    assert uv.get_flags(0, 0, -5).all() and not uv.get_flags(0, 0, -6).any()
+    assert np.all(uv.get_nsamples(0, 0, -8) == 0.5)  # YX of ant 0 = streams 1, 0
+    assert np.all(uv.get_nsamples(0, 1, -5) == 1.0)
+
+
+def test_visdata_type_switches_to_float_when_int32_could_overflow(tmp_path):
+    assert visdata_dtype(65535)["r"] == np.int32
+    assert visdata_dtype(65536 * 2)["r"] == np.float64
+    path, _, _ = write(tmp_path, max_spectra=10**6)
+    import h5py
+    with h5py.File(path) as f:
+        member = f["Data/visdata"].id.get_type().get_member_type(0)  # the "r" field
+        assert (member.get_class(), member.get_size()) == (h5py.h5t.FLOAT, 8)
+    assert pyuvdata.UVData.from_file(path).Ntimes == 2
+
+
+def test_refuses_to_overwrite(tmp_path):
+    path, _, _ = write(tmp_path)
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        UVH5Writer(path, make_site(4), np.ones(9), 1.0, 960)
+    UVH5Writer(path, make_site(4), np.ones(9), 1.0, 960, overwrite=True).close()
+
+
+def test_baseline_map_covers_every_pair_once():
+    b = baseline_map(3)
+    assert b.nbls == 6
+    assert sorted(zip(b.ant_1.tolist(), b.ant_2.tolist(), strict=True)) == [
+        (0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]

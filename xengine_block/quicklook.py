@@ -1,0 +1,123 @@
+"""Quick-look PNG: what an engineer looks at first after a run.
+
+Left: amplitude and phase versus channel for a few baselines (an autocorrelation, a short, a
+medium and a long cross-correlation). Right: the correlation-coefficient matrix |K_jk| /
+sqrt(K_jj K_kk) of one channel, which shows dead inputs, swapped cables and strong sources at a
+glance. The same renderer serves the UVH5 file (``xengine quicklook FILE``) and the pipeline's
+quick-look sink block (from the packed triangle).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .cli import command
+from .triangle import unpack_triangle
+
+
+def _coefficients(matrix: np.ndarray) -> np.ndarray:
+    d = np.sqrt(np.abs(np.diag(matrix)).real)
+    d[d == 0] = 1
+    return np.abs(matrix) / d[:, None] / d[None, :]
+
+
+def render(path: str | Path, freq_hz: np.ndarray, spectra: dict[str, np.ndarray],
+           matrix: np.ndarray, matrix_label: str, title: str) -> Path:
+    """Write the quick-look PNG; ``spectra`` maps a label to complex values per channel."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(13, 6.5), layout="constrained")
+    gs = fig.add_gridspec(2, 2, width_ratios=[1.4, 1])
+    ax_amp, ax_ph = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[1, 0])
+    ax_m = fig.add_subplot(gs[:, 1])
+    f_mhz = np.asarray(freq_hz) / 1e6
+    for label, v in spectra.items():
+        ax_amp.plot(f_mhz, np.abs(v), ".-", label=label)
+        ax_ph.plot(f_mhz, np.degrees(np.angle(v)), ".-", label=label)
+    ax_amp.set_yscale("log")
+    ax_amp.set_ylabel("amplitude")
+    ax_amp.legend(fontsize=8)
+    ax_ph.set_ylabel("phase (deg)")
+    ax_ph.set_ylim(-185, 185)
+    ax_ph.set_xlabel("frequency (MHz)")
+    im = ax_m.imshow(_coefficients(matrix), vmin=0, vmax=1, cmap="viridis",
+                     interpolation="nearest")
+    ax_m.set_title(matrix_label)
+    fig.colorbar(im, ax=ax_m, label="|correlation coefficient|", shrink=0.8)
+    fig.suptitle(title)
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _pick_pairs(n: int) -> list[tuple[int, int]]:
+    pairs = [(0, 0), (0, 1), (0, n // 2), (0, n - 1)]
+    return [p for i, p in enumerate(pairs) if p not in pairs[:i] and p[1] < n]
+
+
+def quicklook_triangle(path: str | Path, tri: np.ndarray, freq_hz: np.ndarray, nstream: int,
+                       title: str = "") -> Path:
+    """Quick-look of one X-engine/integration dump (packed triangle ``[C, nbl, 2]``)."""
+    full = unpack_triangle(tri, nstream)  # [C, S, S]
+    spectra = {f"K[{j},{k}]": full[:, j, k] for j, k in _pick_pairs(nstream)}
+    c = tri.shape[0] // 2
+    return render(path, freq_hz, spectra, full[c], f"streams, channel {c}", title)
+
+
+def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
+    """Quick-look of the last integration in a UVH5 file (XX polarisation)."""
+    path = Path(path)
+    with h5py.File(path, "r", swmr=True) as f:
+        h, d = f["Header"], f["Data"]
+        nbls, nblts = int(h["Nbls"][()]), int(h["Nblts"][()])
+        if nblts == 0:
+            raise ValueError(f"{path} holds no integrations yet")
+        pols = list(h["polarization_array"][:])
+        p = pols.index(-5) if -5 in pols else 0
+        sl = slice(nblts - nbls, nblts)
+        vis = d["visdata"][sl, :, p]
+        vis = vis["r"].astype(np.float64) + 1j * vis["i"].astype(np.float64)  # [Nbls, C]
+        a1, a2 = h["ant_1_array"][sl], h["ant_2_array"][sl]
+        freq = np.asarray(h["freq_array"][:]).reshape(-1)
+        jd = float(h["time_array"][nblts - 1])
+        name = bytes(h["telescope_name"][()]).decode()
+        ants = np.asarray(h["antenna_numbers"][:])
+        enu_len = np.linalg.norm(h["uvw_array"][sl], axis=-1)
+    index = {a: i for i, a in enumerate(ants)}
+    n = len(ants)
+    c = vis.shape[1] // 2
+    matrix = np.zeros((n, n), complex)
+    ia1, ia2 = np.array([index[a] for a in a1]), np.array([index[a] for a in a2])
+    matrix[ia1, ia2] = vis[:, c]
+    matrix[ia2, ia1] = np.conj(vis[:, c])
+    cross = np.flatnonzero(a1 != a2)
+    spectra = {}
+    auto = np.flatnonzero(a1 == a2)
+    if auto.size:
+        spectra[f"auto {a1[auto[0]]}"] = vis[auto[0]]
+    if cross.size:
+        order = cross[np.argsort(enu_len[cross])]
+        for k in (order[0], order[order.size // 2], order[-1]):
+            spectra[f"{a1[k]}-{a2[k]} ({enu_len[k]:.0f} m)"] = vis[k]
+    png = Path(png) if png else path.with_suffix(".png")
+    return render(png, freq, spectra, matrix, f"antennas, XX, channel {c}",
+                  f"{name} {path.name} JD {jd:.5f}")
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="UVH5 file")
+    p.add_argument("-o", "--output", help="PNG path (default: FILE with .png)")
+
+
+@command("quicklook", "write a quick-look PNG of a UVH5 file's last integration", _args)
+def _main(a: argparse.Namespace) -> int:
+    print(quicklook_uvh5(a.file, a.output))
+    return 0
