@@ -104,3 +104,43 @@ def test_baseline_map_covers_every_pair_once():
     assert b.nbls == 6
     assert sorted(zip(b.ant_1.tolist(), b.ant_2.tolist(), strict=True)) == [
         (0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+
+
+KILL_SCRIPT = """
+import sys, numpy as np
+from tests.test_uvh5 import make_site
+from xengine_block.uvh5 import UVH5Writer
+nant = 16
+nbl = 2 * nant * (2 * nant + 1) // 2
+tri = np.ones((16, nbl, 2), np.int32)
+w = UVH5Writer(sys.argv[1], make_site(nant), np.arange(16) * 1e4 + 1e8, 1e4, 960)
+for i in range(100000):
+    w.append(tri, np.full((1, nbl), 960), 960, 1.8e9 + i, 1.0)
+    print(i + 1, flush=True)
+"""
+
+
+def test_sigkilled_writer_leaves_a_readable_file(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    path = tmp_path / "killed.uvh5"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(path)], cwd=root,
+                            stdout=subprocess.PIPE, text=True)
+    done = 0
+    t0 = time.monotonic()
+    while done < 20 and time.monotonic() - t0 < 60:  # let it complete some dumps
+        done = int(proc.stdout.readline() or done)
+    time.sleep(0.013)  # land somewhere inside a later append
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = max([done] + [int(x) for x in proc.stdout.read().split()])
+    assert done >= 20
+    uv = pyuvdata.UVData.from_file(path)
+    uv.check()
+    assert uv.Ntimes in (done, done + 1)  # +1: killed after the flush, before the print

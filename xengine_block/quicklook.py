@@ -75,7 +75,7 @@ def quicklook_triangle(path: str | Path, tri: np.ndarray, freq_hz: np.ndarray, n
 def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
     """Quick-look of the last integration in a UVH5 file (XX polarisation)."""
     path = Path(path)
-    with h5py.File(path, "r", swmr=True) as f:
+    with h5py.File(path, "r") as f:
         h, d = f["Header"], f["Data"]
         nbls, nblts = int(h["Nbls"][()]), int(h["Nblts"][()])
         if nblts == 0:

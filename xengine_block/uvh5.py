@@ -11,8 +11,8 @@ Conventions, written down once:
 - Time is the JD of the integration midpoint; LST from astropy at the site.
 
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
-update of Nblts/Ntimes and a flush, with the file in SWMR mode so that a writer killed at any
-moment leaves a file that reads with every dump completed before the kill.
+update of Nblts/Ntimes and a flush, so that a writer killed at any moment leaves a file that
+reads with every dump completed before the kill (tested with SIGKILL).
 """
 
 from __future__ import annotations
@@ -146,9 +146,10 @@ class UVH5Writer:
         self.ndump = 0
         self.vis_dtype = visdata_dtype(max_spectra)
         self._uvw = (site.enu[self.bmap.ant_2] - site.enu[self.bmap.ant_1]).astype(np.float64)
-        self._file = h5py.File(self.path, "w", libver="latest")
+        # Default (earliest) file format on purpose: newer superblocks mark the file "open for
+        # write" and a crashed writer would leave it unreadable without h5clear.
+        self._file = h5py.File(self.path, "w")
         self._create(channel_width_hz, instrument, history, x_orientation)
-        self._file.swmr_mode = True
         self._file.flush()
 
     # ------------------------------------------------------------------ layout
@@ -191,7 +192,7 @@ class UVH5Writer:
         pc["cat_lon"] = 0.0
         pc["cat_lat"] = np.pi / 2
         pc["cat_frame"] = np.bytes_(b"altaz")
-        # Counters updated after every dump (scalars stay writable in SWMR mode).
+        # Counters updated after every dump.
         h["Nblts"] = 0
         h["Ntimes"] = 0
         for name, (shape, dtype) in _BLT_HEADER.items():
