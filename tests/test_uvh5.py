@@ -113,6 +113,7 @@ from xengine_block.uvh5 import UVH5Writer
 nant = 16
 nbl = 2 * nant * (2 * nant + 1) // 2
 tri = np.ones((16, nbl, 2), np.int32)
+tri[..., 1] = 0  # real autocorrelations
 w = UVH5Writer(sys.argv[1], make_site(nant), np.arange(16) * 1e4 + 1e8, 1e4, 960)
 for i in range(100000):
     w.append(tri, np.full((1, nbl), 960), 960, 1.8e9 + i, 1.0)
