@@ -1,0 +1,40 @@
+"""Ring header helpers shared by the blocks (DESIGN.md section 5): one place that knows how a
+header is derived from its input's and what the frequency and time axes are."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+BASELINE_ORDER = "triangle: b = k*(k+1)/2 + j for streams j <= k; value sum x_j conj(x_k)"
+
+
+def derive_header(ihdr: dict[str, Any], *, name: str, dtype: str, shape: list[int],
+                  labels: list[str], scales: list, units: list, time_tag: int | None = None,
+                  **fields: Any) -> dict[str, Any]:
+    """A copy of ``ihdr`` with a new ``_tensor`` and extra fields (sequence metadata flows on)."""
+    hdr = copy.deepcopy({k: v for k, v in ihdr.items() if k not in ("_tensor", "gulp_nframe")})
+    hdr.update(fields)
+    hdr["name"] = name
+    if time_tag is not None:
+        hdr["time_tag"] = time_tag
+    hdr["_tensor"] = {"dtype": dtype, "shape": shape, "labels": labels, "scales": scales,
+                      "units": units}
+    return hdr
+
+
+def time_scale(hdr: dict[str, Any], time_tag: int, frame_spectra: int) -> list[float]:
+    """``[offset, step]`` in seconds of a frame axis starting at spectrum ``time_tag``."""
+    return [frame_start_unix(hdr, time_tag), frame_spectra / hdr["fs_hz"]]
+
+
+def channel_freqs(hdr: dict[str, Any]) -> np.ndarray:
+    """Centre frequency (Hz) of each channel of the sequence."""
+    return hdr["freq0_hz"] + hdr["chan_bw_hz"] * np.arange(hdr["nchan"])
+
+
+def frame_start_unix(hdr: dict[str, Any], time_tag: int) -> float:
+    """Unix time of spectrum ``time_tag``."""
+    return hdr["sync_time"] + time_tag / hdr["fs_hz"]
