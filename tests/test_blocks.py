@@ -49,10 +49,20 @@ class FramesSource(SourceBlock):
 
 
 def run_chain(tmp_path, g, frames, mask, ninteg, time_tag=0, **writer_kw):
-    array = default_array(g.nstream // 2)
     header = {"sync_time": 1.8e9, "fs_hz": 48000.0, "chan0": 100, "nchan": g.nchan,
               "freq0_hz": 150e6, "chan_bw_hz": 10e3, "nstream": g.nstream,
-              "geometry": g.to_dict(), "array": array.to_dict()}
+              "geometry": g.to_dict(), "array": default_array(g.nstream // 2).to_dict()}
+    return run_header(tmp_path, g, frames, mask, ninteg, header, time_tag, **writer_kw)
+
+
+def run_chain_with_header(tmp_path, g, frames, mask, ninteg, array, **fields):
+    """The chain with a header describing ``array`` and the given sky/time fields."""
+    header = dict(fields, chan0=0, nchan=g.nchan, nstream=g.nstream, geometry=g.to_dict(),
+                  array=array.to_dict())
+    return run_header(tmp_path, g, frames, mask, ninteg, header, 0)[0]
+
+
+def run_header(tmp_path, g, frames, mask, ninteg, header, time_tag, **writer_kw):
     with Pipeline() as p:
         src = FramesSource(frames, mask, header, time_tag, g.npacket)
         x = XEngineBlock(src, backend="cpu")
