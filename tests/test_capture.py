@@ -1,0 +1,296 @@
+"""Capture: simulator -> SPEAD -> capture round trips (UDP, pcap, in-process), hostile traffic
+with exact counters, resynchronisation, and the CaptureBlock in a pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spead2
+import spead2.send
+
+from xengine_block.array import default_array
+from xengine_block.capture import (
+    COUNTERS,
+    CaptureBlock,
+    InprocSource,
+    PcapSource,
+    UdpSource,
+    capture_frames,
+    parse_source,
+)
+from xengine_block.fengine import FEngineSimulator, PointSource
+from xengine_block.geometry import Geometry
+from xengine_block.layout import frames_to_natural
+from xengine_block.pipeline import MultiTransformBlock, Pipeline
+from xengine_block.spead import (
+    FLAVOUR,
+    InprocDatagramSink,
+    PcapWriter,
+    descriptor_datagrams,
+    frame_datagrams,
+    heap_datagrams,
+    inproc_sender,
+    junk_datagram,
+    make_heap,
+    max_packet_size,
+    pcap_sender,
+    stop_datagrams,
+    truncated,
+    udp_sender,
+)
+
+#: 32 streams, 2 channel groups of 9 (mask [S, G]), P = 2.
+G = Geometry(nstream=32, nchan=18, npacket=2)
+ARRAY = default_array(16)
+CHAN0 = 18
+NHEAP = G.npackets_per_frame
+SKY = dict(sync_time=1.8e9, fs_hz=48000.0, freq0_hz=150e6, chan_bw_hz=10e3)
+
+
+def simulator(seed: int = 0) -> FEngineSimulator:
+    return FEngineSimulator(ARRAY, G, sources=[PointSource.altaz(50.0, 20.0, 2.0)], seed=seed,
+                            **SKY)
+
+
+def zero_counters(**nonzero: int) -> dict[str, int]:
+    out = dict.fromkeys(COUNTERS, 0)
+    out.update(nonzero)
+    return out
+
+
+@pytest.mark.parametrize("transport", ["inproc", "pcap", "udp"])
+def test_round_trip_equals_simulator(transport, tmp_path):
+    sim = simulator()
+    t0, nframe = 4 * 480, 4
+    frames = sim.frames(t0, nframe)
+    if transport == "inproc":
+        queue = spead2.InprocQueue()
+        source = InprocSource(queue)
+        sender = inproc_sender(G, queue, chan0=CHAN0)
+    elif transport == "pcap":
+        path = tmp_path / "f.pcap"
+        source = PcapSource(str(path))
+        sender = pcap_sender(G, path, chan0=CHAN0)
+    else:
+        source = UdpSource("127.0.0.1", 0)
+        source.bind()
+        sender = None
+    if sender is not None:  # in-process and pcap: send first, then capture
+        with sender:
+            sender.send_frames(frames, t0)
+    cap = capture_frames(source, G, chan0=CHAN0, idle_timeout=10.0)
+    if sender is None:  # UDP: the stream is listening; send now (rate-limited, loopback)
+        with udp_sender(G, port=source.port, chan0=CHAN0, rate_gbps=0.5) as udp:
+            udp.send_frames(frames, t0)
+    out = list(cap)
+    assert [f.time_tag for f in out] == [t0 + 480 * i for i in range(nframe)]
+    got = frames_to_natural(np.stack([f.frame for f in out]), G)
+    assert np.array_equal(got, sim.samples(t0, nframe * 480))  # byte for byte
+    assert all(f.mask.shape == (32, 2) and f.mask.all() for f in out)
+    assert [f.new_sequence for f in out] == [True, False, False, False]
+    # descriptors + end-of-stream heap are the 2 metadata heaps
+    assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=2, frames=nframe,
+                                           sequences=1, packets=nframe * NHEAP + 2)
+
+
+def crafted(cnt: int, timestamp: int, stream: int = 0, freq: int = CHAN0,
+            size: int = G.payload_bytes) -> bytes:
+    """One single-packet heap with chosen item values."""
+    (pkt,) = heap_datagrams(make_heap(timestamp, stream, freq, np.ones(size, np.int8)), cnt,
+                            max_packet_size(G) + 64)
+    return pkt
+
+
+def foreign(cnt: int) -> bytes:
+    """A SPEAD heap of someone else's items (no timestamp / stream / frequency)."""
+    heap = spead2.send.Heap(FLAVOUR)
+    heap.add_item(spead2.Item(0x1234, "other", "", (16,), dtype=np.uint8,
+                              value=np.arange(16, dtype=np.uint8)))
+    (pkt,) = heap_datagrams(heap, cnt, 1024)
+    return pkt
+
+
+def hostile_traffic(frames: np.ndarray, t0: int, rng: np.random.Generator):
+    """Shuffled, lossy, duplicated traffic with junk; returns datagrams, expectations."""
+    nframe = len(frames)
+    first_id = t0 // 480
+    dg = {(first_id + f, s * G.nchan_group + grp): pkt
+          for f, s, grp, pkt in frame_datagrams(frames, G, t0, chan0=CHAN0)}
+    keys = list(dg)
+    dropped = {k for k in keys if rng.random() < 0.05}
+    start = -(-first_id // G.npacket) * G.npacket  # first aligned frame
+    exp = zero_counters(metadata=2, frames=first_id + nframe - start, sequences=1)
+    seq: list[bytes] = []
+    ids = list(range(first_id, first_id + nframe))
+    for block in [ids[i:i + 2] for i in range(0, nframe, 2)]:  # reorder within frame pairs
+        part = [k for k in keys if k[0] in block and k not in dropped]
+        rng.shuffle(part)
+        for k in list(part):
+            if rng.random() < 0.02:  # a duplicate after the original, within the pair
+                pos = part.index(k)
+                part.insert(int(rng.integers(pos + 1, len(part) + 1)), k)
+                exp["duplicate" if k[0] >= start else "before_start"] += 1
+        seq += [dg[k] for k in part]
+        if block[-1] == start + 4:  # head is now start + 4 = (start) + window: start is late
+            seq += [dg[(start, i)] for i in (0, 5, NHEAP - 1)]
+            exp["late"] += 3
+    for k in keys:
+        if k not in dropped:
+            exp["heaps" if k[0] >= start else "before_start"] += 1
+    exp["missing"] = exp["frames"] * NHEAP - exp["heaps"]
+    junk: list[bytes] = []
+    cnt = 10 ** 6
+    for i in range(5):
+        junk.append(crafted(cnt + i, t0, stream=G.nstream + i))  # unknown stream
+        junk.append(crafted(cnt + 10 + i, 480 * 10 ** 9 + 480 * i))  # absurd timestamp
+        junk.append(crafted(cnt + 20 + i, t0 + 480 + 7 * (i + 1)))  # not a multiple of 480
+        junk.append(crafted(cnt + 30 + i, t0, freq=(17, 19, 36, 0, 45)[i]))  # wrong channel
+    for i, size in enumerate((100, 8641, 1, 4320)):
+        junk.append(crafted(cnt + 40 + i, t0, size=size))  # wrong size
+    for i in range(3):
+        junk.append(crafted(cnt + 50 + i, 0, stream=i))  # before the start
+    junk += [foreign(cnt + 60), foreign(cnt + 61)]
+    exp.update(bad_stream=5, out_of_window=5, bad_timestamp=5, bad_channel=5, bad_size=4)
+    exp["before_start"] += 3
+    exp["metadata"] += 2
+    undecodable = [junk_datagram(rng, int(n)) for n in rng.integers(1, 9000, 10)]
+    undecodable += [truncated(dg[k], rng) for k in keys[:10]]
+    for pkt in junk + undecodable:  # anywhere after the first valid heaps fixed the start
+        seq.insert(int(rng.integers(5, len(seq) + 1)), pkt)
+    seq = descriptor_datagrams(G) + seq + stop_datagrams(G, 2 * 10 ** 6)
+    exp["packets"] = len(seq) - len(undecodable)
+    delivered = {k for k in keys if k not in dropped}
+    return seq, exp, delivered, start
+
+
+@pytest.mark.parametrize("transport", ["inproc", "pcap"])
+def test_hostile_traffic_exact(transport, tmp_path):
+    sim = simulator(seed=1)
+    t0, nframe = 480, 9  # frame 1 precedes the aligned start (frame 2)
+    frames = sim.frames(t0, nframe)
+    seq, exp, delivered, start = hostile_traffic(frames, t0, np.random.default_rng(7))
+    if transport == "inproc":
+        queue = spead2.InprocQueue()
+        sink, source = InprocDatagramSink(queue), InprocSource(queue)
+    else:
+        path = tmp_path / "hostile.pcap"
+        sink, source = PcapWriter(path), PcapSource(str(path))
+    for pkt in seq:
+        sink.send(pkt)
+    sink.close()
+    cap = capture_frames(source, G, chan0=CHAN0, window=4)
+    out = list(cap)
+    assert [f.time_tag for f in out] == [480 * i for i in range(start, t0 // 480 + nframe)]
+    for f in out:
+        fid = f.time_tag // 480
+        want = frames[fid - t0 // 480].reshape(NHEAP, -1)
+        got = f.frame.reshape(NHEAP, -1)
+        for idx in range(NHEAP):
+            present = (fid, idx) in delivered
+            assert f.mask.reshape(-1)[idx] == present
+            assert np.array_equal(got[idx], want[idx] if present else np.zeros_like(want[idx]))
+    counters = cap.counters()
+    assert counters == exp
+    stats = cap.stream.stats
+    judged = sum(counters[k] for k in ("metadata", "bad_size", "bad_timestamp", "bad_stream",
+                                       "bad_channel", "before_start", "out_of_window", "late",
+                                       "duplicate"))
+    assert stats["rejected_heaps"] == judged  # every rejection counted exactly once
+
+
+def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
+    sim = simulator(seed=2)
+    a = sim.frames(0, 3)
+    b = sim.frames(480 * 1001, 5)  # the F-engines jump far ahead (to an odd frame)
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    # An absurd heap arrives first: with start_timestamp given it cannot hijack the start.
+    sink.send(crafted(10 ** 6, 480 * 10 ** 9))
+    for part, t in ((a, 0), (b, 480 * 1001)):
+        for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=1 + t):
+            sink.send(pkt)
+    sink.close()
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, window=4, resync_heaps=4,
+                         start_timestamp=0)
+    out = list(cap)
+    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 1002, 1003, 1004, 1005]
+    assert [f.new_sequence for f in out] == [True, False, False, True, False, False, False]
+    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[1:]]))
+    c = cap.counters()
+    # 1 absurd + the first 3 heaps of frame 1001 are out of window; the 4th triggers the jump
+    # to a start at frame 1002, so frame 1001's remaining heaps are before the start.
+    assert (c["out_of_window"], c["before_start"], c["sequences"]) == (4, NHEAP - 3, 2)
+    assert (c["heaps"], c["missing"]) == (7 * NHEAP, 0)
+
+
+def test_parse_source():
+    s = parse_source("udp://127.0.0.1:7150")
+    assert isinstance(s, UdpSource) and (s.address, s.port) == ("127.0.0.1", 7150)
+    assert parse_source("udp://:7148").address == "127.0.0.1"
+    assert parse_source("x.pcap") == PcapSource("x.pcap")
+    with pytest.raises(ValueError, match="udp://"):
+        parse_source("tcp://host:1")
+
+
+class Collect(MultiTransformBlock):
+    """Sink of the capture block's two rings: keeps headers, frames and masks."""
+
+    def __init__(self, capture: CaptureBlock) -> None:
+        super().__init__(capture.orings)
+        self.orings = []
+        self.headers: list[list[dict]] = []
+        self.frames: list[np.ndarray] = []
+        self.masks: list[np.ndarray] = []
+
+    def define_output_nframes(self, input_nframes):
+        return []
+
+    def on_sequence(self, iseqs):
+        self.headers.append([s.header for s in iseqs])
+        return []
+
+    def on_data(self, ispans, ospans):
+        self.frames.append(ispans[0].data.copy())
+        self.masks.append(ispans[1].data.copy())
+        return []
+
+
+def test_capture_block_rings_and_headers(tmp_path):
+    sim = simulator(seed=3)
+    frames = sim.frames(0, 5)
+    path = tmp_path / "obs.pcap"
+    with pcap_sender(G, path, chan0=CHAN0) as sender:
+        sender.send_frames(frames, 0)
+    with Pipeline() as p:
+        cap = CaptureBlock(PcapSource(str(path)), G, ARRAY, chan0=CHAN0, **SKY)
+        sink = Collect(cap)
+        p.run()
+    hdr, mhdr = sink.headers[0]
+    assert hdr["time_tag"] == 0 and hdr["name"] == "capture-0" and mhdr["name"] == "capture-0.mask"
+    for key, value in dict(SKY, chan0=CHAN0, nchan=18, nstream=32).items():
+        assert hdr[key] == value and mhdr[key] == value
+    assert hdr["geometry"] == G.to_dict() and hdr["array"] == ARRAY.to_dict()
+    assert hdr["_tensor"]["dtype"] == "i8" and hdr["_tensor"]["shape"] == [-1, 32, 18, 60, 2, 8]
+    assert mhdr["_tensor"]["dtype"] == "u8" and mhdr["_tensor"]["shape"] == [-1, 32, 2]
+    assert hdr["_tensor"]["scales"][0] == [SKY["sync_time"], 480 / SKY["fs_hz"]]
+    assert np.array_equal(np.concatenate(sink.frames), frames)  # gulps of P=2, last one short
+    assert np.concatenate(sink.masks).all()
+    assert cap.capture_counters()["frames"] == 5 and cap.perf["frames"] == 5
+
+
+def test_capture_block_resync_gives_two_sequences():
+    sim = simulator(seed=4)
+    a, b = sim.frames(0, 2), sim.frames(480 * 2000, 4)
+    queue = spead2.InprocQueue()
+    with inproc_sender(G, queue, chan0=CHAN0) as sender:
+        sender.send_frames(a, 0)
+        sender.send_frames(b, 480 * 2000)
+    with Pipeline() as p:
+        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4,
+                           resync_heaps=1, **SKY)
+        sink = Collect(cap)
+        p.run()
+    assert [h[0]["time_tag"] for h in sink.headers] == [0, 480 * 2000]
+    assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960000.mask"]
+    assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b]))
+    assert cap.capture_counters()["sequences"] == 2
