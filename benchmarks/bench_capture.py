@@ -1,0 +1,92 @@
+"""Capture throughput over loopback UDP: the highest send rate received with zero loss.
+
+spead2's C++ sender paces the seed geometry's heaps (256 streams x 9 channels, 8.7 kB packets)
+to 127.0.0.1 at a series of rates; the capture (spead2 chunk stream + numba placement, and a
+copy of every frame as CaptureBlock does into its ring) counts what arrives. Prints one JSON
+object: ``gbps`` (payload Gb/s) and ``heaps_per_s`` at the best lossless rate, ``lost`` there
+(0 unless no rate was lossless), and every trial. Shares the machine's cores with the sender.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+import numpy as np
+
+from xengine_block.capture import Capture, UdpSource
+from xengine_block.geometry import Geometry
+from xengine_block.spead import udp_sender
+
+
+def trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:
+    """Send ~``seconds`` of frames at ``rate_gbps`` (0: unpaced) and count what arrives."""
+    source = UdpSource("127.0.0.1", 0)
+    source.bind()
+    cap = Capture(source, g, idle_timeout=1.0)
+    sender = udp_sender(g, port=source.port, rate_gbps=rate_gbps, batch=4)
+    sender.staging[...] = np.random.default_rng(0).integers(-128, 128, sender.staging.shape,
+                                                            dtype=np.int8)
+    frame_bits = g.frame_bytes * 8
+    nframe = int(seconds * (rate_gbps or 10.0) * 1e9 / frame_bits)
+    nframe = max(g.npacket * 4, nframe - nframe % g.npacket)
+    times: dict[str, float] = {}
+
+    def send() -> None:
+        time.sleep(0.2)  # the receiver is waiting in its loop
+        times["t0"] = time.perf_counter()
+        sender.send_staged(nframe, time_tag=g.npacket * g.nspectra_pkt)
+        times["t1"] = time.perf_counter()
+        sender.close()
+
+    ring = np.empty((8, *g.frame_shape), np.int8)  # stands in for the output ring
+    thread = threading.Thread(target=send)
+    thread.start()
+    nout = 0
+    for f in cap:
+        ring[nout % len(ring)] = f.frame
+        nout += 1
+    thread.join()
+    c = cap.counters()
+    sent = nframe * g.npackets_per_frame
+    elapsed = times["t1"] - times["t0"]
+    return {"rate_gbps_requested": rate_gbps, "frames_sent": nframe, "heaps_sent": sent,
+            "heaps": c["heaps"], "lost": sent - c["heaps"], "send_s": round(elapsed, 3),
+            "gbps": round(c["heaps"] * g.payload_bytes * 8 / elapsed / 1e9, 3),
+            "heaps_per_s": round(c["heaps"] / elapsed), "counters": c}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nstream", type=int, default=256)
+    ap.add_argument("--nchan", type=int, default=9)
+    ap.add_argument("--seconds", type=float, default=1.5, help="data per trial")
+    ap.add_argument("--rates", type=float, nargs="+", default=[1, 2, 4, 6, 8, 10, 12, 16, 24],
+                    help="send rates to try, Gb/s, ascending (stops after two lossy ones)")
+    args = ap.parse_args()
+    g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8)
+    trials, best, lossy = [], None, 0
+    t_start = time.perf_counter()
+    for rate in args.rates:
+        r = trial(g, rate, args.seconds)
+        trials.append({k: v for k, v in r.items() if k != "counters"})
+        if r["lost"] == 0:
+            best = r if best is None or r["gbps"] > best["gbps"] else best
+        else:
+            lossy += 1
+            if lossy >= 2 or time.perf_counter() - t_start > 90:
+                break
+    ref = best or min(trials, key=lambda t: t["lost"])
+    print(json.dumps({
+        "benchmark": "capture_loopback_udp",
+        "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes},
+        "gbps": ref["gbps"], "heaps_per_s": ref["heaps_per_s"], "lost": ref["lost"],
+        "best_lossless_rate_gbps": best["rate_gbps_requested"] if best else None,
+        "trials": trials, "runtime_s": round(time.perf_counter() - t_start, 1),
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
