@@ -294,3 +294,17 @@ def test_capture_block_resync_gives_two_sequences():
     assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960000.mask"]
     assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b]))
     assert cap.capture_counters()["sequences"] == 2
+
+
+@pytest.mark.parametrize("delay", [0.05, 1.0])  # while the stream is built / while waiting
+def test_capture_block_shutdown_while_waiting_for_packets(delay):
+    import threading
+    import time
+    with Pipeline() as p:
+        cap = CaptureBlock(UdpSource("127.0.0.1", 0), G, ARRAY, **SKY)
+        Collect(cap)
+        threading.Timer(delay, p.shutdown).start()
+        t0 = time.monotonic()
+        p.run()
+    assert time.monotonic() - t0 < delay + 2.0
+    assert p.stop_reason == "shutdown() called"

@@ -636,6 +636,8 @@ class CaptureBlock(SourceBlock):
             cap = Capture(source, self.layout, start_timestamp=self.start_timestamp,
                           idle_timeout=self.idle_timeout)
             self._capture = cap
+            if self.shutdown_event.is_set():  # shutdown() came while the stream was built
+                cap.stop()
             try:
                 frames = iter(cap)
                 first = next(frames, None)
