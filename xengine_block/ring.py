@@ -258,7 +258,7 @@ class Ring:
         """End of data: readers drain what is committed, then get EndOfDataStop."""
         with self._cond:
             if self._last is not None and self._last.end is None:
-                self._last.end = self._head
+                self._last.end = max(self._head, self._last.begin)
             self._writing_ended = True
             self._cond.notify_all()
 
@@ -281,8 +281,8 @@ class Ring:
                     raise ValueError(f"ring {self.name!r} already holds a sequence named "
                                      f"{seq.name!r} with time_tag {seq.time_tag}; both must be "
                                      "unique")
-            self._head = self._reserve_head = _round_up(self._head, ALIGN)
-            seq = _Sequence(name, time_tag, header_json, tensor, self._head)
+            # Aligned start; the pad is taken by the first reserve, which checks for room.
+            seq = _Sequence(name, time_tag, header_json, tensor, _round_up(self._head, ALIGN))
             if self._last is not None:
                 self._last.next = seq
             self._last = seq
@@ -295,15 +295,15 @@ class Ring:
             if self._wspan is not None:
                 raise RuntimeError(f"ring {self.name!r}: close the write span before end()")
             if seq.end is None:
-                seq.end = self._head
+                seq.end = max(self._head, seq.begin)
                 self._cond.notify_all()
 
-    def _reserve(self, nbyte: int, nonblocking: bool) -> tuple[int, np.ndarray]:
+    def _reserve(self, seq: _Sequence, nbyte: int, nonblocking: bool) -> tuple[int, np.ndarray]:
         with self._cond:
             if self._wspan is not None:
                 raise RuntimeError(f"ring {self.name!r}: one write span at a time")
             self._note_span(nbyte, write=True)
-            begin = self._reserve_head
+            begin = max(self._reserve_head, seq.begin)
 
             def room() -> bool:
                 return (not self._guarantees or
@@ -646,7 +646,8 @@ class WriteSpan(SpanBase):
 
     def __init__(self, ring: Ring, sequence: WriteSequence, nframe: int,
                  nonblocking: bool = False) -> None:
-        begin, view = ring._reserve(nframe * sequence.tensor.frame_nbyte, nonblocking)
+        begin, view = ring._reserve(sequence._seq, nframe * sequence.tensor.frame_nbyte,
+                                    nonblocking)
         super().__init__(ring, sequence, begin, view)
         self._view = view
         self.commit_nframe = 0
