@@ -194,9 +194,10 @@ class Ring:
     def _grow(self, contiguous: int, total: int) -> None:
         # The floor keeps the writer and a guaranteed reader (or two inputs read in lockstep)
         # from waiting on each other: with span >= reserve + 2 * acquire the writer can always
-        # commit what the slowest guaranteed reader waits for.
+        # commit what the slowest guaranteed reader waits for. (A sequence's alignment pad needs
+        # no room of its own: no reader waits on the finished sequence before it.)
         contiguous = _round_up(max(contiguous, self._ghost), ALIGN)
-        floor = self._max_reserve + 2 * self._max_acquire + ALIGN
+        floor = self._max_reserve + 2 * self._max_acquire
         total = _round_up(max(total, contiguous, floor, self._span), ALIGN)
         if contiguous == self._ghost and total == self._span:
             return
