@@ -35,6 +35,7 @@ import functools
 import logging
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -612,6 +613,10 @@ class CaptureBlock(SourceBlock):
         self.start_timestamp, self.idle_timeout = start_timestamp, idle_timeout
         self._capture: Capture | None = None
         self._totals = dict.fromkeys(COUNTERS, 0)
+        #: Set once the first source's receiver is attached (its placement callback compiled
+        #: and its socket read): senders in the same process wait on it so nothing is lost to
+        #: start-up.
+        self.receiving = threading.Event()
 
     def capture_counters(self) -> dict[str, int]:
         """Capture counters summed over every source so far (safe while running)."""
@@ -636,6 +641,7 @@ class CaptureBlock(SourceBlock):
             cap = Capture(source, self.layout, start_timestamp=self.start_timestamp,
                           idle_timeout=self.idle_timeout)
             self._capture = cap
+            self.receiving.set()
             if self.shutdown_event.is_set():  # shutdown() came while the stream was built
                 cap.stop()
             try:

@@ -59,8 +59,10 @@ def render(path: str | Path, freq_hz: np.ndarray, spectra: dict[str, np.ndarray]
 
 
 def _pick_pairs(n: int) -> list[tuple[int, int]]:
-    pairs = [(0, 0), (0, 1), (0, n // 2), (0, n - 1)]
-    return [p for i, p in enumerate(pairs) if p not in pairs[:i] and p[1] < n]
+    """Stream 0's autocorrelation and same-polarisation baselines to a near, a middle and a
+    far stream in the list (streams 2a + pol: even offsets keep the polarisation)."""
+    pairs = [(0, 0), (0, 2), (0, n // 2 - (n // 2) % 2), (0, n - 2)]
+    return [p for i, p in enumerate(pairs) if p not in pairs[:i] and 0 <= p[1] < n]
 
 
 def quicklook_triangle(path: str | Path, tri: np.ndarray, freq_hz: np.ndarray, nstream: int,
