@@ -17,6 +17,7 @@ Not implemented: input overlap (``define_input_overlap_nframe``), block scopes/f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import signal
 import threading
@@ -73,7 +74,7 @@ class Pipeline:
     ``monitor_interval`` (seconds) switches on the like_top printer for the duration of ``run()``.
     """
 
-    _ids = iter(range(1 << 62))
+    _ids = itertools.count()
 
     def __init__(self, name: str | None = None, *, monitor_interval: float | None = None,
                  monitor_stream: TextIO | None = None, shutdown_timeout: float = 5.0) -> None:
@@ -311,11 +312,13 @@ class Block:
         return ospans
 
     @staticmethod
-    def commit_spans(ospans: list[WriteSpan], ostrides: Iterable[int | None] | None) -> None:
-        """Commit what on_data returned per output; None (or a None entry) commits it all."""
+    def commit_spans(ospans: list[WriteSpan],
+                     ostrides: Iterable[int | None] | None) -> list[int]:
+        """Commit what on_data returned per output (None, or a None entry: all of it)."""
         ostrides = [None] * len(ospans) if ostrides is None else list(ostrides)
         for ospan, n in zip(ospans, ostrides, strict=True):
             ospan.commit(ospan.nframe if n is None else n)
+        return [ospan.commit_nframe for ospan in ospans]
 
     def _check_shutdown(self) -> None:
         if self.shutdown_event.is_set():
@@ -358,14 +361,10 @@ class SourceBlock(Block):
         with ExitStack() as ospan_stack:
             ospans = self.reserve_spans(ospan_stack, oseqs, [])
             t0 = time.perf_counter()
-            ostrides = self.on_data(ireader, ospans)
-            ostrides = [None] * len(ospans) if ostrides is None else list(ostrides)
-            self.commit_spans(ospans, ostrides)
-            self.counters.add(process_s=time.perf_counter() - t0)
-        if ospans:
-            self.counters.add(frames=ospans[0].commit_nframe,
+            committed = self.commit_spans(ospans, self.on_data(ireader, ospans))
+            self.counters.add(process_s=time.perf_counter() - t0, frames=committed[0],
                               bytes=sum(s.commit_nframe * s.frame_nbyte for s in ospans))
-        return not any(n == 0 for n in ostrides)
+        return 0 not in committed
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
         return [self.gulp_nframe] * self.num_outputs()
