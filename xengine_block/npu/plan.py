@@ -1,0 +1,637 @@
+"""The NPU dataflow plan for a :class:`Geometry`, as data (DESIGN.md section 8).
+
+The plan is described once and consumed twice: by the mlir-aie design generator (``aie/``) and
+by the bit-exact emulator (``xengine_block/npu/emulate.py``). It follows the seed design
+(``shared/NPU_NOTES.md``) and derives every size from the geometry.
+
+Units
+-----
+Offsets, lengths and BD/task dimensions are in **elements of the buffer's dtype** (int8: bytes,
+int32: 4-byte words), as mlir-aie's ``dma_bd``/``shim_dma_bd`` take them. Dimensions are lists
+of ``Dim(size, stride)``, **outermost first**; an empty list means a contiguous ``length``.
+
+Placement (generalises the seed's 4 x 8 mapping to any rows <= 4, cols <= 8)
+-------------------------------------------------------------------------
+- Compute tile of array (row r, column c): ``Tile(c, 2 + r)``; it owns A streams
+  ``8N r .. 8N (r+1)`` and B streams ``8M c .. 8M (c+1)`` of the NPU block.
+- A path, by rows: memory tile ``2r``; shim tiles ``2r + h`` (h = 0, 1; MM2S 0) each read half
+  of the row's streams (N/2 blocks of 8) into S2MM ``h`` of that memory tile; its MM2S 0
+  broadcasts to S2MM 0 of every compute tile of row r.
+- B path, by columns: memory tile ``2 (c // 2) + 1`` serves columns c and c ^ 1; shim tile c
+  (MM2S 1) feeds its S2MM ``c % 2``; its MM2S ``c % 2`` broadcasts to S2MM 1 of column c.
+- Output: compute MM2S 0 -> memory tile c, S2MM ``2 + r`` (join at offset r * acc words);
+  memory tile MM2S 2 -> shim tile c S2MM 0 -> host ``out`` at column c.
+The array spans ``max(cols, 2 rows, 2 ceil(cols / 2))`` columns of shim and memory tiles, so the
+small test geometry (2 x 4) uses columns 0..3 exactly as the seed uses 0..7.
+
+Host buffers (runtime sequence arguments, in order)
+---------------------------------------------------
+- ``a``, ``b``: int8 ``[P][npu_block streams][payload]`` with payload
+  ``[nchan_pkt][ncoarse][re, im][8 fine]`` (the seed's DDR layout; see ``hostio.py``).
+- ``out``: int32 ``[nchan_pkt][cols][rows][N][M][re, im][8][8]``: A stream
+  ``8N row + 8n + r2``, B stream ``8M col + 8m + c2``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+from math import prod
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..geometry import BLOCK, Geometry
+from . import limits
+
+if TYPE_CHECKING:
+    from .validate import PlanReport
+
+INT8 = "int8"
+INT32 = "int32"
+ELEM_BYTES = {INT8: 1, INT32: 4}
+S2MM = "S2MM"
+MM2S = "MM2S"
+
+#: Kernel entry points (extern "C" in kernels/xcorr.cc).
+KERNEL_FUNC = "xcorr_kernel"
+ZERO_FUNC = "xcorr_acc_zero"
+#: Object file the design links the kernel from.
+KERNEL_OBJECT = "xcorr.o"
+
+# Channel assignment (see module docstring).
+SHIM_A_MM2S = 0
+SHIM_B_MM2S = 1
+SHIM_OUT_S2MM = 0
+MEM_A_MM2S = 0
+MEM_OUT_S2MM_BASE = 2
+MEM_OUT_MM2S = 2
+COMPUTE_A_S2MM = 0
+COMPUTE_B_S2MM = 1
+COMPUTE_OUT_MM2S = 0
+#: Bytes of one (re or im) 8x8 int8 block and of one complex block pair.
+BLOCK_BYTES = BLOCK * BLOCK
+PAIR_BYTES = 2 * BLOCK_BYTES
+
+
+class Tile(NamedTuple):
+    """Array coordinates (column, row); row 0 shim, row 1 memory tile, rows 2.. compute."""
+
+    col: int
+    row: int
+
+    @property
+    def kind(self) -> str:
+        if self.row == limits.SHIM_ROW:
+            return "shim"
+        if self.row == limits.MEM_ROW:
+            return "mem"
+        return "compute"
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.col},{self.row})"
+
+
+class Port(NamedTuple):
+    """One DMA channel of a tile: direction S2MM (stream to memory) or MM2S, and its index."""
+
+    tile: Tile
+    direction: str
+    channel: int
+
+    def __str__(self) -> str:
+        return f"{self.tile} {self.direction}{self.channel}"
+
+
+class Dim(NamedTuple):
+    """One address-generation dimension: ``size`` steps of ``stride`` elements."""
+
+    size: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A named buffer in one tile's memory; ``shape`` documents its layout."""
+
+    name: str
+    tile: Tile
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nelem(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def elem_bytes(self) -> int:
+        return ELEM_BYTES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.nelem * self.elem_bytes
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A hardware semaphore of one tile with its initial value."""
+
+    name: str
+    tile: Tile
+    lock_id: int
+    init: int
+
+
+@dataclass(frozen=True)
+class LockOp:
+    """An acquire (wait until value >= ``value``, then subtract it) or a release (add)."""
+
+    lock: str
+    value: int
+
+
+@dataclass(frozen=True)
+class BufferDescriptor:
+    """One BD: move ``length`` elements of ``buffer`` from ``offset`` along ``dims``.
+
+    ``acquire`` happens before the transfer, ``release`` after it. A zero ``length`` is the
+    seed's dummy BD that only waits on / releases a lock.
+    """
+
+    name: str
+    port: Port
+    bd_id: int
+    buffer: str
+    offset: int
+    length: int
+    dims: tuple[Dim, ...] = ()
+    acquire: LockOp | None = None
+    release: LockOp | None = None
+
+    @property
+    def tile(self) -> Tile:
+        return self.port.tile
+
+
+@dataclass(frozen=True)
+class DmaChain:
+    """The BDs one channel runs, in order; ``loop``: after the last, start again (forever)."""
+
+    port: Port
+    bds: tuple[BufferDescriptor, ...]
+    loop: bool = True
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A static stream-switch route from one MM2S channel to one or more S2MM channels."""
+
+    source: Port
+    dests: tuple[Port, ...]
+
+
+@dataclass(frozen=True)
+class CoreProgram:
+    """What one compute tile's core runs, forever::
+
+        acquire(acc_acquire); ZERO_FUNC(acc)
+        for i in range(calls_per_integration):      # ping-pong: buffers a[i % 2], b[i % 2]
+            acquire(a_acquire); acquire(b_acquire)
+            KERNEL_FUNC(a[i % 2], b[i % 2], acc)
+            release(a_release); release(b_release)
+        release(acc_release)                        # the accumulators go out to the host
+    """
+
+    tile: Tile
+    acc: str
+    a: tuple[str, str]
+    b: tuple[str, str]
+    acc_acquire: LockOp
+    acc_release: LockOp
+    a_acquire: LockOp
+    a_release: LockOp
+    b_acquire: LockOp
+    b_release: LockOp
+    calls_per_integration: int
+    kernel: str = KERNEL_FUNC
+    zero: str = ZERO_FUNC
+
+
+@dataclass(frozen=True)
+class HostArg:
+    """A runtime-sequence argument (host buffer object), in argument order."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nelem(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.nelem * ELEM_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class ShimTask:
+    """A runtime shim DMA task: one BD over host buffer ``host`` (dims up to 4-D).
+
+    With 4 dims and an outermost size > 1 the hardware walks the outermost dimension as BD
+    iterations, so ``repeat_count`` must be ``dims[0].size - 1`` (the seed's quirk); the task
+    as a whole moves ``prod(sizes)`` elements once. ``wait``: the sequence awaits this task.
+    """
+
+    name: str
+    port: Port
+    host: str
+    offset: int
+    dims: tuple[Dim, ...]
+    repeat_count: int = 0
+    wait: bool = False
+
+    @property
+    def length(self) -> int:
+        return prod(d.size for d in self.dims)
+
+
+@dataclass(frozen=True)
+class NpuPlan:
+    """The whole array for one geometry: buffers, locks, BD chains, flows, cores, host tasks.
+
+    Iterate a tile's BDs with :meth:`chains_of` (per channel, in chain order, with hardware
+    ``bd_id``) or :meth:`bds_of`. The runtime sequence starts ``tasks`` in order and awaits
+    those with ``wait``.
+    """
+
+    geometry: Geometry
+    buffers: tuple[Buffer, ...]
+    locks: tuple[Lock, ...]
+    chains: tuple[DmaChain, ...]
+    flows: tuple[Flow, ...]
+    cores: tuple[CoreProgram, ...]
+    host_args: tuple[HostArg, ...]
+    tasks: tuple[ShimTask, ...]
+
+    # ------------------------------------------------------------------ lookups
+    @cached_property
+    def buffer_map(self) -> dict[str, Buffer]:
+        return {b.name: b for b in self.buffers}
+
+    @cached_property
+    def lock_map(self) -> dict[str, Lock]:
+        return {lk.name: lk for lk in self.locks}
+
+    @cached_property
+    def host_arg_map(self) -> dict[str, HostArg]:
+        return {h.name: h for h in self.host_args}
+
+    @property
+    def tiles(self) -> list[Tile]:
+        """Every tile the plan uses, sorted by (col, row)."""
+        used = {b.tile for b in self.buffers} | {lk.tile for lk in self.locks}
+        used |= {c.port.tile for c in self.chains} | {t.port.tile for t in self.tasks}
+        used |= {c.tile for c in self.cores}
+        return sorted(used)
+
+    def bds(self) -> list[BufferDescriptor]:
+        return [bd for chain in self.chains for bd in chain.bds]
+
+    def bd(self, name: str) -> BufferDescriptor:
+        for bd in self.bds():
+            if bd.name == name:
+                return bd
+        raise KeyError(f"no BD named {name!r}")
+
+    def chains_of(self, tile: Tile) -> list[DmaChain]:
+        return [c for c in self.chains if c.port.tile == tile]
+
+    def bds_of(self, tile: Tile) -> list[BufferDescriptor]:
+        return [bd for c in self.chains_of(tile) for bd in c.bds]
+
+    def buffers_of(self, tile: Tile) -> list[Buffer]:
+        return [b for b in self.buffers if b.tile == tile]
+
+    def locks_of(self, tile: Tile) -> list[Lock]:
+        return [lk for lk in self.locks if lk.tile == tile]
+
+    def tasks_of(self, tile: Tile) -> list[ShimTask]:
+        return [t for t in self.tasks if t.port.tile == tile]
+
+    # ------------------------------------------------------------------ mutation (tests, tools)
+    def replace(self, **changes: object) -> NpuPlan:
+        return dataclasses.replace(self, **changes)
+
+    def replace_bd(self, name: str, **changes: object) -> NpuPlan:
+        """A copy with one BD changed (e.g. ``dims=...``); raises KeyError if absent."""
+        self.bd(name)
+        chains = tuple(
+            dataclasses.replace(c, bds=tuple(dataclasses.replace(bd, **changes)
+                                             if bd.name == name else bd for bd in c.bds))
+            for c in self.chains)
+        return self.replace(chains=chains)
+
+    def replace_task(self, name: str, **changes: object) -> NpuPlan:
+        if name not in {t.name for t in self.tasks}:
+            raise KeyError(f"no task named {name!r}")
+        return self.replace(tasks=tuple(dataclasses.replace(t, **changes) if t.name == name
+                                        else t for t in self.tasks))
+
+    def replace_buffer(self, name: str, **changes: object) -> NpuPlan:
+        if name not in self.buffer_map:
+            raise KeyError(f"no buffer named {name!r}")
+        return self.replace(buffers=tuple(dataclasses.replace(b, **changes) if b.name == name
+                                          else b for b in self.buffers))
+
+    def validate(self) -> PlanReport:
+        """Check every hardware limit; raise PlanError naming the first violation."""
+        from .validate import validate_plan  # validate imports this module
+
+        return validate_plan(self)
+
+
+# ---------------------------------------------------------------------- placement
+def compute_tile(row: int, col: int) -> Tile:
+    return Tile(col, limits.FIRST_COMPUTE_ROW + row)
+
+
+def a_mem_tile(row: int) -> Tile:
+    return Tile(2 * row, limits.MEM_ROW)
+
+
+def a_shim_tile(row: int, half: int) -> Tile:
+    return Tile(2 * row + half, limits.SHIM_ROW)
+
+
+def b_mem_tile(col: int) -> Tile:
+    return Tile(2 * (col // 2) + 1, limits.MEM_ROW)
+
+
+def b_mem_channel(col: int) -> int:
+    return col % 2
+
+
+def b_shim_tile(col: int) -> Tile:
+    return Tile(col, limits.SHIM_ROW)
+
+
+def out_mem_tile(col: int) -> Tile:
+    return Tile(col, limits.MEM_ROW)
+
+
+def out_shim_tile(col: int) -> Tile:
+    return Tile(col, limits.SHIM_ROW)
+
+
+# ---------------------------------------------------------------------- builder
+class _Builder:
+    """Collects plan objects, numbering locks and BDs per tile in creation order."""
+
+    def __init__(self, g: Geometry) -> None:
+        self.g = g
+        self.buffers: list[Buffer] = []
+        self.locks: list[Lock] = []
+        self.chains: list[DmaChain] = []
+        self.flows: list[Flow] = []
+        self.cores: list[CoreProgram] = []
+        self.tasks: list[ShimTask] = []
+        self._nlock: dict[Tile, int] = {}
+        self._nbd: dict[Tile, int] = {}
+
+    def buffer(self, name: str, tile: Tile, dtype: str, shape: tuple[int, ...]) -> str:
+        self.buffers.append(Buffer(name, tile, dtype, shape))
+        return name
+
+    def lock(self, name: str, tile: Tile, init: int) -> str:
+        lock_id = self._nlock.get(tile, 0)
+        self._nlock[tile] = lock_id + 1
+        self.locks.append(Lock(name, tile, lock_id, init))
+        return name
+
+    def buffer_len(self, name: str) -> int:
+        return next(buf.nelem for buf in self.buffers if buf.name == name)
+
+    def chain(self, port: Port, specs: list[dict]) -> None:
+        """specs: BufferDescriptor fields except port and bd_id."""
+        bds = []
+        for spec in specs:
+            bd_id = self._nbd.get(port.tile, 0)
+            self._nbd[port.tile] = bd_id + 1
+            bds.append(BufferDescriptor(port=port, bd_id=bd_id, **spec))
+        self.chains.append(DmaChain(port, tuple(bds)))
+
+
+def _geometry_sizes(g: Geometry) -> dict[str, int]:
+    """Sizes shared by several parts of the plan (elements of the buffer concerned)."""
+    ncalls = g.npu_ncalls_per_packet
+    return dict(
+        ncalls=ncalls,
+        # one stream block (8 streams) of one channel of one packet in a memory-tile buffer
+        mem_block=g.ncoarse * PAIR_BYTES,
+        # one kernel call's slice of a stream block: T blocks of (re, im) 8x8
+        call_block=g.tile_t * PAIR_BYTES,
+        acc=g.tile_acc_bytes // ELEM_BYTES[INT32],
+        acc_row=g.tile_m * PAIR_BYTES,  # one A stream-block row of accumulators, int32 words
+    )
+
+
+def _mem_write_dims(g: Geometry, nblocks: int) -> tuple[Dim, ...]:
+    """Memory-tile S2MM pattern: stream-major payload -> [block][coarse][reim][8 s][8 f].
+
+    The stream arrives as ``nblocks*8`` streams x ``[coarse][reim][fine]``; outermost first:
+    stream block, stream in block (row of an 8x8 block), (coarse, reim) block, fine sample.
+    """
+    s = _geometry_sizes(g)
+    return (Dim(nblocks, s["mem_block"]), Dim(BLOCK, BLOCK), Dim(2 * g.ncoarse, BLOCK_BYTES),
+            Dim(BLOCK, 1))
+
+
+def _mem_read_dims(g: Geometry, nblocks: int) -> tuple[Dim, ...]:
+    """Memory-tile MM2S pattern for one kernel call: T of the ncoarse sample blocks of every
+    stream block; T*128 contiguous bytes are split as (T, 128) x (128, 1) to keep sizes < 1024."""
+    s = _geometry_sizes(g)
+    return (Dim(nblocks, s["mem_block"]), Dim(g.tile_t, PAIR_BYTES), Dim(PAIR_BYTES, 1))
+
+
+def _build_a_path(b: _Builder) -> None:
+    g, s = b.g, _geometry_sizes(b.g)
+    half_blocks = g.tile_n // 2
+    shape = (g.tile_n, g.ncoarse, 2, BLOCK, BLOCK)
+    half_len = half_blocks * s["mem_block"]
+    call_len = g.tile_n * s["call_block"]
+    for row in range(g.rows):
+        mt = a_mem_tile(row)
+        bufs = [b.buffer(f"mem_a_r{row}_buf{k}", mt, INT8, shape) for k in range(2)]
+        # prod/cons lock per (buffer k, half h): the two halves are filled by two shim tiles.
+        prod_ = [[b.lock(f"mem_a_r{row}_buf{k}_h{h}_prod", mt, 1) for h in range(2)]
+                 for k in range(2)]
+        cons = [[b.lock(f"mem_a_r{row}_buf{k}_h{h}_cons", mt, 0) for h in range(2)]
+                for k in range(2)]
+        for h in range(2):
+            b.chain(Port(mt, S2MM, h), [
+                dict(name=f"mem_a_r{row}_in{h}_buf{k}", buffer=bufs[k], offset=h * half_len,
+                     length=half_len, dims=_mem_write_dims(g, half_blocks),
+                     acquire=LockOp(prod_[k][h], 1), release=LockOp(cons[k][h], 1))
+                for k in range(2)])
+        # MM2S: wait for both halves (a zero-length BD acquires the first), send ncalls
+        # transfers of T sample blocks, then release both halves (the second by a dummy BD).
+        specs = []
+        for k in range(2):
+            specs.append(dict(name=f"mem_a_r{row}_out_buf{k}_wait", buffer=bufs[k], offset=0,
+                              length=0, acquire=LockOp(cons[k][0], 1),
+                              release=LockOp(cons[k][0], 0)))
+            for q in range(s["ncalls"]):
+                first, last = q == 0, q == s["ncalls"] - 1
+                acquire = (LockOp(cons[k][1], 1) if first
+                           else LockOp(cons[k][0], 0) if last else None)
+                release = (LockOp(prod_[k][0], 1) if last
+                           else LockOp(prod_[k][1], 0) if first else None)
+                specs.append(dict(name=f"mem_a_r{row}_out_buf{k}_call{q}", buffer=bufs[k],
+                                  offset=q * s["call_block"], length=call_len,
+                                  dims=_mem_read_dims(g, g.tile_n), acquire=acquire,
+                                  release=release))
+            specs.append(dict(name=f"mem_a_r{row}_out_buf{k}_free", buffer=bufs[k], offset=0,
+                              length=0, acquire=LockOp(cons[k][1], 0),
+                              release=LockOp(prod_[k][1], 1)))
+        b.chain(Port(mt, MM2S, MEM_A_MM2S), specs)
+        for h in range(2):
+            b.flows.append(Flow(Port(a_shim_tile(row, h), MM2S, SHIM_A_MM2S), (Port(mt, S2MM, h),)))
+        b.flows.append(Flow(Port(mt, MM2S, MEM_A_MM2S),
+                            tuple(Port(compute_tile(row, c), S2MM, COMPUTE_A_S2MM)
+                                  for c in range(g.cols))))
+
+
+def _build_b_path(b: _Builder) -> None:
+    g, s = b.g, _geometry_sizes(b.g)
+    shape = (g.tile_m, g.ncoarse, 2, BLOCK, BLOCK)
+    full_len = g.tile_m * s["mem_block"]
+    call_len = g.tile_m * s["call_block"]
+    for col in range(g.cols):
+        mt, ch = b_mem_tile(col), b_mem_channel(col)
+        bufs = [b.buffer(f"mem_b_c{col}_buf{k}", mt, INT8, shape) for k in range(2)]
+        # Counting locks over sample blocks: S2MM takes ncalls per buffer, MM2S frees one each.
+        prod_ = b.lock(f"mem_b_c{col}_prod", mt, 2 * s["ncalls"])
+        cons = b.lock(f"mem_b_c{col}_cons", mt, 0)
+        b.chain(Port(mt, S2MM, ch), [
+            dict(name=f"mem_b_c{col}_in_buf{k}", buffer=bufs[k], offset=0, length=full_len,
+                 dims=_mem_write_dims(g, g.tile_m), acquire=LockOp(prod_, s["ncalls"]),
+                 release=LockOp(cons, s["ncalls"]))
+            for k in range(2)])
+        b.chain(Port(mt, MM2S, ch), [
+            dict(name=f"mem_b_c{col}_out_buf{k}_call{q}", buffer=bufs[k],
+                 offset=q * s["call_block"], length=call_len, dims=_mem_read_dims(g, g.tile_m),
+                 acquire=LockOp(cons, 1), release=LockOp(prod_, 1))
+            for k in range(2) for q in range(s["ncalls"])])
+        b.flows.append(Flow(Port(b_shim_tile(col), MM2S, SHIM_B_MM2S), (Port(mt, S2MM, ch),)))
+        b.flows.append(Flow(Port(mt, MM2S, ch),
+                            tuple(Port(compute_tile(r, col), S2MM, COMPUTE_B_S2MM)
+                                  for r in range(g.rows))))
+
+
+def _build_compute(b: _Builder) -> None:
+    g, s = b.g, _geometry_sizes(b.g)
+    for col in range(g.cols):
+        for row in range(g.rows):
+            t = compute_tile(row, col)
+            tag = f"c{col}_r{row}"
+            a = tuple(b.buffer(f"a_buf{k}_{tag}", t, INT8, (g.tile_n, g.tile_t, 2, BLOCK, BLOCK))
+                      for k in range(2))
+            bb = tuple(b.buffer(f"b_buf{k}_{tag}", t, INT8,
+                                (g.tile_m, g.tile_t, 2, BLOCK, BLOCK)) for k in range(2))
+            acc = b.buffer(f"acc_{tag}", t, INT32, (g.tile_n, g.tile_m, 2, BLOCK, BLOCK))
+            a_prod, a_cons = b.lock(f"a_prod_{tag}", t, 2), b.lock(f"a_cons_{tag}", t, 0)
+            b_prod, b_cons = b.lock(f"b_prod_{tag}", t, 2), b.lock(f"b_cons_{tag}", t, 0)
+            acc_prod, acc_cons = b.lock(f"acc_prod_{tag}", t, 1), b.lock(f"acc_cons_{tag}", t, 0)
+            for port_ch, bufs, p, c, what in ((COMPUTE_A_S2MM, a, a_prod, a_cons, "a"),
+                                              (COMPUTE_B_S2MM, bb, b_prod, b_cons, "b")):
+                b.chain(Port(t, S2MM, port_ch), [
+                    dict(name=f"{what}_in_buf{k}_{tag}", buffer=bufs[k], offset=0,
+                         length=b.buffer_len(bufs[k]), acquire=LockOp(p, 1),
+                         release=LockOp(c, 1)) for k in range(2)])
+            b.chain(Port(t, MM2S, COMPUTE_OUT_MM2S), [
+                dict(name=f"acc_out_{tag}", buffer=acc, offset=0, length=s["acc"],
+                     acquire=LockOp(acc_cons, 1), release=LockOp(acc_prod, 1))])
+            b.cores.append(CoreProgram(
+                tile=t, acc=acc, a=a, b=bb,
+                acc_acquire=LockOp(acc_prod, 1), acc_release=LockOp(acc_cons, 1),
+                a_acquire=LockOp(a_cons, 1), a_release=LockOp(a_prod, 1),
+                b_acquire=LockOp(b_cons, 1), b_release=LockOp(b_prod, 1),
+                calls_per_integration=g.npacket * s["ncalls"]))
+            b.flows.append(Flow(Port(t, MM2S, COMPUTE_OUT_MM2S),
+                                (Port(out_mem_tile(col), S2MM, MEM_OUT_S2MM_BASE + row),)))
+
+
+def _build_output(b: _Builder) -> None:
+    g, s = b.g, _geometry_sizes(b.g)
+    for col in range(g.cols):
+        mt = out_mem_tile(col)
+        buf = b.buffer(f"mem_out_c{col}", mt, INT32,
+                       (g.rows, g.tile_n, g.tile_m, 2, BLOCK, BLOCK))
+        # Join: each row's S2MM takes one slot; the MM2S waits for all rows.
+        prod_ = b.lock(f"mem_out_c{col}_prod", mt, g.rows)
+        cons = b.lock(f"mem_out_c{col}_cons", mt, 0)
+        for row in range(g.rows):
+            b.chain(Port(mt, S2MM, MEM_OUT_S2MM_BASE + row), [
+                dict(name=f"mem_out_c{col}_in_r{row}", buffer=buf, offset=row * s["acc"],
+                     length=s["acc"], acquire=LockOp(prod_, 1), release=LockOp(cons, 1))])
+        b.chain(Port(mt, MM2S, MEM_OUT_MM2S), [
+            dict(name=f"mem_out_c{col}_out", buffer=buf, offset=0, length=g.rows * s["acc"],
+                 acquire=LockOp(cons, g.rows), release=LockOp(prod_, g.rows))])
+        b.flows.append(Flow(Port(mt, MM2S, MEM_OUT_MM2S),
+                            (Port(out_shim_tile(col), S2MM, SHIM_OUT_S2MM),)))
+
+
+def _build_tasks(b: _Builder) -> None:
+    g, s = b.g, _geometry_sizes(b.g)
+    packet_stride = g.npu_block * g.payload_bytes
+
+    def read_dims(nstreams: int) -> tuple[Dim, ...]:
+        # channel (walked as BD iterations) x packet x stream x one channel's samples
+        return (Dim(g.nchan_pkt, g.chan_bytes), Dim(g.npacket, packet_stride),
+                Dim(nstreams, g.payload_bytes), Dim(g.chan_bytes, 1))
+
+    half_streams = BLOCK * g.tile_n // 2
+    for row in range(g.rows):
+        for h in range(2):
+            shim = a_shim_tile(row, h)
+            b.tasks.append(ShimTask(
+                name=f"in_a_r{row}_h{h}", port=Port(shim, MM2S, SHIM_A_MM2S), host="a",
+                offset=(2 * row + h) * half_streams * g.payload_bytes,
+                dims=read_dims(half_streams), repeat_count=g.nchan_pkt - 1))
+    b_streams = BLOCK * g.tile_m
+    for col in range(g.cols):
+        b.tasks.append(ShimTask(
+            name=f"in_b_c{col}", port=Port(b_shim_tile(col), MM2S, SHIM_B_MM2S), host="b",
+            offset=col * b_streams * g.payload_bytes, dims=read_dims(b_streams),
+            repeat_count=g.nchan_pkt - 1))
+    col_words = g.rows * s["acc"]
+    for col in range(g.cols):
+        b.tasks.append(ShimTask(
+            name=f"out_c{col}", port=Port(out_shim_tile(col), S2MM, SHIM_OUT_S2MM), host="out",
+            offset=col * col_words,
+            dims=(Dim(g.nchan_pkt, g.cols * col_words), Dim(g.rows * g.tile_n, s["acc_row"]),
+                  Dim(s["acc_row"], 1)),
+            wait=True))
+
+
+def host_args(g: Geometry) -> tuple[HostArg, ...]:
+    """Runtime-sequence arguments in order: a, b (int8 inputs), out (int32)."""
+    inp = (g.npacket, g.npu_block, g.payload_bytes)
+    out = (g.nchan_pkt, g.cols, g.rows, g.tile_n, g.tile_m, 2, BLOCK, BLOCK)
+    return (HostArg("a", INT8, inp), HostArg("b", INT8, inp), HostArg("out", INT32, out))
+
+
+def build_plan(g: Geometry, *, validate: bool = True) -> NpuPlan:
+    """The NPU plan for ``g`` (checked against the hardware limits unless ``validate=False``)."""
+    b = _Builder(g)
+    _build_a_path(b)
+    _build_b_path(b)
+    _build_compute(b)
+    _build_output(b)
+    _build_tasks(b)
+    plan = NpuPlan(geometry=g, buffers=tuple(b.buffers), locks=tuple(b.locks),
+                   chains=tuple(b.chains), flows=tuple(b.flows), cores=tuple(b.cores),
+                   host_args=host_args(g), tasks=tuple(b.tasks))
+    if validate:
+        plan.validate()
+    return plan
