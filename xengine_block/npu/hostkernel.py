@@ -1,0 +1,130 @@
+"""Build and call the AIE2P kernel source on the host (g++ + ``kernels/aie_host_emu.h``).
+
+Why: the kernel that runs on the NPU is the very source tested here; only the intrinsics come
+from a small emulation header. The shared library is cached under ``kernels/build/`` (git-
+ignored) keyed by the dimensions and a hash of both sources, so tests compile once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from ..geometry import BLOCK
+
+#: The repository's kernel directory (this package is installed editable from the repository).
+KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNEL_SOURCE = KERNEL_DIR / "xcorr.cc"
+EMU_HEADER = KERNEL_DIR / "aie_host_emu.h"
+BUILD_DIR = KERNEL_DIR / "build"
+CXXFLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-DXCORR_HOST_EMU")
+
+
+class HostKernelUnavailable(RuntimeError):
+    """g++ or the kernel sources are missing; the message says which."""
+
+
+def host_kernel_availability() -> tuple[bool, str]:
+    """(usable, reason) for building the host-emulated kernel here."""
+    if shutil.which("g++") is None:
+        return False, "g++ is not installed"
+    for path in (KERNEL_SOURCE, EMU_HEADER):
+        if not path.is_file():
+            return False, f"kernel source {path} not found (needs a source checkout)"
+    return True, f"g++ {shutil.which('g++')}"
+
+
+def _library_path(n: int, m: int, t: int) -> Path:
+    digest = hashlib.sha256()
+    for path in (KERNEL_SOURCE, EMU_HEADER):
+        digest.update(path.read_bytes())
+    digest.update(" ".join(CXXFLAGS).encode())
+    return BUILD_DIR / f"xcorr_host_N{n}_M{m}_T{t}_{digest.hexdigest()[:12]}.so"
+
+
+def build_host_kernel(n: int, m: int, t: int) -> Path:
+    """Compile ``kernels/xcorr.cc`` for the host with -DN/-DM/-DT; returns the cached .so."""
+    usable, reason = host_kernel_availability()
+    if not usable:
+        raise HostKernelUnavailable(reason)
+    lib = _library_path(n, m, t)
+    if lib.is_file():
+        return lib
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    # Compile into a temporary name and rename: parallel test runs never see half a library.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=BUILD_DIR)
+    os.close(fd)
+    cmd = ["g++", *CXXFLAGS, f"-DN={n}", f"-DM={m}", f"-DT={t}", f"-I{KERNEL_DIR}",
+           str(KERNEL_SOURCE), "-o", tmp]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        os.unlink(tmp)
+        raise RuntimeError(f"kernel build failed: {' '.join(cmd)}\n{proc.stderr}")
+    os.replace(tmp, lib)
+    return lib
+
+
+class HostKernel:
+    """ctypes wrapper of the host-compiled kernel for one (N, M, T)."""
+
+    def __init__(self, n: int, m: int, t: int) -> None:
+        self.n, self.m, self.t = n, m, t
+        self.lib = ctypes.CDLL(str(build_host_kernel(n, m, t)))
+        vp = ctypes.c_void_p
+        self.lib.xcorr_kernel.argtypes = [vp, vp, vp]
+        self.lib.xcorr_acc_zero.argtypes = [vp]
+        dims = [ctypes.c_int() for _ in range(3)]
+        self.lib.xcorr_host_dims(*(ctypes.byref(d) for d in dims))
+        if tuple(d.value for d in dims) != (n, m, t):
+            raise RuntimeError(f"library reports dims {[d.value for d in dims]}, "
+                               f"expected {(n, m, t)}")
+
+    @property
+    def a_shape(self) -> tuple[int, ...]:
+        return (self.n, self.t, 2, BLOCK, BLOCK)
+
+    @property
+    def b_shape(self) -> tuple[int, ...]:
+        return (self.m, self.t, 2, BLOCK, BLOCK)
+
+    @property
+    def acc_shape(self) -> tuple[int, ...]:
+        return (self.n, self.m, 2, BLOCK, BLOCK)
+
+    @staticmethod
+    def _arg(x: np.ndarray, dtype: type, shape: tuple[int, ...], name: str) -> ctypes.c_void_p:
+        if x.dtype != dtype or x.shape != shape or not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype)} {shape}, "
+                             f"got {x.dtype} {x.shape}")
+        return ctypes.c_void_p(x.ctypes.data)
+
+    def accumulate(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> None:
+        """One kernel call: ``acc += A B^H`` in place."""
+        if not acc.flags.writeable:
+            raise ValueError("acc must be writeable")
+        self.lib.xcorr_kernel(self._arg(a, np.int8, self.a_shape, "a"),
+                              self._arg(b, np.int8, self.b_shape, "b"),
+                              self._arg(acc, np.int32, self.acc_shape, "acc"))
+
+    def zero(self, acc: np.ndarray) -> None:
+        self.lib.xcorr_acc_zero(self._arg(acc, np.int32, self.acc_shape, "acc"))
+
+    def events(self) -> tuple[int, int]:
+        """(event0, event1) trace markers executed so far in this process."""
+        e0, e1 = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        self.lib.xcorr_host_events(ctypes.byref(e0), ctypes.byref(e1))
+        return e0.value, e1.value
+
+
+@cache
+def host_kernel(n: int, m: int, t: int) -> HostKernel:
+    """The (cached) host kernel for one set of dimensions."""
+    return HostKernel(n, m, t)
