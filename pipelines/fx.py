@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     senders, threads_first = [], None
     if a.record:
+        a.record.parent.mkdir(parents=True, exist_ok=True)
         write_metadata(a.record, array, g, **sky)
         senders.append(pcap_sender(g, a.record))
     if a.transport == "udp":

@@ -28,12 +28,15 @@ class Chain:
 
 def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "auto",
                      ninteg: int = 1, prefix: str = "xengine_", dumps_per_file: int | None = None,
-                     overwrite: bool = False, quicklook: bool = True) -> Chain:
+                     overwrite: bool = False, quicklook: bool = True,
+                     filename: str | Path | None = None,
+                     channels: list[int] | None = None) -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths."""
     x = XEngineBlock(capture, backend=backend)
     integ = IntegrateBlock(x, ninteg=ninteg)
     writer = UVH5WriterBlock(integ, directory=directory, prefix=prefix,
-                             dumps_per_file=dumps_per_file, overwrite=overwrite)
+                             dumps_per_file=dumps_per_file, overwrite=overwrite,
+                             filename=filename, channels=channels)
     look = QuicklookBlock(integ.orings[0], directory=directory) if quicklook else None
     return Chain(x, integ, writer, look)

@@ -51,7 +51,7 @@ def _backends(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # Import modules that add subcommands (kept optional so a missing extra only hides them).
-    for module in ("quicklook", "reprocess"):
+    for module in ("quicklook", "reprocess", "record"):
         try:
             __import__(f"xengine_block.{module}")
         except ImportError:

@@ -1,7 +1,9 @@
 """UVH5WriterBlock: integrated visibilities + valid counts -> UVH5 files (DESIGN.md section 7).
 
 A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are named
-``{prefix}{unix start time}.uvh5``; an existing file is never overwritten unless ``overwrite``.
+``{prefix}{unix start time}.uvh5``, or ``filename`` for the first file when given (later ones
+``filename`` + ``.1``, ``.2``...); an existing file is never overwritten unless ``overwrite``.
+``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 """
 
@@ -36,7 +38,8 @@ class UVH5WriterBlock(MultiTransformBlock):
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
-                 overwrite: bool = False, **kwargs: Any) -> None:
+                 overwrite: bool = False, filename: str | Path | None = None,
+                 channels: list[int] | None = None, **kwargs: Any) -> None:
         if valid is None:
             valid = vis.orings[1]  # type: ignore[union-attr]
             vis = vis.orings[0]  # type: ignore[union-attr]
@@ -46,6 +49,8 @@ class UVH5WriterBlock(MultiTransformBlock):
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
         self.directory = Path(directory)
         self.prefix, self.dumps_per_file, self.overwrite = prefix, dumps_per_file, overwrite
+        self.filename = Path(filename) if filename is not None else None
+        self.channels = None if channels is None else np.asarray(channels, np.intp)
         self.files: list[Path] = []
         self.dumps_written = 0
         self._writer: UVH5Writer | None = None
@@ -60,6 +65,12 @@ class UVH5WriterBlock(MultiTransformBlock):
                              f"{self.hdr['geometry']['nstream']} streams (2 per antenna)")
         self.freqs = channel_freqs(self.hdr)
         self.geometry = Geometry.from_dict(self.hdr["geometry"])
+        if self.channels is not None:
+            bad = self.channels[(self.channels < 0) | (self.channels >= self.freqs.size)]
+            if bad.size:
+                raise ValueError(f"channels {bad.tolist()} are outside the sequence's "
+                                 f"{self.freqs.size} channels")
+            self.freqs = self.freqs[self.channels]
         self.directory.mkdir(parents=True, exist_ok=True)
         return []
 
@@ -68,7 +79,11 @@ class UVH5WriterBlock(MultiTransformBlock):
 
     def _open(self, time_tag: int) -> UVH5Writer:
         start = frame_start_unix(self.hdr, time_tag)
-        path = self.directory / f"{self.prefix}{start:.3f}.uvh5"
+        if self.filename is None:
+            path = self.directory / f"{self.prefix}{start:.3f}.uvh5"
+        else:
+            n = len(self.files)
+            path = self.directory / (self.filename.name + (f".{n}" if n else ""))
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
         writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"], self.nspectra,
@@ -84,10 +99,13 @@ class UVH5WriterBlock(MultiTransformBlock):
             time_tag = self.t0 + (ispans[0].frame_offset + i) * self.nspectra
             if self._writer is None:
                 self._writer = self._open(time_tag)
-            valid = ispans[1].data[i]
+            vis, valid = ispans[0].data[i], ispans[1].data[i]
             if valid.shape[0] > 1:  # per channel group -> per channel
                 valid = counts_per_channel(valid, self.geometry)
-            self._writer.append(ispans[0].data[i], valid, self.nspectra,
+            if self.channels is not None:
+                vis = vis[self.channels]
+                valid = valid[self.channels] if valid.shape[0] > 1 else valid
+            self._writer.append(vis, valid, self.nspectra,
                                 frame_start_unix(self.hdr, time_tag),
                                 self.nspectra / self.hdr["fs_hz"])
             self.dumps_written += 1
