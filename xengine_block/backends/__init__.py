@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 #: (pyxrt, the compiled extension) only affects its own backend.
 REGISTRY: dict[str, str] = {
     "cpu": "xengine_block.backends.cpu:CpuBackend",
+    "native": "xengine_block.backends.native:NativeBackend",
     "emulator": "xengine_block.backends.emulator:EmulatorBackend",
 }
 

@@ -1,0 +1,77 @@
+"""Build of the optional C extension ``xengine_block._native`` (metadata lives in setup.cfg).
+
+The extension compiles on any C compiler; each SIMD kernel (AMX-INT8, AVX-512 VNNI, AVX2) is
+compiled only where the compiler accepts its target attribute, which is probed here, and the
+choice among the compiled kernels is made at run time from CPUID and the kernel's permission
+(see ``src/native/xcorr.c``). A failed probe drops that kernel, never the build.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+NATIVE = "src/native"
+
+#: macro -> a function the compiler must accept for that kernel to be built.
+PROBES = {
+    "XE_HAVE_AVX2": (
+        "avx2",
+        "__m256i f(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }"),
+    "XE_HAVE_AVX512VNNI": (
+        "avx512f,avx512bw,avx512vl,avx512vnni",
+        "__m512i f(__m512i c, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(c, a, b); }"),
+    "XE_HAVE_AMX": (
+        "amx-tile,amx-int8,avx512f,avx512bw",
+        "void f(const void *c) { _tile_loadconfig(c); _tile_dpbssd(0, 1, 2); _tile_release(); }"),
+}
+
+
+def _is_x86_64() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+class ProbingBuildExt(build_ext):
+    """build_ext that defines XE_HAVE_<ISA> for each kernel the compiler can build."""
+
+    def build_extensions(self) -> None:
+        macros = []
+        if _is_x86_64() and self.compiler.compiler_type == "unix":
+            for macro, (target, body) in PROBES.items():
+                if self._compiles(target, body):
+                    macros.append((macro, "1"))
+                else:
+                    self.announce(f"xengine_block._native: compiler lacks {target}; "
+                                  f"{macro} kernel skipped", level=3)
+        for ext in self.extensions:
+            ext.define_macros = list(ext.define_macros or []) + macros
+        super().build_extensions()
+
+    def _compiles(self, target: str, body: str) -> bool:
+        src = (f"#include <immintrin.h>\n__attribute__((target(\"{target}\")))\n{body}\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "probe.c")
+            with open(path, "w") as fh:
+                fh.write(src)
+            try:
+                self.compiler.compile([path], output_dir=tmp, extra_postargs=["-O2"])
+            except Exception:  # any compiler failure means "not supported"
+                return False
+        return True
+
+
+native = Extension(
+    "xengine_block._native",
+    sources=[f"{NATIVE}/{name}.c" for name in ("xcorr", "kern_amx", "kern_avx512", "kern_avx2")],
+    depends=[f"{NATIVE}/xcorr.h"],
+    include_dirs=[NATIVE],
+    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing"],
+    extra_link_args=["-pthread"],
+    optional=True,  # a machine without a C compiler still installs; the backend says why
+)
+
+setup(ext_modules=[native], cmdclass={"build_ext": ProbingBuildExt})

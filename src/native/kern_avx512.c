@@ -1,0 +1,123 @@
+/* AVX-512 pieces: the frame -> Y tile copy, the VNNI packing of Y tiles (used by AMX and
+ * VNNI) and the AVX-512 VNNI kernel.
+ *
+ * Why vpdpbusd with a bias rather than vpdpwssd on int16: vpdpbusd multiplies UNSIGNED bytes
+ * by signed bytes, 64 MACs per instruction, twice vpdpwssd's 32. The B side is stored as
+ * b + 128 (a xor 0x80, in [0, 255]) and the A side is broadcast signed, so each accumulator
+ * holds sum a*b + 128 * sum a; the flush subtracts 128 x the row sums of A (xcorr.c). Nothing
+ * saturates (vpdpbusd wraps, and even the biased sum of 65,280 spectra, <= 65,280 * 128 * 255
+ * < 2^31, fits), so the corrected result is exact.
+ */
+#include "xcorr.h"
+
+#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+#include <immintrin.h>
+#include <string.h>
+
+#define XE_AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+
+/* Frame groups -> Y rows, four groups (64 bytes: r0 i0 r1 i1 r2 i2 r3 i3) per permute. */
+XE_AVX512_TARGET void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    const __m512i idx = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    int8_t *im_row = re_row + 8 * XE_KSTEP;
+    long u = 0;
+    for (; u < n && ((d0 + u) & 3); u++)
+        xe_copy_group(src + 16 * u, re_row, d0 + u);
+    for (; u + 4 <= n; u += 4) {  /* 4 aligned groups lie in one half of one tile row */
+        const __m512i v = _mm512_permutexvar_epi64(idx, _mm512_loadu_si512(src + 16 * u));
+        const size_t o = xe_y_offset(d0 + u);
+        _mm256_storeu_si256((__m256i *)(re_row + o), _mm512_castsi512_si256(v));
+        _mm256_storeu_si256((__m256i *)(im_row + o), _mm512_extracti64x4_epi64(v, 1));
+    }
+    for (; u < n; u++)
+        xe_copy_group(src + 16 * u, re_row, d0 + u);
+}
+
+/* 16 x 16 transpose of 32-bit elements: Y tile [16 rows][16 k-quads] -> VNNI [16 k-quads]
+ * [16 rows][4]; optionally xor 0x80 (the +128 bias of the unsigned vpdpbusd operand). */
+static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias)
+{
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_si512(src + 64 * i);
+    for (int i = 0; i < 8; i++) {  /* per 128-bit lane l: rows (2i, 2i+1) x cols 4l.. */
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {  /* r[4i+q] lane l = rows 4i..4i+3 at column 4l+q */
+        r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int q = 0; q < 4; q++) {  /* 4 x 4 transpose of 128-bit lanes */
+        const __m512i y0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);
+        const __m512i y1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xee);
+        const __m512i y2 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44);
+        const __m512i y3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xee);
+        _mm512_storeu_si512(dst + 64 * (0 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y0, y2, 0x88), bias));
+        _mm512_storeu_si512(dst + 64 * (4 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y0, y2, 0xdd), bias));
+        _mm512_storeu_si512(dst + 64 * (8 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y1, y3, 0x88), bias));
+        _mm512_storeu_si512(dst + 64 * (12 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y1, y3, 0xdd), bias));
+    }
+}
+
+/* VNNI-pack blocks [i0, i1) of the chunk's Y tiles. */
+XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1,
+                                       int bias)
+{
+    const size_t blk = xe_block_bytes(p);
+    const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
+    for (int i = i0; i < i1; i++)
+        for (int t = 0; t < nt; t++) {
+            const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
+            pack_tile(w->a + o, w->b + o, x);
+        }
+}
+#endif
+
+#if defined(XE_HAVE_AVX512VNNI)
+#define XE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* The AMX tile product in zmm registers: accumulator row m (16 int32) += B row r (unsigned,
+ * biased) x broadcast A[m][4r..4r+3] (signed), for r = 0..15 per K-step. */
+XE_VNNI_TARGET void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
+{
+    const size_t blk = xe_block_bytes(p);
+    for (int sp = sp0; sp < sp1; sp++) {
+        const int J = p->sp_j[sp], L = p->sp_l[sp];
+        for (int sub = 0; sub < 4; sub++) {
+            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
+            if (I > M)
+                continue;
+            int32_t *C = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
+            const int8_t *x = w->a + I * blk, *y = w->b + M * blk;
+            __m512i c[16];
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++)
+                c[m] = _mm512_loadu_si512(C + 16 * m);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xt = x + (size_t)t * XE_TILE_BYTES;
+                const int8_t *yt = y + (size_t)t * XE_TILE_BYTES;
+                for (int r = 0; r < 16; r++) {
+                    const __m512i br = _mm512_loadu_si512(yt + 64 * r);
+#pragma GCC unroll 16
+                    for (int m = 0; m < 16; m++) {
+                        int32_t a;
+                        memcpy(&a, xt + XE_KSTEP * m + 4 * r, 4);
+                        c[m] = _mm512_dpbusd_epi32(c[m], br, _mm512_set1_epi32(a));
+                    }
+                }
+            }
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++)
+                _mm512_storeu_si512(C + 16 * m, c[m]);
+        }
+    }
+}
+#endif
+
+#if !defined(XE_HAVE_AVX512VNNI) && !defined(XE_HAVE_AMX)
+typedef int xe_avx512_not_compiled;  /* ISO C forbids an empty translation unit */
+#endif

@@ -1,0 +1,702 @@
+/* xengine_block._native: exact complex-int8 X-engine correlator at the CPU's int8 limit.
+ *
+ * Work is cut into units (channel, chunk of kt K-steps of 64 spectra). A worker thread takes
+ * units in channel-major order from a shared counter; for each it
+ *   1. converts the chunk's frames [P][S][C][coarse][re/im][8] into Y tiles (xcorr.h) in its
+ *      own cache-resident scratch (the layout work: once per gulp, at memory speed);
+ *   2. for AMX and VNNI, packs each Y tile into the VNNI "B" layout [K/4][16][4], which is the
+ *      4-byte transpose of the tile (for VNNI also biased by +128, see kern_avx512.c);
+ *   3. runs the ISA kernel over the Hermitian triangle of 16-stream super-block pairs, adding
+ *      into int32 accumulator tiles that persist across the channel's chunks.
+ * When a thread moves on to another channel it adds its accumulators (re = rr + ii,
+ * im = ir - ri, in int64) into the packed triangle under a lock; two threads may both hold
+ * partial sums of one channel. int32 accumulation is exact for P <= Geometry.max_npacket.
+ *
+ * Dispatch is at run time: AMX where CPUID, XCR0 and the kernel's arch_prctl permission allow,
+ * else AVX-512 VNNI, else AVX2, else portable C. Each SIMD kernel is compiled only where the
+ * compiler accepts its target attribute (setup.py defines XE_HAVE_<ISA>).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xcorr.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define XE_X86 1
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static const char *const ISA_NAMES[XE_NISA] = {"scalar", "avx2", "avx512vnni", "amx"};
+
+/* K-steps per chunk by default: 8 (512 spectra) keeps one super block's A and B tiles
+ * (2 x 2 x 8 KiB) in L1 while the accumulators and the chunk's tiles stay in L2 at S = 256. */
+#define XE_DEFAULT_KT 8
+
+/* ------------------------------------------------------------------ run-time ISA detection */
+
+static int isa_ok[XE_NISA];
+static char isa_why[XE_NISA][256];
+static int detected;
+
+#ifdef XE_X86
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static void set_isa(int isa, int ok, const char *why)
+{
+    isa_ok[isa] = ok;
+    snprintf(isa_why[isa], sizeof isa_why[isa], "%s", why);
+}
+
+#ifdef XE_X86
+/* Ask Linux for the AMX tile data state (off by default since 5.16); 1 if granted. */
+static int request_amx(char *why, size_t n)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        snprintf(why, n, "AMX not permitted by kernel: arch_prctl(ARCH_REQ_XCOMP_PERM, "
+                 "XTILEDATA) failed: %s", strerror(errno));
+        return 0;
+    }
+    snprintf(why, n, "AMX-INT8 tiles (CPUID, XCR0 and arch_prctl permission ok)");
+    return 1;
+#else
+    snprintf(why, n, "AMX needs Linux arch_prctl(ARCH_REQ_XCOMP_PERM) to enable tile data");
+    return 0;
+#endif
+}
+#endif
+
+static void detect_isas(void)
+{
+    if (detected)
+        return;
+    detected = 1;
+    set_isa(XE_SCALAR, 1, "portable C (int32)");
+#ifndef XE_X86
+    set_isa(XE_AVX2, 0, "not an x86-64 CPU");
+    set_isa(XE_AVX512VNNI, 0, "not an x86-64 CPU");
+    set_isa(XE_AMX, 0, "not an x86-64 CPU");
+#else
+    unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0;
+    uint64_t xcr0 = 0;
+    __cpuid(1, a, b, c, d);
+    if (c & (1u << 27))
+        xcr0 = xgetbv0();  /* OSXSAVE: the OS manages extended state */
+    if (__get_cpuid_max(0, NULL) >= 7)
+        __cpuid_count(7, 0, a, b7, c7, d7);
+    const int os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+    const int os_tile = (xcr0 & 0x60000) == 0x60000;
+    const int cpu_avx2 = (b7 >> 5) & 1;
+    const int cpu_avx512 = ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 31) & 1);
+    const int cpu_vnni = (c7 >> 11) & 1;
+    const int cpu_amx = ((d7 >> 24) & 1) && ((d7 >> 25) & 1);
+
+#ifdef XE_HAVE_AVX2
+    if (!cpu_avx2 || !os_ymm)
+        set_isa(XE_AVX2, 0, !cpu_avx2 ? "CPU lacks AVX2" : "OS does not enable YMM state");
+    else
+        set_isa(XE_AVX2, 1, "AVX2 vpmaddwd on sign-extended int16");
+#else
+    set_isa(XE_AVX2, 0, "not compiled: the compiler lacks -mavx2");
+#endif
+    const int avx512_ok = cpu_avx512 && os_zmm;
+#ifdef XE_HAVE_AVX512VNNI
+    if (!avx512_ok || !cpu_vnni)
+        set_isa(XE_AVX512VNNI, 0, !cpu_avx512 ? "CPU lacks AVX-512 F/BW/VL"
+                : !os_zmm ? "OS does not enable ZMM state" : "CPU lacks AVX512-VNNI");
+    else
+        set_isa(XE_AVX512VNNI, 1, "AVX-512 VNNI vpdpbusd with +128 bias and row-sum correction");
+#else
+    set_isa(XE_AVX512VNNI, 0, "not compiled: the compiler lacks avx512vnni");
+#endif
+#ifdef XE_HAVE_AMX
+    if (!cpu_amx)
+        set_isa(XE_AMX, 0, "CPU lacks AMX-TILE/AMX-INT8");
+    else if (!avx512_ok)
+        set_isa(XE_AMX, 0, "AMX path also needs AVX-512 F/BW for its layout code");
+    else if (!os_tile)
+        set_isa(XE_AMX, 0, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)");
+    else {
+        char why[256];
+        int ok = request_amx(why, sizeof why);
+        set_isa(XE_AMX, ok, why);
+    }
+#else
+    set_isa(XE_AMX, 0, "not compiled: the compiler lacks amx-tile/amx-int8");
+#endif
+#endif
+}
+
+/* ------------------------------------------------------------------ portable pieces */
+
+static void copy_groups_generic(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    for (long u = 0; u < n; u++)
+        xe_copy_group(src + 16 * u, re_row, d0 + u);
+}
+
+/* One unit of work: channel c, groups [g0, g1) spanning nt K-steps. */
+typedef struct {
+    int c, nt;
+    long g0, g1;
+} xe_unit;
+
+/* Where group g of stream s, channel c starts in the frames, and how many groups follow it
+ * contiguously (to the end of its packet or of the chunk at g1). */
+static inline const int8_t *group_src(const xe_plan *p, const int8_t *frames, int s, int c,
+                                      long g, long g1, long *run)
+{
+    const long pk = g / p->ncoarse, q = g % p->ncoarse;
+    *run = (p->ncoarse - q < g1 - g) ? p->ncoarse - q : g1 - g;
+    return frames + (((size_t)pk * p->nstream + s) * p->nchan + c) * p->chan_bytes
+        + (size_t)q * 2 * XE_GROUP;
+}
+
+static inline int stream_end(const xe_plan *p, int sb)
+{
+    return 16 * sb + 16 < p->nstream ? 16 * sb + 16 : p->nstream;
+}
+
+/* Frames -> Y tiles (step 1 above) for the unit's groups of the streams of super block sb.
+ * A partial last K-step is cleared first: past the data it must read as zeros. */
+static void convert_super_block(const xe_plan *p, xe_work *w, const int8_t *frames,
+                                const xe_unit *un, int sb, xe_copy_fn copy)
+{
+    const size_t blk = xe_block_bytes(p);
+    const long n = un->g1 - un->g0;
+    if (n % (XE_KSTEP / XE_GROUP))
+        for (int i = 2 * sb; i < 2 * sb + 2; i++)
+            memset(w->a + i * blk + (size_t)(n / 8) * XE_TILE_BYTES, 0, XE_TILE_BYTES);
+    for (int s = 16 * sb; s < stream_end(p, sb); s++) {
+        int8_t *re_row = w->a + (size_t)(s / 8) * blk + (size_t)(s % 8) * XE_KSTEP;
+        long run;
+        for (long g = un->g0; g < un->g1; g += run) {
+            const int8_t *src = group_src(p, frames, s, un->c, g, un->g1, &run);
+            copy(src, re_row, g - un->g0, run);
+        }
+    }
+}
+
+/* Prefetch (into L2) the source lines of super block sb of a unit. One stream's chunk is
+ * ~1 KiB, C * 960 bytes from the next stream's: too short and too scattered for the hardware
+ * prefetchers, so without this the conversion waits on DRAM latency line by line (measured
+ * ~1.6x slower). Issued one super block ahead of the conversion. */
+static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const xe_unit *un,
+                                 int sb)
+{
+    for (int s = 16 * sb; s < stream_end(p, sb); s++) {
+        long run;
+        for (long g = un->g0; g < un->g1; g += run) {
+            const int8_t *src = group_src(p, frames, s, un->c, g, un->g1, &run);
+            const uintptr_t end = (uintptr_t)(src + run * 2 * XE_GROUP);
+            for (uintptr_t a = (uintptr_t)src & ~(uintptr_t)63; a < end; a += 64)
+                __builtin_prefetch((const void *)a, 0, 2);
+        }
+    }
+}
+
+/* Row sums of blocks [i0, i1) of the chunk's Y tiles (VNNI bias correction). */
+static void add_rowsums(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
+{
+    const size_t blk = xe_block_bytes(p);
+    for (int i = i0; i < i1; i++)
+        for (int t = 0; t < nt; t++)
+            for (int m = 0; m < 16; m++) {
+                const int8_t *row = w->a + i * blk + (size_t)t * XE_TILE_BYTES + m * XE_KSTEP;
+                int32_t s = 0;
+                for (int k = 0; k < XE_KSTEP; k++)
+                    s += row[k];
+                w->rowsum[i * 16 + m] += s;
+            }
+}
+
+/* C[I, M] += Y_I Y_M^T in plain C: the reference for the SIMD kernels and the last fallback. */
+static void kernel_scalar(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
+{
+    const size_t blk = xe_block_bytes(p);
+    for (int sp = sp0; sp < sp1; sp++) {
+        const int J = p->sp_j[sp], L = p->sp_l[sp];
+        for (int sub = 0; sub < 4; sub++) {
+            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
+            if (I > M)
+                continue;
+            int32_t *C = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
+            for (int t = 0; t < nt; t++) {
+                const int8_t *x = w->a + I * blk + (size_t)t * XE_TILE_BYTES;
+                const int8_t *y = w->a + M * blk + (size_t)t * XE_TILE_BYTES;
+                for (int m = 0; m < 16; m++)
+                    for (int n = 0; n < 16; n++) {
+                        int32_t s = 0;
+                        for (int k = 0; k < XE_KSTEP; k++)
+                            s += (int32_t)x[m * XE_KSTEP + k] * y[n * XE_KSTEP + k];
+                        C[m * 16 + n] += s;
+                    }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ accumulators -> triangle */
+
+typedef struct {
+    const xe_plan *plan;
+    const int8_t *frames;
+    int32_t *out;
+    int layout_only;   /* time the layout: convert and pack only */
+    int compute_only;  /* time the kernels: convert each thread's first unit only */
+    long next_unit;
+    pthread_mutex_t lock;
+    xe_kernel_fn kernel;
+    xe_copy_fn copy;
+    int pack_b, bias;
+    int failed;
+} xe_job;
+
+/* Add one thread's accumulators for channel c into the packed triangle (locked). */
+static void flush(xe_job *job, const xe_work *w, int c)
+{
+    const xe_plan *p = job->plan;
+    const long S = p->nstream;
+    int32_t *out = job->out + (size_t)c * (size_t)(S * (S + 1) / 2) * 2;
+    pthread_mutex_lock(&job->lock);
+    for (int sp = 0; sp < p->nsp; sp++) {
+        const int J = p->sp_j[sp], L = p->sp_l[sp];
+        for (int sub = 0; sub < 4; sub++) {
+            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
+            if (I > M)
+                continue;
+            const int32_t *t = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
+            const int32_t *rs = w->rowsum + I * 16;
+            for (int m = 0; m < 8 && 8 * I + m < S; m++) {
+                const long j = 8 * I + m;
+                const int64_t re_bias = job->bias ? 128 * ((int64_t)rs[m] + rs[m + 8]) : 0;
+                const int64_t im_bias = job->bias ? 128 * ((int64_t)rs[m + 8] - rs[m]) : 0;
+                for (int n = 0; n < 8 && 8 * M + n < S; n++) {
+                    const long k = 8 * M + n;
+                    if (j > k)
+                        continue;
+                    const int64_t re = (int64_t)t[m * 16 + n] + t[(m + 8) * 16 + n + 8] - re_bias;
+                    const int64_t im = (int64_t)t[(m + 8) * 16 + n] - t[m * 16 + n + 8] - im_bias;
+                    int32_t *o = out + 2 * (k * (k + 1) / 2 + j);
+                    o[0] = (int32_t)(o[0] + re);
+                    o[1] = (int32_t)(o[1] + im);
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+/* ------------------------------------------------------------------ workers */
+
+static void work_free(xe_work *w)
+{
+    free(w->a);
+    free(w->b);
+    free(w->acc);
+    free(w->rowsum);
+}
+
+static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
+{
+    const size_t ybytes = (size_t)p->nb8 * xe_block_bytes(p);
+    memset(w, 0, sizeof *w);
+    w->a = aligned_alloc(64, ybytes);
+    w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
+    w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
+    w->rowsum = calloc((size_t)p->nb8 * 16, sizeof(int32_t));
+    if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum) {
+        work_free(w);
+        return -1;
+    }
+    memset(w->a, 0, ybytes);  /* padding streams stay zero for the whole call */
+    return 0;
+}
+
+static int take_unit(xe_job *job, xe_unit *un)
+{
+    const xe_plan *p = job->plan;
+    const long per_chunk = (long)p->kt * (XE_KSTEP / XE_GROUP);
+    const long u = __atomic_fetch_add(&job->next_unit, 1, __ATOMIC_RELAXED);
+    if (u >= (long)p->nchan * p->nchunk)
+        return 0;
+    un->c = (int)(u / p->nchunk);
+    un->g0 = (u % p->nchunk) * per_chunk;
+    un->g1 = un->g0 + per_chunk < p->ngroup ? un->g0 + per_chunk : p->ngroup;
+    un->nt = (int)((un->g1 - un->g0 + 7) / 8);
+    return 1;
+}
+
+/* One unit: convert and pack every super block (its successor's source prefetched one block
+ * ahead), then the kernel over all pairs, then prefetch the next unit's first super block.
+ * Converting super block L + 1 between the pairs of column L, to overlap its DRAM reads with
+ * the tile products, measured 1.1-1.5x SLOWER: the conversion's DRAM misses hold the line
+ * fill buffers that the tile loads from L2 need, so the phases are kept apart. */
+static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_unit *next,
+                         int convert)
+{
+    const xe_plan *p = job->plan;
+    const int nsb = p->nb8 / 2;
+    for (int L = 0; convert && L < nsb; L++) {
+        if (L + 1 < nsb)
+            prefetch_super_block(p, job->frames, un, L + 1);
+        convert_super_block(p, w, job->frames, un, L, job->copy);
+#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+        if (job->pack_b)
+            xe_pack_b_avx512(p, w, un->nt, 2 * L, 2 * L + 2, job->bias);
+#endif
+    }
+    if (!job->layout_only) {
+        if (job->bias)
+            add_rowsums(p, w, un->nt, 0, p->nb8);
+        job->kernel(p, w, un->nt, 0, p->nsp);
+    }
+    if (convert && next)
+        prefetch_super_block(p, job->frames, next, 0);
+}
+
+static void *worker(void *arg)
+{
+    xe_job *job = arg;
+    const xe_plan *p = job->plan;
+    xe_work w;
+    if (work_alloc(p, &w, job->pack_b) != 0) {
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+#ifdef XE_HAVE_AMX
+    if (p->isa == XE_AMX && !job->layout_only)
+        xe_amx_tile_config();  /* tile configuration is per thread */
+#endif
+    xe_unit un, next;
+    int cur = -1, have = take_unit(job, &un), converted = 0;
+    if (have)
+        prefetch_super_block(p, job->frames, &un, 0);
+    while (have) {
+        const int have_next = take_unit(job, &next);
+        if (un.c != cur) {
+            if (cur >= 0 && !job->layout_only)
+                flush(job, &w, cur);
+            memset(w.acc, 0, (size_t)p->nsp * 4 * XE_TILE_BYTES);
+            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * sizeof(int32_t));
+            cur = un.c;
+        }
+        process_unit(job, &w, &un, have_next ? &next : NULL,
+                     !job->compute_only || !converted++);
+        un = next;
+        have = have_next;
+    }
+    if (cur >= 0 && !job->layout_only)
+        flush(job, &w, cur);
+#ifdef XE_HAVE_AMX
+    if (p->isa == XE_AMX && !job->layout_only)
+        xe_amx_tile_release();
+#endif
+    work_free(&w);
+    return NULL;
+}
+
+/* Fill the job's ISA-specific hooks; 0 if the ISA was not compiled in. */
+static int select_isa(xe_job *job, enum xe_isa isa)
+{
+    job->kernel = kernel_scalar;
+    job->copy = copy_groups_generic;
+    job->pack_b = job->bias = 0;
+    switch (isa) {
+    case XE_SCALAR:
+        return 1;
+#ifdef XE_HAVE_AVX2
+    case XE_AVX2:
+        job->kernel = xe_kernel_avx2;
+        return 1;
+#endif
+#ifdef XE_HAVE_AVX512VNNI
+    case XE_AVX512VNNI:
+        job->kernel = xe_kernel_vnni;
+        job->copy = xe_copy_groups_avx512;
+        job->pack_b = job->bias = 1;
+        return 1;
+#endif
+#ifdef XE_HAVE_AMX
+    case XE_AMX:
+        job->kernel = xe_kernel_amx;
+        job->copy = xe_copy_groups_avx512;
+        job->pack_b = 1;
+        return 1;
+#endif
+    default:
+        return 0;
+    }
+}
+
+/* Run the job on nthreads threads (the caller's thread is one of them). */
+static int run_job(xe_job *job, int nthreads)
+{
+    pthread_t tid[256];
+    int started = 0;
+    if (nthreads > 256)
+        nthreads = 256;
+    for (int i = 1; i < nthreads; i++) {
+        if (pthread_create(&tid[started], NULL, worker, job) != 0)
+            break;  /* fewer threads: the shared counter still covers every unit */
+        started++;
+    }
+    worker(job);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    return job->failed ? -1 : 0;
+}
+
+/* Super pairs (J <= L) of 16-stream super blocks, L-major. */
+static uint16_t *super_pairs(int nsb, int *nsp)
+{
+    *nsp = nsb * (nsb + 1) / 2;
+    uint16_t *list = malloc(2 * (size_t)*nsp * sizeof(uint16_t));
+    if (!list)
+        return NULL;
+    int q = 0;
+    for (int L = 0; L < nsb; L++)
+        for (int J = 0; J <= L; J++, q++) {
+            list[q] = (uint16_t)J;
+            list[*nsp + q] = (uint16_t)L;
+        }
+    return list;
+}
+
+/* ------------------------------------------------------------------ Python interface */
+
+static int parse_isa(const char *name)
+{
+    for (int i = 0; i < XE_NISA; i++)
+        if (strcmp(name, ISA_NAMES[i]) == 0)
+            return i;
+    return -1;
+}
+
+static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    detect_isas();
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < XE_NISA; i++) {
+        PyObject *v = Py_BuildValue("(Os)", isa_ok[i] ? Py_True : Py_False, isa_why[i]);
+        if (!v || PyDict_SetItemString(d, ISA_NAMES[i], v) != 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+PyDoc_STRVAR(correlate_doc,
+"correlate(frames, out, nstream, nchan, ncoarse, isa, nthreads, kt=0, mode='full')\n\n"
+"Correlate whole int8 frames [P, S, C, ncoarse, 2, 8] (C-contiguous buffer) into the packed\n"
+"triangle out [C, S(S+1)/2, 2] int32 (overwritten). isa is one of isa_status()'s names.\n"
+"kt: K-steps of 64 spectra per chunk (0: default). mode: 'full'; 'layout' runs only the\n"
+"frame-to-tile conversion and leaves out untouched; 'compute' converts only each thread's\n"
+"first chunk (a wrong result) so the kernels can be timed alone. Releases the GIL.");
+
+static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"frames", "out", "nstream", "nchan", "ncoarse", "isa", "nthreads",
+                             "kt", "mode", NULL};
+    PyObject *fobj, *oobj;
+    int S, C, ncoarse, nthreads, kt = 0;
+    const char *isa_name, *mode = "full";
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|is", kwlist, &fobj, &oobj, &S, &C,
+                                     &ncoarse, &isa_name, &nthreads, &kt, &mode))
+        return NULL;
+    const int layout_only = strcmp(mode, "layout") == 0, compute_only = strcmp(mode, "compute") == 0;
+    if (!layout_only && !compute_only && strcmp(mode, "full") != 0)
+        return PyErr_Format(PyExc_ValueError, "unknown mode '%s'; choose full, layout or compute",
+                            mode);
+    detect_isas();
+    const int isa = parse_isa(isa_name);
+    if (isa < 0)
+        return PyErr_Format(PyExc_ValueError, "unknown isa '%s'; choose scalar, avx2, "
+                            "avx512vnni or amx", isa_name);
+    if (!isa_ok[isa])
+        return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
+                            isa_why[isa]);
+    if (S < 1 || C < 1 || ncoarse < 1 || nthreads < 1 || kt < 0 || S > 8 * 65535)
+        return PyErr_Format(PyExc_ValueError, "bad sizes: nstream=%d nchan=%d ncoarse=%d "
+                            "nthreads=%d kt=%d", S, C, ncoarse, nthreads, kt);
+    Py_buffer fb, ob;
+    if (PyObject_GetBuffer(fobj, &fb, PyBUF_C_CONTIGUOUS) != 0)
+        return NULL;
+    if (PyObject_GetBuffer(oobj, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
+        PyBuffer_Release(&fb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    uint16_t *pairs = NULL;
+    const size_t frame_bytes = (size_t)S * C * ncoarse * 2 * XE_GROUP;
+    const size_t out_bytes = (size_t)C * ((size_t)S * (S + 1) / 2) * 2 * sizeof(int32_t);
+    if ((size_t)fb.len % frame_bytes) {
+        PyErr_Format(PyExc_ValueError, "frames hold %zd bytes, not a whole number of %zu-byte "
+                     "frames", fb.len, frame_bytes);
+        goto done;
+    }
+    if ((size_t)ob.len != out_bytes) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes; expected %zu ([C, nbaseline, 2] "
+                     "int32)", ob.len, out_bytes);
+        goto done;
+    }
+    xe_plan plan = {0};
+    plan.nstream = S;
+    plan.nchan = C;
+    plan.ncoarse = ncoarse;
+    plan.nframe = (long)((size_t)fb.len / frame_bytes);
+    plan.chan_bytes = (size_t)ncoarse * 2 * XE_GROUP;
+    plan.nb8 = 2 * ((S + 15) / 16);
+    plan.isa = (enum xe_isa)isa;
+    plan.kt = kt ? kt : XE_DEFAULT_KT;
+    plan.ngroup = plan.nframe * ncoarse;
+    plan.nchunk = (plan.ngroup + plan.kt * 8 - 1) / (plan.kt * 8);
+    pairs = super_pairs(plan.nb8 / 2, &plan.nsp);
+    if (!pairs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    plan.sp_j = pairs;
+    plan.sp_l = pairs + plan.nsp;
+    xe_job job = {0};
+    job.plan = &plan;
+    job.frames = fb.buf;
+    job.out = ob.buf;
+    job.layout_only = layout_only;
+    job.compute_only = compute_only;
+    if (!select_isa(&job, plan.isa)) {
+        PyErr_Format(PyExc_RuntimeError, "isa %s was not compiled in", isa_name);
+        goto done;
+    }
+    pthread_mutex_init(&job.lock, NULL);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (!layout_only)
+        memset(job.out, 0, out_bytes);
+    rc = run_job(&job, nthreads);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_destroy(&job.lock);
+    if (rc != 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(pairs);
+    PyBuffer_Release(&fb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+#ifdef XE_HAVE_AMX
+typedef struct {
+    long iters;
+    double seconds;
+} peak_arg;
+
+static void *peak_thread(void *arg)
+{
+    peak_arg *a = arg;
+    a->seconds = xe_amx_peak_loop(a->iters);
+    return NULL;
+}
+#endif
+
+PyDoc_STRVAR(amx_peak_doc,
+"amx_peak(nthreads, iters) -> int8 ops/s\n\n"
+"Register-resident AMX loop: each thread runs iters x 4 tdpbssd (16x16x64 MACs, 2 ops each)\n"
+"on tiles loaded once, all threads at once; the machine's AMX-INT8 peak as measured now.");
+
+static PyObject *py_amx_peak(PyObject *self, PyObject *args)
+{
+    int nthreads;
+    long iters;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "il", &nthreads, &iters))
+        return NULL;
+    detect_isas();
+    if (!isa_ok[XE_AMX])
+        return PyErr_Format(PyExc_RuntimeError, "AMX unavailable: %s", isa_why[XE_AMX]);
+#ifdef XE_HAVE_AMX
+    if (nthreads < 1 || nthreads > 256 || iters < 1)
+        return PyErr_Format(PyExc_ValueError, "bad nthreads=%d or iters=%ld", nthreads, iters);
+    peak_arg args_[256];
+    pthread_t tid[256];
+    int started = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < nthreads; i++) {
+        args_[i].iters = iters;
+        args_[i].seconds = 0;
+        if (pthread_create(&tid[i], NULL, peak_thread, &args_[i]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    Py_END_ALLOW_THREADS
+    double slowest = 0;
+    for (int i = 0; i < started; i++)
+        slowest = args_[i].seconds > slowest ? args_[i].seconds : slowest;
+    if (!started || slowest <= 0)
+        return PyErr_Format(PyExc_RuntimeError, "could not start AMX peak threads");
+    const double ops = (double)started * iters * 4.0 * 16 * 16 * 64 * 2;
+    return PyFloat_FromDouble(ops / slowest);
+#else
+    return NULL;
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"isa_status", py_isa_status, METH_NOARGS,
+     "isa_status() -> {name: (runnable, reason)} for scalar, avx2, avx512vnni, amx."},
+    {"correlate", (PyCFunction)(void (*)(void))py_correlate, METH_VARARGS | METH_KEYWORDS,
+     correlate_doc},
+    {"amx_peak", py_amx_peak, METH_VARARGS, amx_peak_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "Exact complex-int8 correlator kernels (AMX-INT8, AVX-512 VNNI, AVX2, C); see xcorr.c.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    PyObject *names = Py_BuildValue("(ssss)", ISA_NAMES[0], ISA_NAMES[1], ISA_NAMES[2],
+                                    ISA_NAMES[3]);
+    if (PyModule_AddObject(m, "ISA_NAMES", names) != 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "DEFAULT_KT", XE_DEFAULT_KT);
+    return m;
+}

@@ -1,0 +1,88 @@
+/* Shared declarations of the native X-engine correlator (see xcorr.c for the design).
+ *
+ * Data model. Per channel, the samples of a chunk of K-steps (64 spectra each) are laid out as
+ * "Y tiles": for each block of 8 streams and each K-step, a 16 x 64 int8 tile whose rows 0..7
+ * are the real parts of the 8 streams and rows 8..15 their imaginary parts (row-major, the AMX
+ * "A" layout). The Gram product C = Y_I Y_L^T of two such blocks is a 16 x 16 int32 tile
+ *     [[rr, ri], [ir, ii]]   (rr[m][n] = sum re_j re_k, ri = sum re_j im_k, ...)
+ * from which K[j,k] = (rr + ii) + i (ir - ri): every product is a plain signed x signed int8
+ * product and the subtraction happens in int32 at the end, so no int8 value is ever negated.
+ */
+#ifndef XE_XCORR_H
+#define XE_XCORR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XE_KSTEP 64          /* spectra per tile row: the K of one tile product */
+#define XE_GROUP 8           /* spectra per (re, im) group of the frame layout */
+#define XE_TILE_BYTES 1024   /* one 16 x 64 int8 tile, or one 16 x 16 int32 tile */
+#define XE_ACC_INTS 256      /* int32 per accumulator tile */
+
+enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_NISA = 4 };
+
+/* One correlate() call: sizes derived once, shared read-only by the worker threads. */
+typedef struct {
+    int nstream, nchan, ncoarse;
+    long nframe;
+    size_t chan_bytes;     /* bytes of one (packet, stream, channel): ncoarse * 16 */
+    int nb8;               /* 8-stream blocks, padded to an even count */
+    int nsp;               /* super pairs (J <= L) of 16-stream super blocks */
+    const uint16_t *sp_j;  /* super pair list, L-major so the B side stays cached */
+    const uint16_t *sp_l;
+    int kt;                /* K-steps per chunk */
+    long ngroup;           /* (re, im) groups per stream and channel: nframe * ncoarse */
+    long nchunk;           /* chunks per channel */
+    enum xe_isa isa;
+} xe_plan;
+
+/* One worker thread's scratch, sized for the plan. */
+typedef struct {
+    int8_t *a;        /* Y tiles  [nb8][kt][16][64] */
+    int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI) */
+    int32_t *acc;     /* accumulators [nsp][4 sub-tiles][16][16] */
+    int32_t *rowsum;  /* [nb8][16] sums of Y rows (VNNI bias correction) */
+} xe_work;
+
+static inline size_t xe_block_bytes(const xe_plan *p) { return (size_t)p->kt * XE_TILE_BYTES; }
+
+/* Byte offset, inside one block's Y tiles, of group d (8 spectra) of the chunk's real row. */
+static inline size_t xe_y_offset(long d)
+{
+    return (size_t)(d / 8) * XE_TILE_BYTES + (size_t)(d % 8) * 8;
+}
+
+/* Copy one frame group (8 re bytes then 8 im bytes) to its real and imaginary Y rows. */
+static inline void xe_copy_group(const int8_t *src, int8_t *re_row, long d)
+{
+    const size_t o = xe_y_offset(d);
+    __builtin_memcpy(re_row + o, src, 8);
+    __builtin_memcpy(re_row + 8 * XE_KSTEP + o, src + 8, 8);
+}
+
+/* Copy n consecutive groups of one (packet, stream, channel) to chunk groups d0 .. d0+n-1. */
+typedef void (*xe_copy_fn)(const int8_t *src, int8_t *re_row, long d0, long n);
+
+/* Accumulate every super pair of the chunk (nt K-steps) into w->acc.
+ * Sub-tile s = 2a + b of super pair (J, L) is C[2J+a, 2L+b]; the sub-tile below the diagonal
+ * of a diagonal super pair (J == L, a=1, b=0) may be left untouched. */
+typedef void (*xe_kernel_fn)(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+
+#if defined(XE_HAVE_AMX)
+void xe_kernel_amx(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+void xe_amx_tile_config(void);
+void xe_amx_tile_release(void);
+double xe_amx_peak_loop(long iters);
+#endif
+#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int bias);
+void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
+#endif
+#if defined(XE_HAVE_AVX512VNNI)
+void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+#endif
+#if defined(XE_HAVE_AVX2)
+void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+#endif
+
+#endif

@@ -1,0 +1,160 @@
+"""The native backend on EACH dispatch path this CPU can run, bit for bit against the reference,
+and its fallback selection (DESIGN.md section 3; docs/native.md)."""
+
+from __future__ import annotations
+
+import logging
+import platform
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from xengine_block.backends import BackendUnavailable, choose_backend
+from xengine_block.backends import native as nat
+from xengine_block.geometry import SEED, Geometry
+from xengine_block.layout import frames_to_natural, natural_to_frames
+from xengine_block.reference import reference_triangle
+from xengine_block.triangle import baseline_index
+
+from .conftest import random_frames
+
+
+def runnable(isa: str) -> None:
+    ok, reason = nat.isa_status()[isa]
+    if not ok:
+        pytest.skip(f"native path {isa} cannot run here: {reason}")
+
+
+def correlate(isa: str, g: Geometry, frames: np.ndarray, **kwargs) -> np.ndarray:
+    runnable(isa)
+    backend = nat.NativeBackend(g, isa=isa, **kwargs)
+    try:
+        out = backend.correlate(frames)
+    finally:
+        backend.close()
+    assert out.dtype == np.int32 and out.shape == g.output_shape
+    return out
+
+
+@lru_cache(maxsize=8)
+def random_case(nstream: int, npacket: int) -> tuple[Geometry, np.ndarray, np.ndarray]:
+    """(geometry, frames, reference) computed once and shared by every path."""
+    g = Geometry(nstream=nstream, nchan=9, npacket=npacket)
+    frames = random_frames(g, npacket, seed=nstream + npacket)
+    return g, frames, reference_triangle(frames_to_natural(frames, g))
+
+
+def test_extension_built():
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the build is only required to produce SIMD paths on x86-64")
+    ext = nat._extension()  # ImportError here means `pip install -e .` did not build it
+    assert set(ext.ISA_NAMES) == set(nat.ISAS)
+    assert nat.isa_status()["scalar"][0]
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+def test_zeros(isa):
+    g = Geometry(nstream=64, nchan=9, npacket=2)
+    assert not correlate(isa, g, np.zeros((2, *g.frame_shape), np.int8)).any()
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+def test_ones(isa):
+    g = Geometry(nstream=64, nchan=9, npacket=3)
+    x = np.zeros((g.nstream, g.nchan, 3 * g.nspectra_pkt, 2), np.int8)
+    x[..., 0] = 1
+    out = correlate(isa, g, natural_to_frames(x, g))
+    assert np.all(out[..., 0] == 3 * 480) and not out[..., 1].any()
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+def test_single_nonzero(isa, rng):
+    g = Geometry(nstream=64, nchan=9, npacket=2)
+    s, c, n = int(rng.integers(64)), int(rng.integers(9)), int(rng.integers(960))
+    x = np.zeros((g.nstream, g.nchan, 2 * g.nspectra_pkt, 2), np.int8)
+    x[s, c, n] = (-128, 77)
+    out = correlate(isa, g, natural_to_frames(x, g))
+    assert np.argwhere(out.any(axis=-1)).tolist() == [[c, baseline_index(s, s)]]
+    assert out[c, baseline_index(s, s)].tolist() == [128**2 + 77**2, 0]
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+@pytest.mark.parametrize("nstream", [64, 256, 512, 34])
+def test_random(isa, nstream):
+    g, frames, ref = random_case(nstream, 2)
+    assert np.array_equal(correlate(isa, g, frames), ref)
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+def test_all_minus_128_at_max_integration(isa):
+    g = Geometry(nstream=34, nchan=9, npacket=SEED.max_npacket)
+    out = correlate(isa, g, np.full((g.npacket, *g.frame_shape), -128, np.int8))
+    assert np.all(out[..., 0] == 136 * 480 * 2 * 128**2) and not out[..., 1].any()
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+@pytest.mark.parametrize(("chunk_ksteps", "nthreads"), [(1, 1), (3, 3), (7, 2), (0, 5)])
+def test_chunks_and_threads(isa, chunk_ksteps, nthreads):
+    """Odd P (a partial last K-step), chunks straddling packets, threads sharing channels."""
+    g, frames, ref = random_case(40, 3)
+    out = correlate(isa, g, frames, chunk_ksteps=chunk_ksteps, nthreads=nthreads)
+    assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
+def test_calls_are_independent_and_fill_out(isa):
+    runnable(isa)
+    g, frames, ref = random_case(34, 2)
+    backend = nat.NativeBackend(g, isa=isa)
+    out = np.full(g.output_shape, 7, np.int32)
+    assert backend.correlate(frames, out=out) is out and np.array_equal(out, ref)
+    assert not backend.correlate(np.zeros_like(frames), out=out).any()
+    strided = np.empty((*g.output_shape[:2], 4), np.int32)[..., ::2]
+    backend.correlate(frames, out=strided)
+    assert np.array_equal(strided, ref)
+
+
+def test_disabled_amx_falls_back_and_logs_why(monkeypatch, caplog):
+    status = nat.isa_status()
+    expected = next((i for i in nat.AUTO_ISAS[1:] if status[i][0]), None)
+    if expected is None:
+        pytest.skip("no SIMD path besides AMX runs here")
+    monkeypatch.setenv(nat.DISABLE_ENV, "amx")
+    g = Geometry(nstream=8, nchan=9, npacket=1)
+    with caplog.at_level(logging.INFO, logger="xengine_block.backends.native"):
+        backend = nat.NativeBackend(g)
+    assert backend.isa == expected
+    assert f"disabled by {nat.DISABLE_ENV}=amx" in backend.isa_reason
+    assert "fell back past amx" in caplog.text
+    with pytest.raises(BackendUnavailable, match="native isa 'amx' cannot run here: disabled"):
+        nat.NativeBackend(g, isa="amx")
+
+
+def test_no_simd_path_means_cpu_backend(monkeypatch):
+    monkeypatch.setenv(nat.DISABLE_ENV, ",".join(nat.AUTO_ISAS))
+    ok, reason = nat.NativeBackend.availability()
+    assert not ok and "no SIMD path runnable" in reason
+    name, why = choose_backend("auto")
+    assert name != "native" and "native: no SIMD path" in why
+
+
+def test_bad_arguments():
+    runnable("scalar")
+    g = Geometry(nstream=8, nchan=9, npacket=1)
+    with pytest.raises(ValueError, match="unknown isa"):
+        nat.NativeBackend(g, isa="neon")
+    ext = nat._extension()
+    frames = np.zeros((1, *g.frame_shape), np.int8)
+    out = np.empty(g.output_shape, np.int32)
+    with pytest.raises(ValueError, match="whole number"):
+        ext.correlate(frames.reshape(-1)[:-1], out, 8, 9, 60, "scalar", 1)
+    with pytest.raises(ValueError, match="out holds"):
+        ext.correlate(frames, out.reshape(-1)[:6], 8, 9, 60, "scalar", 1)
+    with pytest.raises(ValueError, match="unknown mode"):
+        ext.correlate(frames, out, 8, 9, 60, "scalar", 1, 0, "x")
+
+
+def test_amx_peak_loop():
+    runnable("amx")
+    assert nat._extension().amx_peak(1, 20_000) > 1e11  # > 0.1 TOPS even on a busy core

@@ -1,0 +1,154 @@
+"""Exact CPU correlator at the machine's int8 limit ("native" backend: AMX / VNNI / AVX2 / C).
+
+The work happens in the C extension ``xengine_block._native`` (``src/native/``), built by
+``pip install -e .``. It lays each chunk of frames out as 16 x 64 int8 tiles (8 streams' real
+rows over their imaginary rows), so one signed int8 tile product gives a 16 x 16 int32 block
+``[[rr, ri], [ir, ii]]`` and ``K = (rr + ii) + i (ir - ri)``: no int8 value is ever negated.
+Only tile pairs of the Hermitian triangle are computed; int32 accumulation is exact for
+``P <= Geometry.max_npacket``. See ``docs/native.md`` for the design and the measured limits.
+
+Dispatch is at run time, best first: ``amx`` (AMX-INT8 tiles; needs the CPU, XCR0 and the
+kernel's arch_prctl permission), ``avx512vnni``, ``avx2``; the portable ``scalar`` C path runs
+only when forced (``isa="scalar"``), since numpy's float32 BLAS ("cpu") is faster than it.
+Set ``XENGINE_NATIVE_DISABLE=amx[,avx512vnni,...]`` to treat paths as unavailable (to test the
+fallbacks, or to rule a path out on a misbehaving machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from types import ModuleType
+
+import numpy as np
+
+from ..geometry import Geometry
+from .base import Backend, BackendUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Dispatch order, fastest first; the last is never chosen automatically.
+ISAS = ("amx", "avx512vnni", "avx2", "scalar")
+#: Paths ``auto`` may choose (scalar C is slower than numpy BLAS, so "cpu" wins over it).
+AUTO_ISAS = ISAS[:-1]
+#: Comma-separated ISA names to treat as unavailable.
+DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
+
+
+def _extension() -> ModuleType:
+    """The compiled extension; ImportError says how to build it."""
+    try:
+        from .. import _native
+    except ImportError as exc:
+        raise ImportError(f"extension xengine_block._native is not built ({exc}); "
+                          f"run `pip install -e .` with a C compiler") from exc
+    return _native
+
+
+def isa_status() -> dict[str, tuple[bool, str]]:
+    """ISA name -> (runnable here, reason), in dispatch order, honouring XENGINE_NATIVE_DISABLE."""
+    try:
+        status = _extension().isa_status()
+    except ImportError as exc:
+        return {isa: (False, str(exc)) for isa in ISAS}
+    disabled = {s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()}
+    for isa in disabled & set(ISAS):
+        if status[isa][0]:
+            status[isa] = (False, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}")
+    return {isa: status[isa] for isa in ISAS}
+
+
+def select_isa(isa: str = "auto") -> tuple[str, str]:
+    """(path, reason): the forced path if runnable, else the best runnable automatic one.
+
+    Raises BackendUnavailable naming the reason when nothing (or the forced path) can run.
+    """
+    status = isa_status()
+    if isa != "auto":
+        if isa not in status:
+            raise ValueError(f"unknown isa {isa!r}; choose 'auto' or one of {ISAS}")
+        ok, why = status[isa]
+        if not ok:
+            raise BackendUnavailable(f"native isa {isa!r} cannot run here: {why}")
+        return isa, f"{isa} forced: {why}"
+    skipped = []
+    for name in AUTO_ISAS:
+        ok, why = status[name]
+        if ok:
+            reason = f"{name}: {why}"
+            if skipped:
+                reason += "; fell back past " + "; ".join(skipped)
+            return name, reason
+        skipped.append(f"{name} ({why})")
+    raise BackendUnavailable("no SIMD path runnable (numpy 'cpu' beats portable C): "
+                             + "; ".join(skipped))
+
+
+class NativeBackend(Backend):
+    """Exact tile-based int8 correlator (C extension), any even S.
+
+    Parameters
+    ----------
+    geometry : the correlator geometry.
+    isa : ``auto`` (best runnable path) or one of ``ISAS`` to force a path; raises
+        BackendUnavailable with the reason if that path cannot run here.
+    nthreads : worker threads (default ``os.cpu_count()``); channels and chunks are shared
+        out dynamically, so any count works.
+    chunk_ksteps : K-steps of 64 spectra converted and correlated per chunk (0: the
+        extension's default, sized so a chunk's tiles and accumulators stay in L2).
+    """
+
+    name = "native"
+    priority = 20
+
+    def __init__(self, geometry: Geometry, isa: str = "auto", nthreads: int | None = None,
+                 chunk_ksteps: int = 0) -> None:
+        super().__init__(geometry)
+        self._ext = _extension()
+        self.isa, self.isa_reason = select_isa(isa)
+        level = logging.WARNING if isa == "auto" and "fell back" in self.isa_reason else (
+            logging.INFO)
+        log.log(level, "native correlator path %s", self.isa_reason)
+        self.nthreads = nthreads or os.cpu_count() or 1
+        self.chunk_ksteps = chunk_ksteps
+
+    @classmethod
+    def availability(cls) -> tuple[bool, str]:
+        try:
+            _, reason = select_isa("auto")
+        except BackendUnavailable as exc:
+            return False, str(exc)
+        return True, reason
+
+    def _run(self, frames: np.ndarray, out: np.ndarray, mode: str) -> None:
+        g = self.geometry
+        self._ext.correlate(frames, out, g.nstream, g.nchan, g.ncoarse, self.isa,
+                            self.nthreads, self.chunk_ksteps, mode)
+
+    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        f = np.ascontiguousarray(self.check_frames(frames))
+        target = out
+        if (out is None or out.dtype != np.int32 or out.shape != self.geometry.output_shape
+                or not out.flags.c_contiguous):
+            target = self.new_output()
+        self._run(f, target, "full")
+        if out is not None and target is not out:
+            out[...] = target
+        return target
+
+    def time_stages(self, frames: np.ndarray) -> dict[str, float]:
+        """Seconds of the layout conversion alone and of the tile products alone.
+
+        ``layout``: frames -> tiles (and VNNI packing) for every chunk, no products;
+        ``compute``: products over tiles converted once per thread (the result is discarded).
+        Together with the full call they show what limits the rate.
+        """
+        f = np.ascontiguousarray(self.check_frames(frames))
+        out = self.new_output()
+        times = {}
+        for mode in ("layout", "compute"):
+            t0 = time.perf_counter()
+            self._run(f, out, mode)
+            times[mode] = time.perf_counter() - t0
+        return times
