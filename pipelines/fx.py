@@ -113,10 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # Bad configuration stops here, before any thread or file exists.
-    array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
-    if a.dumps < 1 or a.ninteg < 1:
-        raise SystemExit("--dumps and --ninteg must be >= 1")
+    try:
+        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
+        g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+        if a.dumps < 1 or a.ninteg < 1:
+            raise ValueError("--dumps and --ninteg must be >= 1")
+    except (ValueError, OSError) as exc:
+        print(f"fx: bad configuration: {exc}", file=sys.stderr)
+        return 2
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
     nframe = a.dumps * a.ninteg * g.npacket
