@@ -4,10 +4,16 @@ Rates are Msps = samples per second of the whole block of C channels (B = C * f_
 conventions: full matrix 8 S^2 B and triangle 4 S^2 B. Exactness of every result is checked
 against complex128 BLAS, which is exact here because every partial sum is an integer far below
 2^53 (|sum| <= 136 * 480 * 2^15 < 2^31).
+
+int8 limit: ``machine_amx_int8_tops`` is a register-resident AMX tile loop on every core, measured
+in the same run; ``fraction_of_int8_peak`` divides the backend's useful int8 op rate by it, with
+useful ops = 8 * S(S+1)/2 * B (the Hermitian triangle, autocorrelations included: 4 real MACs
+of 2 ops per complex baseline-sample), i.e. the ops an exact triangle correlator cannot avoid.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -73,6 +79,79 @@ def peer_matmul(frames: np.ndarray, g: Geometry) -> np.ndarray:
     return _triangle_of(np.stack([z[c] @ z[c].conj().T for c in range(g.nchan)]), g)
 
 
+def triangle_int8_tops(msps: float, nstream: int) -> float:
+    """Useful int8 TOPS of the Hermitian triangle: 8 * S(S+1)/2 * B (see module docstring)."""
+    return 8 * nstream * (nstream + 1) / 2 * msps * 1e6 / 1e12
+
+
+#: int8 ops of one AMX tdpbssd: 16 x 16 x 64 MACs, 2 ops each.
+AMX_TDP_OPS = 16 * 16 * 64 * 2
+
+
+def machine_amx_int8_tops(nthreads: int | None = None,
+                          seconds: float = 0.2) -> tuple[float | None, str]:
+    """(TOPS, how) of AMX-INT8 on ``nthreads`` cores at once (default all), or (None, why not).
+
+    A register-resident loop of tdpbssd on tiles loaded once (no memory traffic), from the
+    native extension: the ceiling no int8 correlator on this machine can pass.
+    """
+    from .backends.native import _extension, isa_status
+
+    ok, why = isa_status()["amx"]
+    if not ok:
+        return None, f"AMX unavailable: {why}"
+    ext = _extension()
+    n = nthreads or os.cpu_count() or 1
+    rate = ext.amx_peak(1, 100_000)  # calibrate the loop length to ~`seconds`
+    iters = max(1, int(seconds * rate / (4 * AMX_TDP_OPS)))
+    best = max(ext.amx_peak(n, iters) for _ in range(3))
+    return best / 1e12, f"{n} threads x register-resident tdpbssd loop, best of 3"
+
+
+def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2, slow_packets: int = 8,
+                   peak_tops: float | None = None) -> dict:
+    """Native backend: what limits it (layout vs products) and the rate of each ISA path.
+
+    ``layout_seconds``: frames -> tiles for the whole gulp alone; ``compute_seconds``: the tile
+    products alone; each runnable path's rate on the same frames (the slow portable paths on
+    ``slow_packets`` packets), each checked exact.
+    """
+    from .backends.native import ISAS, NativeBackend, isa_status
+
+    nsamp = frames.shape[0] * g.nspectra_pkt * g.nchan
+    best = NativeBackend(g)
+    try:
+        t_full, _ = _best_time(lambda: best.correlate(frames), repeat)
+        stages = [best.time_stages(frames) for _ in range(repeat)]
+    finally:
+        best.close()
+    layout = min(s["layout"] for s in stages)
+    compute = min(s["compute"] for s in stages)
+    details = {
+        "isa": best.isa, "isa_reason": best.isa_reason, "nthreads": best.nthreads,
+        "seconds": t_full, "layout_seconds": layout, "compute_seconds": compute,
+        "layout_fraction": layout / t_full, "layout_gbytes_per_s": frames.nbytes / layout / 1e9,
+        "compute_only_msps": nsamp / compute / 1e6, "per_isa": {},
+    }
+    for isa, (ok, why) in isa_status().items():
+        if not ok:
+            details["per_isa"][isa] = {"runnable": False, "reason": why}
+            continue
+        sub = frames if isa in ISAS[:2] else frames[:slow_packets]
+        b = NativeBackend(g, isa=isa)
+        try:
+            t, out = _best_time(lambda b=b, sub=sub: b.correlate(sub), repeat)
+        finally:
+            b.close()
+        msps = sub.shape[0] * g.nspectra_pkt * g.nchan / t / 1e6
+        useful = triangle_int8_tops(msps, g.nstream)
+        details["per_isa"][isa] = {
+            "msps": msps, "int8_tops_triangle_useful": useful,
+            "fraction_of_int8_peak": useful / peak_tops if peak_tops else None,
+            "exact": bool(np.array_equal(out, exact_oracle(sub, g))), "packets": sub.shape[0]}
+    return details
+
+
 def machine_sgemm_gflops(n: int = 2048, repeat: int = 3) -> float:
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     t, _ = _best_time(lambda: a @ a, repeat)
@@ -114,4 +193,12 @@ def run(backend: str = "auto", nstream: int = 256, nchan: int = 9, npacket: int 
                                           "packets": npacket}
     result["machine_sgemm_gflops"] = machine_sgemm_gflops()
     result["speedup_vs_peers"] = {k: msps / v["msps"] for k, v in result["peers"].items()}
+    amx, how = machine_amx_int8_tops()
+    useful = triangle_int8_tops(msps, nstream)
+    result["int8_tops_triangle_useful"] = useful
+    result["machine_amx_int8_tops"] = amx
+    result["machine_amx_int8_how"] = how
+    result["fraction_of_int8_peak"] = useful / amx if amx else None
+    if b.name == "native":
+        result["native"] = native_details(frames, g, repeat, peak_tops=amx)
     return result
