@@ -85,6 +85,3 @@ class XEngineBlock(MultiTransformBlock):
         for ospan in ospans:
             ospan.data[...] = 0
         return [ospan.nframe for ospan in ospans]
-
-    def on_sequence_end(self, iseqs: list) -> None:
-        pass
