@@ -151,6 +151,8 @@ def test_bad_arguments():
         ext.correlate(frames.reshape(-1)[:-1], out, 8, 9, 60, "scalar", 1)
     with pytest.raises(ValueError, match="out holds"):
         ext.correlate(frames, out.reshape(-1)[:6], 8, 9, 60, "scalar", 1)
+    with pytest.raises(ValueError, match="overflow int32"):
+        ext.correlate(np.zeros((137, *g.frame_shape), np.int8), out, 8, 9, 60, "scalar", 1)
     with pytest.raises(ValueError, match="unknown mode"):
         ext.correlate(frames, out, 8, 9, 60, "scalar", 1, 0, "x")
 

@@ -564,6 +564,13 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
                      "int32)", ob.len, out_bytes);
         goto done;
     }
+    /* int32 tiles (and the biased VNNI sums) are exact up to 65535 spectra per call
+     * (Geometry.max_npacket); beyond that a result could wrap, so refuse. */
+    if ((size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP > 65535) {
+        PyErr_Format(PyExc_ValueError, "%zu spectra in one call can overflow int32; at most "
+                     "65535", (size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP);
+        goto done;
+    }
     xe_plan plan = {0};
     plan.nstream = S;
     plan.nchan = C;
