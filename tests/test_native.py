@@ -103,6 +103,15 @@ def test_chunks_and_threads(isa, chunk_ksteps, nthreads):
 
 
 @pytest.mark.parametrize("isa", nat.ISAS)
+def test_short_packets(isa):
+    """15 coarse groups per packet: K-steps and 4-group vector copies straddle packets."""
+    g = Geometry(nstream=24, nchan=4, nchan_pkt=4, ncoarse=15, npacket=5)
+    frames = random_frames(g, 5, seed=5)
+    ref = reference_triangle(frames_to_natural(frames, g))
+    assert np.array_equal(correlate(isa, g, frames, chunk_ksteps=2), ref)
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
 def test_calls_are_independent_and_fill_out(isa):
     runnable(isa)
     g, frames, ref = random_case(34, 2)
