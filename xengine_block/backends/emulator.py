@@ -4,10 +4,9 @@ Why: it runs the same dataflow plan and kernel arithmetic as the NPU (through
 :mod:`xengine_block.npu.emulate`) so CI proves the access patterns without hardware. It is exact
 but slow, hence a low priority: ``auto`` prefers the CPU backends.
 
-Any S and any number of channel groups: streams are split into NPU blocks of ``npu_block`` (the
-last zero-padded) and only block pairs (i <= j) are computed, each as one NPU call with A = block
-i and B = block j; Hermitian symmetry gives the rest. One call per channel group of
-``nchan_pkt`` channels.
+Any S and any number of channel groups: :mod:`xengine_block.npu.blockpairs` (shared with the
+pyxrt backend) splits the streams into NPU blocks, runs one call per block pair (i <= j) and
+channel group, and assembles the triangle; here a call is one plan emulation.
 """
 
 from __future__ import annotations
@@ -15,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import Geometry
-from ..npu import hostio
+from ..npu.blockpairs import BlockPairExecutor, BlockPairJob
 from ..npu.emulate import PlanEmulator
+from ..npu.hostio import input_shape
 from ..npu.plan import NpuPlan, build_plan
-from ..triangle import pack_triangle
 from .base import Backend
 
 
@@ -48,25 +47,24 @@ class EmulatorBackend(Backend):
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         f = self.check_frames(frames)
-        g = self.geometry
-        npacket, blk = f.shape[0], g.npu_block
-        emu = self.emulator_for(npacket)
-        args = emu.plan.host_arg_map
-        spad = g.npu_nblock * blk
-        re = np.zeros((g.nchan, spad, spad), np.int32)
-        im = np.zeros_like(re)
-        for group in range(g.nchan_group):
-            inputs = [hostio.npu_input(f, g, block, group) for block in range(g.npu_nblock)]
-            chans = slice(group * g.nchan_pkt, (group + 1) * g.nchan_pkt)
-            for i, j in g.npu_block_pairs:
-                result = np.zeros(args["out"].shape, np.int32)
-                emu.run({"a": inputs[i], "b": inputs[j], "out": result})
-                self.ncalls += 1
-                blk_re, blk_im = hostio.npu_output_to_matrix(result, g)
-                re[chans, i * blk:(i + 1) * blk, j * blk:(j + 1) * blk] = blk_re
-                im[chans, i * blk:(i + 1) * blk, j * blk:(j + 1) * blk] = blk_im
-        tri = pack_triangle(re[:, :g.nstream, :g.nstream], im[:, :g.nstream, :g.nstream])
-        if out is not None:
-            out[...] = tri
-            return out
-        return tri
+        return _EmulatorExecutor(self, self.emulator_for(f.shape[0])).submit(f, out).result()
+
+
+class _EmulatorExecutor(BlockPairExecutor):
+    """Block-pair executor whose NPU call is one run of the plan emulator, done at once."""
+
+    def __init__(self, backend: EmulatorBackend, emu: PlanEmulator) -> None:
+        self.geometry = backend.geometry
+        self.backend = backend
+        self.emu = emu
+
+    def input_buffers(self, frames: np.ndarray) -> list[np.ndarray]:
+        shape = input_shape(self.geometry, frames.shape[0])
+        return [np.empty(shape, np.int8) for _ in range(self.geometry.npu_nblock)]
+
+    def dispatch(self, job: BlockPairJob, group: int, buffers: list[np.ndarray]) -> None:
+        result = np.empty(self.emu.plan.host_arg_map["out"].shape, np.int32)
+        for i, j in job.pairs:
+            self.emu.run({"a": buffers[i], "b": buffers[j], "out": result})
+            self.backend.ncalls += 1
+            job.add(group, i, j, result)
