@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Build the NPU X-engine: xclbin + instruction stream for named geometries.
+
+For each geometry, into ``aie/build/<tag>/`` (the directory the ``npu`` backend searches):
+
+1. ``design.mlir``: the mlir-aie design generated from the geometry's ``NpuPlan``
+   (``xengine_block/npu/design.py``; needs mlir-aie's Python package);
+2. ``xcorr.o``: ``kernels/xcorr.cc`` compiled by Peano (llvm-aie) for AIE2P with -DN/-DM/-DT
+   from the geometry;
+3. ``xcorr.xclbin`` and ``insts.bin``: ``aiecc`` (no xchesscc, no xbridge: Peano only);
+4. ``build.json``: the design geometry, which the backend checks before loading.
+
+    python aie/build.py                       # seed and small geometries
+    python aie/build.py --geometry seed --npacket 68
+    python aie/build.py --check               # only report the toolchain
+    python aie/build.py --dry-run             # print the commands, run nothing
+
+A missing tool stops the build before any step, with what to install and where from (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from xengine_block.geometry import Geometry
+from xengine_block.npu import build_plan
+from xengine_block.npu.artifacts import (
+    DEFAULT_BUILD_ROOT,
+    INSTS_NAME,
+    KERNEL_NAME,
+    NAMED_GEOMETRIES,
+    XCLBIN_NAME,
+    Artifacts,
+    geometry_tag,
+    named_geometry,
+)
+from xengine_block.npu.design import INSTALL_HINT, to_mlir
+from xengine_block.npu.hostkernel import KERNEL_SOURCE
+from xengine_block.npu.plan import KERNEL_OBJECT
+
+DESIGN_NAME = "design.mlir"
+#: Peano flags of the seed's build (warnings its headers raise are silenced).
+PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
+               "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined",
+               "-Wno-empty-body", "-Wno-missing-template-arg-list-after-template-kw")
+AIECC_FLAGS = ("--aie-generate-xclbin", "--aie-generate-npu-insts", "--no-xchesscc",
+               "--no-xbridge")
+
+INSTALL_TEXT = f"""\
+How to get the toolchain (Linux x86_64, Python 3.10+, in a virtual environment):
+  mlir-aie (Python package `aie`, `aiecc`): {INSTALL_HINT}
+  Peano (llvm-aie): pip install llvm-aie \\
+                      -f https://github.com/Xilinx/llvm-aie/releases/expanded_assets/nightly
+                    export PEANO_INSTALL_DIR=<that environment's site-packages>/llvm-aie
+  XRT (xclbinutil packages the xclbin; pyxrt and the device run it): XRT >= 2.20 with the
+                    amdxdna driver (mainline Linux 6.14+), then `source /opt/xilinx/xrt/setup.sh`
+See docs/npu_hardware.md for the whole procedure."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Where each tool is, or None; ``problems`` says what is missing and why."""
+
+    clang: Path | None
+    include: Path | None
+    aiecc: Path | None
+    xclbinutil: Path | None
+    python_aie: bool
+    problems: tuple[str, ...]
+
+
+def _peano_clang() -> tuple[Path | None, str]:
+    """Peano's clang++: $PEANO_INSTALL_DIR if set (authoritative), else site-packages/llvm-aie."""
+    env = os.environ.get("PEANO_INSTALL_DIR")
+    if env:
+        roots = [Path(env)]
+        where = f"$PEANO_INSTALL_DIR={env}"
+    else:
+        dirs = [sysconfig.get_paths()["purelib"], *site.getsitepackages(),
+                site.getusersitepackages()]
+        roots = [Path(d) / "llvm-aie" for d in dirs]
+        where = "llvm-aie in site-packages ($PEANO_INSTALL_DIR unset)"
+    for root in roots:
+        clang = root / "bin" / "clang++"
+        if clang.is_file():
+            return clang, str(clang)
+    return None, f"Peano clang++ not found ({where})"
+
+
+def _mlir_aie_include() -> tuple[Path | None, str]:
+    """mlir-aie's include directory (aie_api headers): $MLIR_AIE_INCLUDE_DIR or the wheel's."""
+    candidates = []
+    if os.environ.get("MLIR_AIE_INCLUDE_DIR"):
+        candidates.append(Path(os.environ["MLIR_AIE_INCLUDE_DIR"]))
+    try:
+        from aie.utils.config import root_path
+        candidates.append(Path(root_path()) / "include")
+    except (ImportError, AttributeError):
+        pass
+    if importlib.util.find_spec("mlir_aie") is not None:
+        import mlir_aie
+        candidates += [Path(p) / "include" for p in mlir_aie.__path__]
+    for inc in candidates:
+        if (inc / "aie_api" / "aie.hpp").is_file():
+            return inc, str(inc)
+    return None, f"mlir-aie include dir with aie_api/aie.hpp not found (tried {candidates})"
+
+
+def _python_aie() -> tuple[bool, str]:
+    try:
+        found = importlib.util.find_spec("aie.dialects.aie") is not None
+    except (ImportError, ValueError) as exc:
+        return False, f"mlir-aie Python package not importable ({exc})"
+    return found, "aie.dialects.aie" if found else "mlir-aie Python package not importable"
+
+
+def probe_toolchain() -> Toolchain:
+    """Find every tool the build needs; nothing is run."""
+    problems = []
+    python_aie, why = _python_aie()
+    if not python_aie:
+        problems.append(why)
+    clang, why = _peano_clang()
+    if clang is None:
+        problems.append(why)
+    include, why = _mlir_aie_include()
+    if include is None:
+        problems.append(why)
+    aiecc = shutil.which("aiecc") or shutil.which("aiecc.py")
+    if aiecc is None:
+        problems.append("aiecc not on PATH (installed by the mlir_aie wheel)")
+    xclbinutil = shutil.which("xclbinutil")
+    if xclbinutil is None:
+        problems.append("xclbinutil not on PATH (part of XRT; source /opt/xilinx/xrt/setup.sh)")
+    return Toolchain(clang, include, Path(aiecc) if aiecc else None,
+                     Path(xclbinutil) if xclbinutil else None, python_aie, tuple(problems))
+
+
+def kernel_command(tc: Toolchain, g: Geometry, art: Artifacts) -> list[str]:
+    """Peano compile of kernels/xcorr.cc for this geometry's tiling."""
+    return [str(tc.clang or "<Peano clang++>"), *PEANO_FLAGS,
+            f"-I{tc.include or '<mlir-aie include>'}",
+            f"-DN={g.tile_n}", f"-DM={g.tile_m}", f"-DT={g.tile_t}",
+            "-c", str(KERNEL_SOURCE), "-o", str(art.directory / KERNEL_OBJECT)]
+
+
+def aiecc_command(tc: Toolchain) -> list[str]:
+    """aiecc, run inside the build directory (the design links ``xcorr.o`` from there)."""
+    return [str(tc.aiecc or "<aiecc>"), "--tmpdir", "prj", *AIECC_FLAGS,
+            f"--xclbin-name={XCLBIN_NAME}", f"--npu-insts-name={INSTS_NAME}",
+            KERNEL_OBJECT, DESIGN_NAME]
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=cwd)
+    if proc.returncode:
+        raise SystemExit(f"build.py: command failed with exit code {proc.returncode}")
+
+
+def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Artifacts:
+    """Build one geometry into ``root/<tag>/``."""
+    art = Artifacts(root / geometry_tag(g))
+    plan = build_plan(g)
+    print(f"== {geometry_tag(g)} -> {art.directory}", flush=True)
+    if dry_run:
+        print(f"+ write {art.directory / DESIGN_NAME} (mlir-aie design of the plan)")
+        print("+", " ".join(kernel_command(tc, g, art)))
+        print(f"+ (cd {art.directory} &&", " ".join(aiecc_command(tc)) + ")")
+        return art
+    art.directory.mkdir(parents=True, exist_ok=True)
+    (art.directory / DESIGN_NAME).write_text(to_mlir(plan) + "\n")
+    _run(kernel_command(tc, g, art), art.directory)
+    _run(aiecc_command(tc), art.directory)
+    for path in (art.xclbin, art.insts):
+        if not path.is_file():
+            raise SystemExit(f"build.py: aiecc finished but {path} is missing")
+    art.write_manifest(g, kernel=KERNEL_NAME)
+    print(f"built {art.xclbin} and {art.insts}", flush=True)
+    return art
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--geometry", choices=[*sorted(NAMED_GEOMETRIES), "all"], default="all")
+    p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
+    p.add_argument("--build-root", type=Path, default=DEFAULT_BUILD_ROOT)
+    p.add_argument("--check", action="store_true", help="only report the toolchain")
+    p.add_argument("--dry-run", action="store_true", help="print the steps, run nothing")
+    a = p.parse_args(argv)
+    tc = probe_toolchain()
+    if tc.problems and not a.dry_run:
+        print("build.py: cannot build the NPU design, the AIE toolchain is incomplete:",
+              *[f"  - {x}" for x in tc.problems], INSTALL_TEXT, sep="\n", file=sys.stderr)
+        return 2
+    if a.check:
+        print(f"toolchain complete: clang++ {tc.clang}, aiecc {tc.aiecc}, include {tc.include}, "
+              f"xclbinutil {tc.xclbinutil}")
+        return 0
+    names = sorted(NAMED_GEOMETRIES) if a.geometry == "all" else [a.geometry]
+    for name in names:
+        build(named_geometry(name, a.npacket), a.build_root, tc, a.dry_run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

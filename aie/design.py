@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Print the mlir-aie design of the X-engine for a geometry: the MLIR that aiecc compiles.
+
+The design is generated from the same ``NpuPlan`` the emulator verifies, by
+``xengine_block/npu/design.py``; this script only parses arguments::
+
+    python aie/design.py --geometry seed > design.mlir    # MLIR; needs the mlir_aie wheel
+    python aie/design.py --geometry small --calls         # the API calls as text; no mlir-aie
+    python aie/design.py --geometry seed --report         # per-tile memory, BDs, locks
+
+``aie/build.py`` (or ``make -C aie``) runs this step and the rest of the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xengine_block.npu import build_plan
+from xengine_block.npu.artifacts import NAMED_GEOMETRIES, named_geometry
+from xengine_block.npu.design import MlirAieUnavailable, design_calls, format_calls, to_mlir
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--geometry", choices=sorted(NAMED_GEOMETRIES), default="seed")
+    p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--calls", action="store_true",
+                      help="print the recorded mlir-aie calls instead of MLIR (no mlir-aie)")
+    what.add_argument("--report", action="store_true",
+                      help="print the plan's per-tile resource use (no mlir-aie)")
+    p.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    a = p.parse_args(argv)
+    plan = build_plan(named_geometry(a.geometry, a.npacket))
+    if a.calls:
+        text = format_calls(design_calls(plan))
+    elif a.report:
+        text = plan.validate().summary()
+    else:
+        try:
+            text = to_mlir(plan)
+        except MlirAieUnavailable as exc:
+            print(f"design.py: {exc}", file=sys.stderr)
+            return 2
+    if a.output:
+        a.output.write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

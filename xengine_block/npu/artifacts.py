@@ -1,0 +1,133 @@
+"""Where a built NPU design lives and which geometry it was built for.
+
+Shared by the build (``aie/build.py`` writes), the pyxrt backend (finds and checks) and the
+simulated device (writes a stand-in), so the file names and the matching rule exist once.
+
+One build = one *design geometry*: the geometry with ``nstream`` set to the NPU block and
+``nchan`` to one channel group, because the xclbin computes one block pair of one channel group
+per call; any S and any number of groups run on it through block pairs (``blockpairs.py``).
+A build directory holds ``xcorr.xclbin``, ``insts.bin`` (the runtime sequence as uint32 words)
+and ``build.json`` (the design geometry, checked before use so a build for another P or tiling
+is never run on the wrong data).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..geometry import SEED, Geometry, small_test_geometry
+
+#: Environment variable naming a build directory (or a root of ``<tag>/`` directories).
+BUILD_DIR_ENV = "XENGINE_XCLBIN_DIR"
+#: Default root of the builds: ``aie/build/`` of this (editable) checkout.
+DEFAULT_BUILD_ROOT = Path(__file__).resolve().parents[2] / "aie" / "build"
+XCLBIN_NAME = "xcorr.xclbin"
+INSTS_NAME = "insts.bin"
+MANIFEST_NAME = "build.json"
+#: The xclbin's kernel name (aiecc's default) and how it is called through XRT
+#: (NPU_NOTES.md): ``kernel(OPCODE, instr_bo, n_instr_words, bo_a, bo_b, bo_out)``, the BOs
+#: allocated in the memory groups of arguments 1 (instructions), 3, 4 and 5.
+KERNEL_NAME = "MLIR_AIE"
+OPCODE = 3
+INSTR_GROUP, A_GROUP, B_GROUP, OUT_GROUP = 1, 3, 4, 5
+
+
+#: Geometries the build makes by name: the seed design and the small test geometry (32-stream
+#: blocks on a 2 x 4 array), which the tests use and which builds and runs in seconds.
+NAMED_GEOMETRIES = {"seed": SEED, "small": small_test_geometry()}
+
+
+def named_geometry(name: str, npacket: int | None = None) -> Geometry:
+    """A geometry of :data:`NAMED_GEOMETRIES`, optionally with another P."""
+    if name not in NAMED_GEOMETRIES:
+        raise ValueError(f"unknown geometry {name!r}; choose one of {sorted(NAMED_GEOMETRIES)}")
+    g = NAMED_GEOMETRIES[name]
+    return g if npacket is None else g.replace(npacket=npacket)
+
+
+def design_geometry(g: Geometry) -> Geometry:
+    """The geometry the xclbin is built for: one NPU block of streams, one channel group."""
+    return g.replace(nstream=g.npu_block, nchan=g.nchan_pkt)
+
+
+def geometry_tag(g: Geometry) -> str:
+    """Directory name of the build for ``g``: every field that changes the design."""
+    d = design_geometry(g)
+    return (f"b{d.npu_block}_c{d.nchan_pkt}_k{d.ncoarse}_p{d.npacket}"
+            f"_n{d.tile_n}m{d.tile_m}t{d.tile_t}_{d.rows}x{d.cols}")
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """The files of one build."""
+
+    directory: Path
+
+    @property
+    def xclbin(self) -> Path:
+        return self.directory / XCLBIN_NAME
+
+    @property
+    def insts(self) -> Path:
+        return self.directory / INSTS_NAME
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / MANIFEST_NAME
+
+    def write_manifest(self, g: Geometry, **extra: object) -> None:
+        """Record the design geometry next to the binaries (the build's last step)."""
+        data = {"geometry": design_geometry(g).to_dict(), "tag": geometry_tag(g), **extra}
+        self.manifest.write_text(json.dumps(data, indent=1) + "\n")
+
+    def check(self, g: Geometry) -> str | None:
+        """None if this directory holds a complete build for ``g``, else what is wrong."""
+        missing = [p.name for p in (self.xclbin, self.insts, self.manifest) if not p.is_file()]
+        if missing:
+            return f"{self.directory}: missing {', '.join(missing)}"
+        try:
+            built = Geometry.from_dict(json.loads(self.manifest.read_text())["geometry"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"{self.manifest}: unreadable ({exc})"
+        if built != design_geometry(g):
+            return (f"{self.directory} was built for {geometry_tag(built)}, "
+                    f"not {geometry_tag(g)}")
+        return None
+
+
+def build_roots(build_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Where to look, in order: ``build_dir``, ``$XENGINE_XCLBIN_DIR``, ``aie/build/``."""
+    roots = [Path(p) for p in (build_dir, os.environ.get(BUILD_DIR_ENV)) if p]
+    return roots + [DEFAULT_BUILD_ROOT]
+
+
+def list_builds(build_dir: str | os.PathLike | None = None) -> list[Artifacts]:
+    """Every complete-looking build (manifest and both binaries) under the build roots."""
+    found = []
+    for root in build_roots(build_dir):
+        for manifest in [root / MANIFEST_NAME, *sorted(root.glob(f"*/{MANIFEST_NAME}"))]:
+            art = Artifacts(manifest.parent)
+            if all(p.is_file() for p in (art.manifest, art.xclbin, art.insts)):
+                found.append(art)
+    return found
+
+
+def find_artifacts(g: Geometry,
+                   build_dir: str | os.PathLike | None = None) -> tuple[Artifacts | None, str]:
+    """(the build for ``g``, why) or (None, everything that was tried and why it failed).
+
+    Each root is tried as ``<root>/<tag>/`` and then as a build directory itself.
+    """
+    tried = []
+    for root in build_roots(build_dir):
+        for directory in (root / geometry_tag(g), root):
+            art = Artifacts(directory)
+            problem = art.check(g)
+            if problem is None:
+                return art, f"build {directory}"
+            tried.append(problem)
+    return None, (f"no xclbin built for {geometry_tag(g)} (build it with `make -C aie` or "
+                  f"`python aie/build.py`, or set {BUILD_DIR_ENV}); tried: " + "; ".join(tried))
