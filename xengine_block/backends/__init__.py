@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "cpu": "xengine_block.backends.cpu:CpuBackend",
     "native": "xengine_block.backends.native:NativeBackend",
     "emulator": "xengine_block.backends.emulator:EmulatorBackend",
+    "npu": "xengine_block.backends.npu:NpuBackend",
 }
 
 

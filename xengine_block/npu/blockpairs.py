@@ -146,6 +146,11 @@ class BlockPairJob:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def failed(self) -> bool:
+        """True once :meth:`fail` was called (workers skip the job's remaining calls)."""
+        return self._error is not None
+
     def result(self, timeout: float | None = None) -> np.ndarray:
         """Wait for every call; return the triangle (in ``out`` if one was given)."""
         if not self._done.wait(timeout):

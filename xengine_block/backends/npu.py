@@ -1,0 +1,296 @@
+"""NPU backend ("npu"): the xclbin built from the plan, run through pyxrt on a Ryzen AI NPU.
+
+Why it is shaped like this (the seed benchmark's host structure, ``NPU_NOTES.md``): syncing
+hundreds of MiB of input to the device costs about a CPU core at full rate, so it runs in its
+own thread, overlapped with the kernel runs:
+
+- a ring of ``nring`` entries; an entry holds the input buffer objects (BOs) of one channel
+  group, one per NPU stream block (one for S = ``npu_block``), in the DDR layout the plan reads
+  (``hostio``: ``[P][npu_block][payload]``);
+- the caller's thread takes a free entry and fills it (``blockpairs.fill_inputs``), the *sync
+  thread* syncs its BOs to the device, the *launch thread* runs one kernel call per block pair
+  (``kernel(3, instr_bo, n_words, bo_A, bo_B, bo_out); run.wait()``), syncs the small output
+  back and hands it to the job, which places it in the packed triangle; the entry then returns
+  to the free list;
+- block pair (i, j) passes block i's BO as A and block j's as B; a diagonal pair passes the same
+  BO twice, so S = 256 syncs its input once, not twice (``share_diagonal=False`` copies into a
+  separate B BO instead, should XRT on some system refuse one BO in two arguments).
+
+Zero copy: when the frame layout equals the NPU input layout (S == ``npu_block`` and one
+channel group, see ``blockpairs.frames_are_input``), :meth:`NpuBackend.input_buffer` hands out
+the next free entry's BO as a ``[P, S, C, coarse, 2, fine]`` frames array; whoever writes frames
+there (a capture placing packets directly, or the X-engine block copying its ring span once)
+then calls ``correlate(view[:n])``, which sees the frames already live in the BO and only syncs.
+
+``correlate`` blocks until the triangle is ready; :meth:`NpuBackend.submit` returns the job at
+once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in flight and overlap
+its filling of the next entry with the device working on the previous one.
+
+Everything pyxrt comes through ``xrt`` (default: ``import pyxrt``); tests pass
+``xengine_block.npu.simdevice.SimulatedXrt()``, which runs this same code on the emulator.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..geometry import Geometry
+from ..npu import hostio
+from ..npu.artifacts import (
+    A_GROUP,
+    B_GROUP,
+    INSTR_GROUP,
+    KERNEL_NAME,
+    OPCODE,
+    OUT_GROUP,
+    design_geometry,
+    find_artifacts,
+    geometry_tag,
+    list_builds,
+)
+from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, frames_are_input
+from .base import Backend, BackendUnavailable
+
+PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
+              "(mainline Linux 6.14+) and `source /opt/xilinx/xrt/setup.sh` "
+              "(docs/npu_hardware.md)")
+
+
+def import_pyxrt() -> ModuleType:
+    """pyxrt, or BackendUnavailable saying how to get it."""
+    try:
+        import pyxrt
+    except ImportError as exc:
+        raise BackendUnavailable(f"{PYXRT_HINT} ({exc})") from exc
+    return pyxrt
+
+
+def probe(xrt: Any = None, geometry: Geometry | None = None,
+          build_dir: str | os.PathLike | None = None) -> tuple[bool, str]:
+    """(usable, reason): pyxrt, an NPU device, and a build (for ``geometry`` if given)."""
+    try:
+        xrt = import_pyxrt() if xrt is None else xrt
+    except BackendUnavailable as exc:
+        return False, str(exc)
+    try:
+        xrt.device(0)
+    except Exception as exc:  # pyxrt raises RuntimeError; be generous with driver errors
+        return False, (f"pyxrt imported but no NPU device 0 ({exc}); needs the amdxdna driver "
+                       f"(Linux 6.14+)")
+    if geometry is not None:
+        art, why = find_artifacts(geometry, build_dir)
+        return art is not None, why
+    builds = list_builds(build_dir)
+    if not builds:
+        return False, ("pyxrt and an NPU device, but no xclbin built (run `make -C aie` or "
+                       "`python aie/build.py`)")
+    return True, "pyxrt + NPU device; builds: " + ", ".join(b.directory.name for b in builds)
+
+
+@dataclass
+class _Entry:
+    """One ring slot: an input BO per stream block (and a spare B BO if not sharing)."""
+
+    bos: list[Any]
+    views: list[np.ndarray]
+    spare: Any = None
+    spare_view: np.ndarray | None = None
+
+
+class NpuBackend(Backend, BlockPairExecutor):
+    """Exact correlator on the Ryzen AI NPU for any even S (block pairs of ``npu_block``).
+
+    Parameters
+    ----------
+    geometry : the correlator geometry; the build for ``design_geometry(geometry)`` is used.
+    xrt : the pyxrt module (default: ``import pyxrt``) or a stand-in such as ``SimulatedXrt``.
+    build_dir : where the build is (else ``$XENGINE_XCLBIN_DIR``, else ``aie/build/``); each
+        is tried as ``<dir>/<geometry tag>/`` and as the build directory itself.
+    nring : ring entries (input BO sets) in flight.
+    share_diagonal : pass one BO as both A and B on diagonal block pairs (no copy).
+    device_index : the XRT device.
+    timeout_s : longest wait for a free entry or a result before raising TimeoutError.
+    """
+
+    name = "npu"
+    priority = 100
+
+    def __init__(self, geometry: Geometry, *, xrt: Any = None,
+                 build_dir: str | os.PathLike | None = None, nring: int = 4,
+                 share_diagonal: bool = True, device_index: int = 0,
+                 timeout_s: float = 60.0) -> None:
+        super().__init__(geometry)
+        self._xrt = import_pyxrt() if xrt is None else xrt
+        art, why = find_artifacts(geometry, build_dir)
+        if art is None:
+            raise BackendUnavailable(why)
+        self.artifacts = art
+        self.design = design_geometry(geometry)
+        self.nring = nring
+        self.timeout_s = timeout_s
+        self.ncalls = 0  # kernel runs so far
+        x = self._xrt
+        self._to_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
+        self._from_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE
+        self._device = x.device(device_index)
+        self._xclbin = x.xclbin(str(art.xclbin))
+        self._device.register_xclbin(self._xclbin)
+        self._context = x.hw_context(self._device, self._xclbin.get_uuid())
+        self._kernel = x.kernel(self._context, KERNEL_NAME)
+        insts = np.fromfile(art.insts, dtype=np.uint32)
+        self._instr = self._bo(insts.nbytes, x.bo.cacheable, INSTR_GROUP)
+        self._map(self._instr, np.uint32, (insts.size,))[:] = insts
+        self._instr.sync(self._to_device)
+        self._ninstr = int(insts.size)
+        self._out = self._bo(geometry.npu_out_bytes, x.bo.host_only, OUT_GROUP)
+        self._out_view = self._map(self._out, np.int32, hostio.output_shape(geometry))
+        in_shape = hostio.input_shape(self.design)
+        self._entries = []
+        for _ in range(nring):
+            bos = [self._bo(self.design.npu_in_bytes, x.bo.host_only, A_GROUP)
+                   for _ in range(geometry.npu_nblock)]
+            entry = _Entry(bos, [self._map(bo, np.int8, in_shape) for bo in bos])
+            if not share_diagonal:
+                entry.spare = self._bo(self.design.npu_in_bytes, x.bo.host_only, B_GROUP)
+                entry.spare_view = self._map(entry.spare, np.int8, in_shape)
+            self._entries.append(entry)
+        self._entry_of = {id(e.views): e for e in self._entries}
+        self._free: queue.Queue[_Entry] = queue.Queue()
+        for e in self._entries:
+            self._free.put(e)
+        self._reserved: dict[int, _Entry] = {}  # handed out by input_buffer(), by address
+        self._lock = threading.Lock()
+        self._to_sync: queue.Queue = queue.Queue()
+        self._to_launch: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._sync_loop, name="npu-sync", daemon=True),
+                         threading.Thread(target=self._launch_loop, name="npu-launch",
+                                          daemon=True)]
+        for t in self._threads:
+            t.start()
+        self._closed = False
+
+    @classmethod
+    def availability(cls, geometry: Geometry | None = None, xrt: Any = None,
+                     build_dir: str | os.PathLike | None = None) -> tuple[bool, str]:
+        return probe(xrt, geometry, build_dir)
+
+    # ------------------------------------------------------------------ buffers
+    def _bo(self, nbytes: int, flags: Any, group: int) -> Any:
+        return self._xrt.bo(self._device, nbytes, flags, self._kernel.group_id(group))
+
+    @staticmethod
+    def _map(bo: Any, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape))
+        return np.frombuffer(bo.map(), dtype=dtype, count=count).reshape(shape)
+
+    def input_buffer(self) -> np.ndarray:
+        """Reserve the next free ring entry; its input BO as frames ``[P, S, C, coarse, 2, fine]``.
+
+        Write up to P frames into it and pass them (``view[:n]``) to :meth:`correlate` or
+        :meth:`submit`, which then skips the copy. Only when frames equal the NPU input layout
+        (S == npu_block, nchan == nchan_pkt); every buffer handed out must be correlated.
+        """
+        g = self.geometry
+        if not frames_are_input(g):
+            raise ValueError(f"frames of S={g.nstream}, C={g.nchan} are regrouped into NPU blocks "
+                             f"of {g.npu_block} x {g.nchan_pkt} channels; pass them to correlate()")
+        entry = self._take_free()
+        with self._lock:
+            self._reserved[entry.views[0].ctypes.data] = entry
+        return entry.views[0].reshape(self.design.npacket, *g.frame_shape)
+
+    def _take_free(self) -> _Entry:
+        with self._lock:
+            if len(self._reserved) >= self.nring:
+                raise RuntimeError(f"all {self.nring} ring entries are reserved by input_buffer() "
+                                   f"and none is being correlated")
+        try:
+            return self._free.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no free NPU input entry within {self.timeout_s} s") from None
+
+    # ------------------------------------------------------------------ BlockPairExecutor
+    def input_buffers(self, frames: np.ndarray) -> list[np.ndarray]:
+        with self._lock:
+            entry = self._reserved.pop(frames.ctypes.data, None)
+        return (entry or self._take_free()).views
+
+    def dispatch(self, job: BlockPairJob, group: int, buffers: list[np.ndarray]) -> None:
+        self._to_sync.put((job, self._entry_of[id(buffers)], group))
+
+    def abandon(self, buffers: list[np.ndarray]) -> None:
+        self._free.put(self._entry_of[id(buffers)])
+
+    # ------------------------------------------------------------------ threads
+    def _sync_loop(self) -> None:
+        """Sync each filled entry's input BOs to the device, then queue it for launch."""
+        while (item := self._to_sync.get()) is not None:
+            job, entry, _ = item
+            try:
+                if not job.failed:
+                    for bo in entry.bos:
+                        bo.sync(self._to_device)
+            except Exception as exc:
+                job.fail(exc)
+            self._to_launch.put(item)
+        self._to_launch.put(None)
+
+    def _launch_loop(self) -> None:
+        """Run the kernel on every block pair of each synced entry; free the entry after."""
+        while (item := self._to_launch.get()) is not None:
+            job, entry, group = item
+            try:
+                if not job.failed:
+                    self._run_group(job, entry, group)
+            except Exception as exc:
+                job.fail(exc)
+            finally:
+                self._free.put(entry)
+
+    def _run_group(self, job: BlockPairJob, entry: _Entry, group: int) -> None:
+        for i, j in job.pairs:
+            a, b = entry.bos[i], entry.bos[j]
+            if i == j and entry.spare is not None:
+                entry.spare_view[...] = entry.views[i]
+                entry.spare.sync(self._to_device)
+                b = entry.spare
+            run = self._kernel(OPCODE, self._instr, self._ninstr, a, b, self._out)
+            state = run.wait()
+            completed = getattr(getattr(self._xrt, "ert_cmd_state", None),
+                                "ERT_CMD_STATE_COMPLETED", state)
+            if state != completed:
+                raise RuntimeError(f"NPU run of block pair ({i}, {j}), channel group {group} "
+                                   f"ended in state {state}")
+            self._out.sync(self._from_device)
+            self.ncalls += 1
+            job.add(group, i, j, self._out_view)
+
+    # ------------------------------------------------------------------ Backend
+    def submit(self, frames: np.ndarray, out: np.ndarray | None = None) -> BlockPairJob:
+        """Start correlating up to P frames; ``job.result()`` returns the packed triangle."""
+        if self._closed:
+            raise RuntimeError("the NPU backend is closed")
+        f = self.check_frames(frames)
+        if f.shape[0] > self.design.npacket:
+            raise ValueError(f"the xclbin ({geometry_tag(self.design)}) integrates at most "
+                             f"{self.design.npacket} packets per call, got {f.shape[0]} frames")
+        return super().submit(f, out)
+
+    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return self.submit(frames, out).result(self.timeout_s)
+
+    def close(self) -> None:
+        """Stop the threads (after the work queued so far); the BOs go with the object."""
+        if self._closed:
+            return
+        self._closed = True
+        self._to_sync.put(None)
+        for t in self._threads:
+            t.join()
