@@ -209,3 +209,12 @@ def test_auto_falls_back_when_pyxrt_is_missing():
 def test_auto_prefers_the_npu_when_usable(monkeypatch):
     monkeypatch.setattr(NpuBackend, "availability", classmethod(lambda cls: (True, "sim")))
     assert choose_backend("auto")[0] == "npu"
+
+
+@pytest.mark.slow
+def test_seed_blocks_512_streams(sim):
+    g = SEED.replace(nstream=512, npacket=2)
+    frames = random_frames(g, g.npacket, seed=512)
+    ref = reference(g, frames)
+    assert np.array_equal(sim(g, nring=2).correlate(frames), ref)
+    assert np.array_equal(EmulatorBackend(g).correlate(frames), ref)
