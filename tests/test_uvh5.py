@@ -121,7 +121,8 @@ for i in range(100000):
 """
 
 
-def test_sigkilled_writer_leaves_a_readable_file(tmp_path):
+@pytest.mark.parametrize("delay", [0.002, 0.009, 0.017])
+def test_sigkilled_writer_leaves_a_readable_file(tmp_path, delay):
     import os
     import signal
     import subprocess
@@ -135,13 +136,13 @@ def test_sigkilled_writer_leaves_a_readable_file(tmp_path):
                             stdout=subprocess.PIPE, text=True)
     done = 0
     t0 = time.monotonic()
-    while done < 20 and time.monotonic() - t0 < 60:  # let it complete some dumps
+    while done < 10 and time.monotonic() - t0 < 60:  # let it complete some dumps
         done = int(proc.stdout.readline() or done)
-    time.sleep(0.013)  # land somewhere inside a later append
+    time.sleep(delay)  # land somewhere inside a later append
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done = max([done] + [int(x) for x in proc.stdout.read().split()])
-    assert done >= 20
+    assert done >= 10
     uv = pyuvdata.UVData.from_file(path)
     uv.check()
     assert uv.Ntimes in (done, done + 1)  # +1: killed after the flush, before the print

@@ -12,7 +12,10 @@ Conventions, written down once:
 
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
 update of Nblts/Ntimes and a flush, so that a writer killed at any moment leaves a file that
-reads with every dump completed before the kill (tested with SIGKILL).
+reads with every dump completed before the kill (tested with SIGKILL). Two settings make that
+hold: HDF5's metadata cache may not evict (so dataset extents reach the disk only at a flush,
+together), and Nblts/Ntimes are compact datasets (their values live in metadata, so they cannot
+reach the disk before the extents they describe).
 """
 
 from __future__ import annotations
@@ -149,6 +152,10 @@ class UVH5Writer:
         # Default (earliest) file format on purpose: newer superblocks mark the file "open for
         # write" and a crashed writer would leave it unreadable without h5clear.
         self._file = h5py.File(self.path, "w")
+        cfg = self._file.id.get_mdc_config()
+        cfg.incr_mode = cfg.decr_mode = cfg.flash_incr_mode = 0  # required to stop evictions
+        cfg.evictions_enabled = False
+        self._file.id.set_mdc_config(cfg)
         self._create(channel_width_hz, instrument, history, x_orientation)
         self._file.flush()
 
@@ -192,9 +199,13 @@ class UVH5Writer:
         pc["cat_lon"] = 0.0
         pc["cat_lat"] = np.pi / 2
         pc["cat_frame"] = np.bytes_(b"altaz")
-        # Counters updated after every dump.
-        h["Nblts"] = 0
-        h["Ntimes"] = 0
+        # Counters updated after every dump; compact, i.e. stored in metadata (module docstring).
+        for name in ("Nblts", "Ntimes"):
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            h5py.h5d.create(h.id, name.encode(), h5py.h5t.STD_I64LE,
+                            h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl).write(
+                h5py.h5s.ALL, h5py.h5s.ALL, np.zeros((), np.int64))
         for name, (shape, dtype) in _BLT_HEADER.items():
             h.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
                              chunks=(max(nbls, 1), *shape))
