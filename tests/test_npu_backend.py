@@ -207,8 +207,21 @@ def test_auto_falls_back_when_pyxrt_is_missing():
 
 
 def test_auto_prefers_the_npu_when_usable(monkeypatch):
-    monkeypatch.setattr(NpuBackend, "availability", classmethod(lambda cls: (True, "sim")))
+    monkeypatch.setattr(NpuBackend, "availability",
+                        classmethod(lambda cls, geometry=None: (True, "sim")))
     assert choose_backend("auto")[0] == "npu"
+
+
+def test_auto_needs_a_build_for_the_geometry(tmp_path, monkeypatch):
+    """With a (simulated) NPU and a build for g only, auto takes the NPU for g, not for g2."""
+    import sys
+    g = small_test_geometry()
+    write_simulated_build(tmp_path, g)
+    monkeypatch.setitem(sys.modules, "pyxrt", SimulatedXrt())
+    monkeypatch.setenv(artifacts.BUILD_DIR_ENV, str(tmp_path))
+    assert choose_backend("auto", g)[0] == "npu"
+    name, reason = choose_backend("auto", g.replace(npacket=3))
+    assert name != "npu" and "npu: " in reason
 
 
 @pytest.mark.slow

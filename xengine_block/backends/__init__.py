@@ -31,25 +31,25 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def availability() -> dict[str, tuple[bool, str]]:
-    """name -> (usable, reason) for every registered backend."""
+def availability(geometry: Geometry | None = None) -> dict[str, tuple[bool, str]]:
+    """name -> (usable, reason) for every registered backend (for ``geometry`` if given)."""
     result = {}
     for name in REGISTRY:
         try:
-            result[name] = backend_class(name).availability()
+            result[name] = backend_class(name).availability(geometry)
         except ImportError as exc:  # optional dependency missing
             result[name] = (False, f"import failed: {exc}")
     return result
 
 
-def choose_backend(name: str = "auto") -> tuple[str, str]:
-    """Resolve ``auto`` to a backend name; returns (name, reason)."""
+def choose_backend(name: str = "auto", geometry: Geometry | None = None) -> tuple[str, str]:
+    """Resolve ``auto`` to a backend name, for ``geometry`` if given; returns (name, reason)."""
     if name != "auto":
-        usable, reason = backend_class(name).availability()
+        usable, reason = backend_class(name).availability(geometry)
         if not usable:
             raise BackendUnavailable(f"backend {name!r} is unavailable: {reason}")
         return name, f"requested by name ({reason})"
-    avail = availability()
+    avail = availability(geometry)
     ranked = sorted((n for n in avail if avail[n][0] and backend_class(n).priority > 0),
                     key=lambda n: -backend_class(n).priority)
     if not ranked:
@@ -63,7 +63,7 @@ def choose_backend(name: str = "auto") -> tuple[str, str]:
 
 def get_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
     """Instantiate a backend by name (or ``auto``), logging the choice and the reason."""
-    chosen, reason = choose_backend(name)
+    chosen, reason = choose_backend(name, geometry)
     log.info("correlator backend %s: %s", chosen, reason)
     backend = backend_class(chosen)(geometry, **kwargs)
     backend.choice_reason = reason

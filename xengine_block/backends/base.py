@@ -32,8 +32,9 @@ class Backend(ABC):
         self.geometry = geometry
 
     @classmethod
-    def availability(cls) -> tuple[bool, str]:
-        """(usable, reason): why this backend can or cannot run on this machine."""
+    def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
+        """(usable, reason): why this backend can or cannot run here (for ``geometry`` if
+        given: e.g. the NPU needs a build for it)."""
         return True, "pure numpy"
 
     def check_frames(self, frames: np.ndarray) -> np.ndarray:

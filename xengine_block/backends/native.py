@@ -114,7 +114,7 @@ class NativeBackend(Backend):
         self.chunk_ksteps = chunk_ksteps
 
     @classmethod
-    def availability(cls) -> tuple[bool, str]:
+    def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
         try:
             _, reason = select_isa("auto")
         except BackendUnavailable as exc:
