@@ -373,6 +373,15 @@ def _stream_config(g: Geometry, rate_gbps: float, batch: int) -> spead2.send.Str
                                     max_heaps=batch * g.npackets_per_frame + 2)
 
 
+def _kernel_limit(name: str, requested: int) -> int:
+    """``requested`` capped at /proc/sys/net/core/NAME (spead2 warns when it gets less)."""
+    try:
+        with open(f"/proc/sys/net/core/{name}") as f:
+            return min(requested, int(f.read()))
+    except (OSError, ValueError):
+        return requested
+
+
 def udp_sender(g: Geometry, *, address: str = DEFAULT_ADDRESS, port: int = DEFAULT_PORT,
                rate_gbps: float = 0.0, chan0: int = 0, batch: int = 1,
                buffer_size: int = 8 << 20, sender_index: int = 0,
@@ -384,7 +393,8 @@ def udp_sender(g: Geometry, *, address: str = DEFAULT_ADDRESS, port: int = DEFAU
     receiver.
     """
     stream = spead2.send.UdpStream(spead2.ThreadPool(1), [(address, port)],
-                                   _stream_config(g, rate_gbps, batch), buffer_size)
+                                   _stream_config(g, rate_gbps, batch),
+                                   _kernel_limit("wmem_max", buffer_size))
     stream.set_cnt_sequence(sender_index + 1, nsenders)
     return FrameSender(g, _StreamTransport(stream), chan0=chan0, batch=batch)
 
