@@ -58,11 +58,11 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     from .pipeline import Pipeline
     from .recording import read_metadata
 
+    if not task.input.exists():
+        raise FileNotFoundError(f"{task.input}: no such recording")
     info = read_metadata(task.input)
     g = info.geometry if options.npacket is None else info.geometry.replace(
         npacket=options.npacket)
-    if not task.input.exists():
-        raise FileNotFoundError(f"{task.input}: no such recording")
     with Pipeline() as pipeline:
         capture = CaptureBlock(PcapSource(str(task.input)), g, info.array, **info.sky,
                                chan0=info.chan0)
