@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
           f"times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), transport {a.transport}")
     print(f"fx: output in {out}")
 
-    senders, pcap_first = [], None  # pcap_first: the file the capture replays afterwards
+    senders = []
+    replay = a.transport == "pcap"  # write the pcap first, then replay it through the capture
     if a.record:
         a.record.parent.mkdir(parents=True, exist_ok=True)
         write_metadata(a.record, array, g, **sky)
@@ -148,15 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         queue = spead2.InprocQueue()
         source = InprocSource(queue)
         senders.append(inproc_sender(g, queue))
-    else:  # pcap: write the file first, then replay it through the capture
+    else:
         pcap = out / "packets.pcap"
-        pcap_first = pcap
         source = PcapSource(str(pcap))
         senders.append(pcap_sender(g, pcap))
 
     errors: list[BaseException] = []
     t0 = time.monotonic()
-    if pcap_first is not None:  # synchronously: the capture reads the finished file
+    if replay:
         send_all(sim, senders, nframe, 4, errors)
     with Pipeline(monitor_interval=a.monitor or None) as pipeline:
         capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving))
-        if pcap_first is None:
+        if not replay:
             fengine.start()
         pipeline.run()
     if fengine.is_alive():
