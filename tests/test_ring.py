@@ -386,3 +386,40 @@ def test_spans_larger_than_the_ring_grow_it():
             assert np.array_equal(ispan.data, frames(0, 50))
         # Room for the writer's gulp plus two of the reader's: neither can starve the other.
         assert ring.total_bytes >= 3 * 50 * FRAME
+
+
+def test_allocator_provides_the_memory_and_data_stay_exact_across_the_wrap():
+    pools: list[np.ndarray] = []
+
+    def allocate(nbyte: int) -> np.ndarray:
+        pools.append(np.full(nbyte + 5, 0xAA, np.uint8))  # odd start: the ring aligns it
+        return pools[-1][5:]
+
+    ring = Ring(allocator=allocate)
+    assert ring.allocator is allocate
+    wgulp, rgulp, total = 3, 5, 120
+    with ring.begin_writing() as w:
+        oseq = w.begin_sequence(header(), wgulp)
+        iseq = ring.open_earliest_sequence(guarantee=True)
+        iseq.resize(rgulp, buffer_factor=2.5)
+        with pytest.raises(RuntimeError, match="already holds"):
+            ring.set_allocator(None)
+        written = read = wrapped = 0
+        while read < total:
+            if written < total and written - read + wgulp <= ring.total_bytes // FRAME - rgulp:
+                write(oseq, written, wgulp)
+                written += wgulp
+                continue
+            if written >= total and oseq._seq.end is None:
+                oseq.end()
+            with iseq.acquire(read, rgulp) as ispan:
+                assert np.shares_memory(ispan.data, pools[-1])  # the allocator's memory
+                wrapped += buffer_offset(ispan, ring) + ispan.data.nbytes > ring.total_bytes
+                assert np.array_equal(ispan.data, frames(read, ispan.nframe))
+                read += ispan.nframe
+        iseq.close()
+    assert pools and wrapped >= 3
+    assert ring._buf.ctypes.data % 64 == 0 and np.shares_memory(ring._buf, pools[-1])
+    short = Ring(allocator=lambda n: np.empty(n - 1, np.uint8))
+    with pytest.raises(ValueError, match="allocator"):
+        short.resize(64)

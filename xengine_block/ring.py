@@ -20,6 +20,9 @@ contiguous numpy view: writes run on into the ghost and are mirrored to the fron
 reads that wrap have the front mirrored into the ghost once (tracked, so several readers pay
 once). Only the wrapped part is ever copied, once per lap. Offsets are absolute Python ints, so
 they never overflow and the buffer size need not be a power of two (Bifrost's C offsets must).
+The buffer comes from ``np.empty`` unless the ring has an *allocator* (``Ring(allocator=fn)`` or
+:meth:`Ring.set_allocator`), e.g. device-visible memory so a consumer can hand spans to a device
+without copying them (the NPU backend's host-only buffer objects).
 
 Differences from Bifrost, on purpose: ``resize`` never waits for open spans (read spans keep the
 old buffer alive and stay valid; an open write span is moved at commit), so growing a ring can
@@ -34,7 +37,7 @@ import itertools
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +145,8 @@ class Ring:
     _ids = itertools.count()
 
     def __init__(self, space: str = "system", name: str | None = None, owner: Any = None,
-                 core: int | None = None) -> None:
+                 core: int | None = None,
+                 allocator: Callable[[int], np.ndarray] | None = None) -> None:
         if space not in HOST_SPACES:
             raise ValueError(f"ring space {space!r} unavailable; this runtime has {HOST_SPACES}")
         self.space = space
@@ -167,6 +171,7 @@ class Ring:
         self._writing_begun = False
         self._writing_ended = False
         self._interrupted = False
+        self._allocator = allocator
 
     def __repr__(self) -> str:
         return f"Ring({self.name!r}, span={self._span}, ghost={self._ghost})"
@@ -182,6 +187,25 @@ class Ring:
     def contiguous_bytes(self) -> int:
         """Longest span (bytes) that can be reserved or acquired as one view."""
         return self._ghost
+
+    @property
+    def allocator(self) -> Callable[[int], np.ndarray] | None:
+        """The memory allocator (None: ``np.empty``); see :meth:`set_allocator`."""
+        return self._allocator
+
+    def set_allocator(self, allocator: Callable[[int], np.ndarray] | None) -> None:
+        """Allocate the buffer with ``allocator(nbytes) -> 1-D uint8 array`` (None: numpy).
+
+        For memory a device can read in place (e.g. an NPU's host-only buffer objects). Every
+        (re)allocation goes through it; the ring keeps only views of what it returns, so the
+        allocator should keep any handle that must outlive the memory alive itself. Only
+        before the ring first allocates: RuntimeError once it holds memory.
+        """
+        with self._cond:
+            if self._span:
+                raise RuntimeError(f"ring {self.name!r} already holds {self._span} bytes; set "
+                                   "its allocator before the first sequence or resize")
+            self._allocator = allocator
 
     def resize(self, contiguous_bytes: int, total_bytes: int | None = None,
                nringlet: int = 1) -> None:
@@ -201,7 +225,14 @@ class Ring:
         total = _round_up(max(total, contiguous, floor, self._span), ALIGN)
         if contiguous == self._ghost and total == self._span:
             return
-        raw = np.empty(total + contiguous + ALIGN, np.uint8)
+        nbyte = total + contiguous + ALIGN
+        if self._allocator is None:
+            raw = np.empty(nbyte, np.uint8)
+        else:
+            raw = self._allocator(nbyte)
+            if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size < nbyte:
+                raise ValueError(f"ring {self.name!r}: the allocator returned {raw.dtype} "
+                                 f"{raw.shape} for {nbyte} bytes; need 1-D uint8 of that size")
         start = -raw.ctypes.data % ALIGN
         new = raw[start:start + total + contiguous]
         pos = max(self._tail, self._head - self._span)

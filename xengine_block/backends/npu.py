@@ -22,6 +22,18 @@ the next free entry's BO as a ``[P, S, C, coarse, 2, fine]`` frames array; whoev
 there (a capture placing packets directly, or the X-engine block copying its ring span once)
 then calls ``correlate(view[:n])``, which sees the frames already live in the BO and only syncs.
 
+Zero copy from a ring: :meth:`NpuBackend.allocate_host` allocates memory as a host-only input
+BO (group of argument 3) and returns it as a uint8 array; a ``Ring`` given it as its allocator
+(``XEngineBlock(geometry=...)`` installs it) keeps its frames there. ``correlate(frames)`` on
+frames lying inside such a BO (by the data pointer of ``__array_interface__``), when the layouts
+coincide and the call has all P packets of the build, copies nothing: it makes an XRT sub-buffer
+of the parent BO at the frames' offset (``pyxrt.bo(parent, size, offset)``, cached per offset),
+syncs only that region and runs the kernel on it with A = B = the sub-buffer. Anything else
+(other S, several channel groups, fewer packets, ``share_diagonal=False``, memory not in a BO)
+takes the copy path. ``stats`` counts which path each call took. The frames must stay
+untouched until the call's job is done (``correlate`` waits, so a ring span it got them from can
+be released right after).
+
 ``correlate`` blocks until the triangle is ready; :meth:`NpuBackend.submit` returns the job at
 once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in flight and overlap
 its filling of the next entry with the device working on the previous one.
@@ -35,6 +47,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import weakref
+from collections import Counter
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -102,6 +116,29 @@ class _Entry:
     views: list[np.ndarray]
     spare: Any = None
     spare_view: np.ndarray | None = None
+    #: A zero-copy call's sub-buffer of ring memory: not a ring slot, never freed to the list.
+    transient: bool = False
+
+
+@dataclass
+class _HostBo:
+    """Memory handed out by :meth:`NpuBackend.allocate_host`: the BO and its mapped bytes."""
+
+    end: int  # address one past the last byte
+    bo: Any
+    array: weakref.ref  # the uint8 array returned (alive while any view of it is)
+    subs: dict[int, Any]  # offset -> sub-buffer of the input size (cached)
+
+
+#: Sub-buffers cached per host BO (offsets repeat lap after lap in a ring of whole gulps).
+MAX_SUB_BOS = 64
+
+
+def _forget_host_bo(registry: dict[int, _HostBo], lock: threading.Lock, start: int,
+                    bo: Any) -> None:
+    with lock:
+        if start in registry and registry[start].bo is bo:
+            del registry[start]
 
 
 class NpuBackend(Backend, BlockPairExecutor):
@@ -134,8 +171,14 @@ class NpuBackend(Backend, BlockPairExecutor):
         self.artifacts = art
         self.design = design_geometry(geometry)
         self.nring = nring
+        self.share_diagonal = share_diagonal
         self.timeout_s = timeout_s
         self.ncalls = 0  # kernel runs so far
+        #: Calls by input path: ``zero_copy_calls`` (frames in allocate_host memory, run in
+        #: place through a sub-buffer), ``in_place_calls`` (frames written into input_buffer()),
+        #: ``copied_calls`` (frames copied into a ring entry's BOs).
+        self.stats: Counter[str] = Counter(zero_copy_calls=0, in_place_calls=0, copied_calls=0)
+        self._host_bos: dict[int, _HostBo] = {}  # by start address
         x = self._xrt
         self._to_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
         self._from_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE
@@ -189,6 +232,56 @@ class NpuBackend(Backend, BlockPairExecutor):
     def _map(bo: Any, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(shape))
         return np.frombuffer(bo.map(), dtype=dtype, count=count).reshape(shape)
+
+    @property
+    def zero_copy(self) -> bool:
+        """True when frames in :meth:`allocate_host` memory are correlated without a copy.
+
+        Needs the frame layout to be the NPU input layout (S == npu_block, one channel group)
+        and ``share_diagonal`` (the one block pair is diagonal: A and B are the same memory).
+        """
+        return frames_are_input(self.geometry) and self.share_diagonal
+
+    def allocate_host(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of host memory the NPU reads in place: a host-only input BO, mapped.
+
+        A ``Ring`` allocator (``ring.set_allocator(backend.allocate_host)``). The BO lives as
+        long as the returned array (any view of it); frames inside it reach :meth:`correlate`'s
+        zero-copy path.
+        """
+        bo = self._bo(nbytes, self._xrt.bo.host_only, A_GROUP)
+        array = np.frombuffer(bo.map(), dtype=np.uint8, count=nbytes)
+        start = array.__array_interface__["data"][0]
+        with self._lock:
+            self._host_bos[start] = _HostBo(start + nbytes, bo, weakref.ref(array), {})
+        weakref.finalize(array, _forget_host_bo, self._host_bos, self._lock, start, bo)
+        self.stats["host_bytes"] += nbytes
+        return array
+
+    def _zero_copy_entry(self, frames: np.ndarray) -> _Entry | None:
+        """A transient entry running ``frames`` in place, or None if they need the copy path."""
+        size = self.design.npu_in_bytes
+        if (not self.zero_copy or frames.shape[0] != self.design.npacket
+                or frames.nbytes != size or not frames.flags.c_contiguous):
+            return None
+        ptr = frames.__array_interface__["data"][0]
+        with self._lock:
+            for start, host in self._host_bos.items():
+                if start <= ptr and ptr + size <= host.end:
+                    break
+            else:
+                return None
+            array = host.array()
+            if array is None:  # freed while we looked (cannot hold frames then)
+                return None
+            offset = ptr - start
+            sub = host.subs.get(offset)
+            if sub is None:
+                if len(host.subs) >= MAX_SUB_BOS:
+                    host.subs.clear()
+                sub = host.subs[offset] = self._xrt.bo(host.bo, size, offset)
+        view = array[offset:offset + size].view(np.int8).reshape(hostio.input_shape(self.design))
+        return _Entry([sub], [view], transient=True)
 
     def input_buffer(self) -> np.ndarray:
         """Reserve the next free ring entry; its input BO as frames ``[P, S, C, coarse, 2, fine]``.
@@ -252,7 +345,8 @@ class NpuBackend(Backend, BlockPairExecutor):
             except Exception as exc:
                 job.fail(exc)
             finally:
-                self._free.put(entry)
+                if not entry.transient:
+                    self._free.put(entry)
 
     def _run_group(self, job: BlockPairJob, entry: _Entry, group: int) -> None:
         for i, j in job.pairs:
@@ -281,6 +375,15 @@ class NpuBackend(Backend, BlockPairExecutor):
         if f.shape[0] > self.design.npacket:
             raise ValueError(f"the xclbin ({geometry_tag(self.design)}) integrates at most "
                              f"{self.design.npacket} packets per call, got {f.shape[0]} frames")
+        entry = self._zero_copy_entry(f)
+        if entry is not None:  # one block, one channel group: the frames are the input
+            self.stats["zero_copy_calls"] += 1
+            job = BlockPairJob(self.geometry, f.shape[0], out)
+            self._to_sync.put((job, entry, 0))
+            return job
+        with self._lock:
+            in_place = f.size > 0 and f.ctypes.data in self._reserved
+        self.stats["in_place_calls" if in_place else "copied_calls"] += 1
         return super().submit(f, out)
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -18,10 +18,14 @@ What it models, so that host mistakes show up as they would on hardware:
   of the design geometry recorded in the simulated xclbin on the device copies of ``a``, ``b``
   and writes ``out``;
 - ``device(i)`` fails for i >= ``ndevices`` (``SimulatedXrt(ndevices=0)``: a machine without
-  an NPU), an xclbin must be registered before a ``hw_context`` uses it.
+  an NPU), an xclbin must be registered before a ``hw_context`` uses it;
+- sub-buffers (``bo(parent, size, offset)``) share the parent's memory (the backend's zero-copy
+  path runs the kernel on sub-buffers of ring memory allocated as host-only BOs).
 
 What it cannot tell: timing, real DMA behaviour, whether XRT accepts one BO as two arguments
-(the backend passes the same BO as A and B on diagonal block pairs; see docs/npu_hardware.md).
+(the backend passes the same BO as A and B on diagonal block pairs; see docs/npu_hardware.md),
+whether XRT/amdxdna accepts sub-buffers of host-only BOs as kernel arguments and with which
+offset alignment.
 """
 
 from __future__ import annotations
@@ -114,14 +118,35 @@ class SimulatedHwContext:
 
 
 class SimulatedBo:
-    """Stands for ``pyxrt.bo(device, nbytes, flags, group)``: host and device copies."""
+    """Stands for ``pyxrt.bo(device, nbytes, flags, group)``: host and device copies.
+
+    ``SimulatedBo(parent, size, offset)`` stands for pyxrt's sub-buffer constructor
+    (``xrt::bo(const bo& parent, size_t size, size_t offset)``): bytes ``[offset, offset +
+    size)`` of the parent, sharing its host and device memory, flags and group; its ``sync``
+    moves only that region.
+    """
 
     host_only = "host_only"
     cacheable = "cacheable"
 
-    def __init__(self, device: SimulatedDevice, nbytes: int, flags: str, group: int) -> None:
+    def __init__(self, device: SimulatedDevice | SimulatedBo, nbytes: int, flags: str | int,
+                 group: int | None = None) -> None:
+        self.parent: SimulatedBo | None = None
+        self.offset = 0
+        if isinstance(device, SimulatedBo) and group is None:
+            parent, offset = device, flags
+            if not isinstance(offset, int) or offset < 0 or offset + nbytes > parent.nbytes:
+                raise RuntimeError(f"simulated XRT: sub-buffer [{offset}, +{nbytes}) outside "
+                                   f"its parent of {parent.nbytes} bytes")
+            self.device, self.nbytes = parent.device, int(nbytes)
+            self.flags, self.group = parent.flags, parent.group
+            self.parent, self.offset = parent, parent.offset + offset
+            self.host = parent.host[offset:offset + self.nbytes]
+            self.dev = parent.dev[offset:offset + self.nbytes]
+            self.device.xrt.count("sub_buffers")
+            return
         if not isinstance(device, SimulatedDevice):
-            raise TypeError("simulated XRT: bo needs a device")
+            raise TypeError("simulated XRT: bo needs a device (or a parent bo, size, offset)")
         if flags not in (self.host_only, self.cacheable):
             raise ValueError(f"simulated XRT: unknown BO flags {flags!r}")
         self.device, self.nbytes, self.flags, self.group = device, int(nbytes), flags, group
