@@ -17,12 +17,14 @@ pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validat
 
 
 class FramesSource(SourceBlock):
-    """Emits given capture frames and presence mask as one sequence (stands in for capture)."""
+    """Emits given capture frames and presence mask as one sequence (stands in for capture);
+    records where each output span lay (zero-copy tests)."""
 
-    def __init__(self, frames, mask, header, time_tag, gulp_nframe):
+    def __init__(self, frames, mask, header, gulp_nframe, time_tag=0):
         super().__init__(["frames"], gulp_nframe=gulp_nframe)
         self.orings = [self.create_ring(), self.create_ring()]
         self.frames, self.mask, self.header, self.time_tag = frames, mask, header, time_tag
+        self.span_addresses: list[int] = []
 
     def create_reader(self, name):
         return iter(range(0, len(self.frames), self.gulp_nframe))
@@ -43,7 +45,8 @@ class FramesSource(SourceBlock):
         if i is None:
             return [0, 0]
         n = min(self.gulp_nframe, len(self.frames) - i)
-        ospans[0].data[:n] = self.frames[i:i + n]
+        self.span_addresses.append(ospans[0].data.ctypes.data)
+        ospans[0].data[:n] = self.frames[i:i + n]  # the one copy: capture -> ring
         ospans[1].data[:n] = self.mask[i:i + n]
         return [n, n]
 
@@ -64,7 +67,7 @@ def run_chain_with_header(tmp_path, g, frames, mask, ninteg, array, **fields):
 
 def run_header(tmp_path, g, frames, mask, ninteg, header, time_tag, **writer_kw):
     with Pipeline() as p:
-        src = FramesSource(frames, mask, header, time_tag, g.npacket)
+        src = FramesSource(frames, mask, header, g.npacket, time_tag)
         x = XEngineBlock(src, backend="cpu")
         integ = IntegrateBlock(x, ninteg=ninteg)
         w = UVH5WriterBlock(integ, directory=tmp_path, **writer_kw)

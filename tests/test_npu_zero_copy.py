@@ -17,46 +17,13 @@ from xengine_block.geometry import small_test_geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.npu import artifacts
 from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
-from xengine_block.pipeline import Pipeline, SinkBlock, SourceBlock
+from xengine_block.pipeline import Pipeline, SinkBlock
 from xengine_block.reference import reference_triangle
 
 from .conftest import random_frames
+from .test_blocks import FramesSource
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class FramesSource(SourceBlock):
-    """Emits given capture frames and presence mask as one sequence (stands in for capture)."""
-
-    def __init__(self, frames, mask, header, gulp_nframe):
-        super().__init__(["frames"], gulp_nframe=gulp_nframe)
-        self.orings = [self.create_ring(), self.create_ring()]
-        self.frames, self.mask, self.header = frames, mask, header
-        self.span_addresses: list[int] = []
-
-    def create_reader(self, name):
-        return iter(range(0, len(self.frames), self.gulp_nframe))
-
-    def on_sequence(self, reader, name):
-        g = self.header["geometry"]
-        data = dict(self.header, name="test", time_tag=0, _tensor={
-            "dtype": "i8", "shape": [-1, g["nstream"], g["nchan"], 60, 2, 8],
-            "labels": ["time", "stream", "freq", "coarse", "reim", "fine"],
-            "scales": [None] * 6, "units": [None] * 6})
-        mask = dict(self.header, name="test.mask", time_tag=0, _tensor={
-            "dtype": "u8", "shape": [-1, g["nstream"]], "labels": ["time", "stream"],
-            "scales": [None, None], "units": [None, None]})
-        return [data, mask]
-
-    def on_data(self, reader, ospans):
-        i = next(reader, None)
-        if i is None:
-            return [0, 0]
-        n = min(self.gulp_nframe, len(self.frames) - i)
-        self.span_addresses.append(ospans[0].data.ctypes.data)
-        ospans[0].data[:n] = self.frames[i:i + n]  # the one copy: capture -> ring
-        ospans[1].data[:n] = self.mask[i:i + n]
-        return [n, n]
 
 
 class Collect(SinkBlock):
