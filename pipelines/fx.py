@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from xengine_block.array import ArrayDescription, default_array
+from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSource
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
         if a.dumps < 1 or a.ninteg < 1:
             raise ValueError("--dumps and --ninteg must be >= 1")
-    except (ValueError, OSError) as exc:
+        choose_backend(a.backend, g)  # an unknown or unusable backend stops here
+    except (ValueError, OSError, BackendUnavailable) as exc:
         print(f"fx: bad configuration: {exc}", file=sys.stderr)
         return 2
     out = a.out or new_output_dir()
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     with Pipeline(monitor_interval=a.monitor or None) as pipeline:
         capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
                                idle_timeout=10.0 if a.transport == "udp" else None)
-        chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg)
+        chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
+                                 geometry=g)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving))
         if not replay:

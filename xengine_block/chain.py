@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .blocks import IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
+from .geometry import Geometry
 from .pipeline import Block
 
 
@@ -30,10 +31,15 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
                      ninteg: int = 1, prefix: str = "xengine_", dumps_per_file: int | None = None,
                      overwrite: bool = False, quicklook: bool = True,
                      filename: str | Path | None = None,
-                     channels: list[int] | None = None) -> Chain:
+                     channels: list[int] | None = None,
+                     geometry: Geometry | None = None) -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
-    pipeline; returns them so a script can read their counters and output paths."""
-    x = XEngineBlock(capture, backend=backend)
+    pipeline; returns them so a script can read their counters and output paths.
+
+    ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
+    script before any work, and the NPU can take frames without a copy (XEngineBlock).
+    """
+    x = XEngineBlock(capture, backend=backend, geometry=geometry)
     integ = IntegrateBlock(x, ninteg=ninteg)
     writer = UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                              dumps_per_file=dumps_per_file, overwrite=overwrite,

@@ -69,7 +69,8 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
         chain = correlator_chain(capture, directory=task.partial.parent, backend=options.backend,
                                  ninteg=options.ninteg, quicklook=False,
                                  filename=task.partial.name, overwrite=True,
-                                 channels=list(options.channels) if options.channels else None)
+                                 channels=list(options.channels) if options.channels else None,
+                                 geometry=g)
         pipeline.run()
     counters = capture.capture_counters()
     if chain.writer.dumps_written == 0:
