@@ -27,6 +27,10 @@ class EmulatorBackend(Backend):
     name = "emulator"
     priority = 1
 
+    @classmethod
+    def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
+        return True, "numpy execution of the NPU dataflow plan (exact, slow: for verification)"
+
     def __init__(self, geometry: Geometry, plan: NpuPlan | None = None) -> None:
         super().__init__(geometry)
         self._fixed_plan = plan
