@@ -29,12 +29,11 @@ XE_AVX2_TARGET void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0
 {
     const size_t blk = xe_block_bytes(p);
     for (int sp = sp0; sp < sp1; sp++) {
-        const int J = p->sp_j[sp], L = p->sp_l[sp];
         for (int sub = 0; sub < 4; sub++) {
-            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
-            if (I > M)
+            int I, M;
+            int32_t *C;
+            if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &C))
                 continue;
-            int32_t *C = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
             const int8_t *x = w->a + I * blk, *y = w->a + M * blk;
             for (int m0 = 0; m0 < 16; m0 += 2)
                 for (int n0 = 0; n0 < 16; n0 += 4) {

@@ -233,12 +233,11 @@ static void kernel_scalar(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1
 {
     const size_t blk = xe_block_bytes(p);
     for (int sp = sp0; sp < sp1; sp++) {
-        const int J = p->sp_j[sp], L = p->sp_l[sp];
         for (int sub = 0; sub < 4; sub++) {
-            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
-            if (I > M)
+            int I, M;
+            int32_t *C;
+            if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &C))
                 continue;
-            int32_t *C = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
             for (int t = 0; t < nt; t++) {
                 const int8_t *x = w->a + I * blk + (size_t)t * XE_TILE_BYTES;
                 const int8_t *y = w->a + M * blk + (size_t)t * XE_TILE_BYTES;
@@ -278,12 +277,11 @@ static void flush(xe_job *job, const xe_work *w, int c)
     int32_t *out = job->out + (size_t)c * (size_t)(S * (S + 1) / 2) * 2;
     pthread_mutex_lock(&job->lock);
     for (int sp = 0; sp < p->nsp; sp++) {
-        const int J = p->sp_j[sp], L = p->sp_l[sp];
         for (int sub = 0; sub < 4; sub++) {
-            const int I = 2 * J + (sub >> 1), M = 2 * L + (sub & 1);
-            if (I > M)
+            int I, M;
+            int32_t *t;
+            if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &t))
                 continue;
-            const int32_t *t = w->acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
             const int32_t *rs = w->rowsum + I * 16;
             for (int m = 0; m < 8 && 8 * I + m < S; m++) {
                 const long j = 8 * I + m;

@@ -46,6 +46,18 @@ typedef struct {
 
 static inline size_t xe_block_bytes(const xe_plan *p) { return (size_t)p->kt * XE_TILE_BYTES; }
 
+/* Sub-block `sub` (0..3) of super pair `sp`: the 8-stream blocks (*I, *M) and their int32
+ * accumulator tile in `acc`. Returns 0 for the block below the diagonal, which the Hermitian
+ * triangle skips: the one place that says which sub-blocks exist. */
+static inline int xe_sub_block(const xe_plan *p, int32_t *acc, int sp, int sub, int *I, int *M,
+                               int32_t **C)
+{
+    *I = 2 * p->sp_j[sp] + (sub >> 1);
+    *M = 2 * p->sp_l[sp] + (sub & 1);
+    *C = acc + ((size_t)sp * 4 + sub) * XE_ACC_INTS;
+    return *I <= *M;
+}
+
 /* Byte offset, inside one block's Y tiles, of group d (8 spectra) of the chunk's real row. */
 static inline size_t xe_y_offset(long d)
 {
