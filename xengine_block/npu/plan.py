@@ -109,12 +109,9 @@ class Dim(NamedTuple):
     stride: int
 
 
-@dataclass(frozen=True)
-class Buffer:
-    """A named buffer in one tile's memory; ``shape`` documents its layout."""
+class _Sized:
+    """Sizes of anything with a ``dtype`` name and a ``shape`` (tile buffers, host buffers)."""
 
-    name: str
-    tile: Tile
     dtype: str
     shape: tuple[int, ...]
 
@@ -129,6 +126,16 @@ class Buffer:
     @property
     def nbytes(self) -> int:
         return self.nelem * self.elem_bytes
+
+
+@dataclass(frozen=True)
+class Buffer(_Sized):
+    """A named buffer in one tile's memory; ``shape`` documents its layout."""
+
+    name: str
+    tile: Tile
+    dtype: str
+    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -217,20 +224,12 @@ class CoreProgram:
 
 
 @dataclass(frozen=True)
-class HostArg:
+class HostArg(_Sized):
     """A runtime-sequence argument (host buffer object), in argument order."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
-
-    @property
-    def nelem(self) -> int:
-        return prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.nelem * ELEM_BYTES[self.dtype]
 
 
 @dataclass(frozen=True)
