@@ -1,5 +1,7 @@
-"""The native backend on EACH dispatch path this CPU can run, bit for bit against the reference,
-and its fallback selection (DESIGN.md section 3; docs/native.md)."""
+"""Native-backend specifics on each dispatch path: chunking, threads, short packets, repeated
+calls, fallback selection (docs/native.md). The foundation cases (zeros, ones, single
+non-zero, random S = 34/64/256/512, all -128 at P = 136) run on every path in
+tests/test_correlator.py."""
 
 from __future__ import annotations
 
@@ -12,10 +14,9 @@ import pytest
 
 from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.backends import native as nat
-from xengine_block.geometry import SEED, Geometry
-from xengine_block.layout import frames_to_natural, natural_to_frames
+from xengine_block.geometry import Geometry
+from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_triangle
-from xengine_block.triangle import baseline_index
 
 from .conftest import random_frames
 
@@ -51,46 +52,6 @@ def test_extension_built():
     ext = nat._extension()  # ImportError here means `pip install -e .` did not build it
     assert set(ext.ISA_NAMES) == set(nat.ISAS)
     assert nat.isa_status()["scalar"][0]
-
-
-@pytest.mark.parametrize("isa", nat.ISAS)
-def test_zeros(isa):
-    g = Geometry(nstream=64, nchan=9, npacket=2)
-    assert not correlate(isa, g, np.zeros((2, *g.frame_shape), np.int8)).any()
-
-
-@pytest.mark.parametrize("isa", nat.ISAS)
-def test_ones(isa):
-    g = Geometry(nstream=64, nchan=9, npacket=3)
-    x = np.zeros((g.nstream, g.nchan, 3 * g.nspectra_pkt, 2), np.int8)
-    x[..., 0] = 1
-    out = correlate(isa, g, natural_to_frames(x, g))
-    assert np.all(out[..., 0] == 3 * 480) and not out[..., 1].any()
-
-
-@pytest.mark.parametrize("isa", nat.ISAS)
-def test_single_nonzero(isa, rng):
-    g = Geometry(nstream=64, nchan=9, npacket=2)
-    s, c, n = int(rng.integers(64)), int(rng.integers(9)), int(rng.integers(960))
-    x = np.zeros((g.nstream, g.nchan, 2 * g.nspectra_pkt, 2), np.int8)
-    x[s, c, n] = (-128, 77)
-    out = correlate(isa, g, natural_to_frames(x, g))
-    assert np.argwhere(out.any(axis=-1)).tolist() == [[c, baseline_index(s, s)]]
-    assert out[c, baseline_index(s, s)].tolist() == [128**2 + 77**2, 0]
-
-
-@pytest.mark.parametrize("isa", nat.ISAS)
-@pytest.mark.parametrize("nstream", [64, 256, 512, 34])
-def test_random(isa, nstream):
-    g, frames, ref = random_case(nstream, 2)
-    assert np.array_equal(correlate(isa, g, frames), ref)
-
-
-@pytest.mark.parametrize("isa", nat.ISAS)
-def test_all_minus_128_at_max_integration(isa):
-    g = Geometry(nstream=34, nchan=9, npacket=SEED.max_npacket)
-    out = correlate(isa, g, np.full((g.npacket, *g.frame_shape), -128, np.int8))
-    assert np.all(out[..., 0] == 136 * 480 * 2 * 128**2) and not out[..., 1].any()
 
 
 @pytest.mark.parametrize("isa", nat.ISAS)
