@@ -25,7 +25,7 @@ from xengine_block.array import ArrayDescription, default_array
 from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSource
 from xengine_block.chain import correlator_chain
-from xengine_block.fengine import FEngineSimulator, PointSource
+from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
 from xengine_block.pipeline import Pipeline
 from xengine_block.recording import write_metadata
@@ -73,20 +73,6 @@ def new_output_dir(base: Path = Path("fx_out")) -> Path:
     raise RuntimeError(f"could not create a new output directory under {base}")
 
 
-def source_at(array: ArrayDescription, t_unix: float, alt: float, az: float) -> PointSource:
-    """An ICRS source that is at (alt, az) at t_unix (it then drifts with the sky)."""
-    from astropy import units as u
-    from astropy.coordinates import AltAz, SkyCoord
-    from astropy.time import Time
-
-    from xengine_block.fengine import offline_astropy
-    offline_astropy()
-    aa = SkyCoord(alt=alt * u.deg, az=az * u.deg,
-                  frame=AltAz(obstime=Time(t_unix, format="unix"),
-                              location=array.earth_location()))
-    return PointSource.from_skycoord(aa, amplitude=1.0)
-
-
 def send_all(sim: FEngineSimulator, senders: list, nframe: int, chunk: int,
              errors: list[BaseException], ready: threading.Event | None = None) -> None:
     """F-engine thread: simulate and send ``nframe`` packet times, then end the streams.
@@ -129,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     sync = float(int(time.time()))
     chan_bw = a.fs_hz  # critically sampled filterbank
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
-    sim = FEngineSimulator(array, g, **sky, sources=[source_at(array, sync, *a.source_alt_az)],
+    sim = FEngineSimulator(array, g, **sky, sources=[PointSource.from_skycoord(
+                               icrs_at_altaz(array, sync, *a.source_alt_az))],
                            noise_sigma=a.noise, gain=8.0, seed=a.seed, direction_interval=8)
     print(f"fx: {array.nant} antennas ({g.nstream} streams) x {g.nchan} channels, "
           f"P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine frames = {nframe} packet "

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
-from xengine_block.fengine import FEngineSimulator, PointSource, offline_astropy
+from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
 
 from .test_blocks import run_chain_with_header
@@ -24,24 +24,12 @@ SYNC = 1780272000.0  # 2026-06-01T00:00:00Z: inside astropy's bundled IERS table
 TOL_RAD = 0.05
 
 
-def source_overhead_ish(array, t_unix):
-    """An ICRS position at altitude ~60 deg, azimuth ~120 deg at time t (so phases are big)."""
-    offline_astropy()
-    from astropy import units as u
-    from astropy.coordinates import AltAz, SkyCoord
-    from astropy.time import Time
-    aa = SkyCoord(alt=60 * u.deg, az=120 * u.deg,
-                  frame=AltAz(obstime=Time(t_unix, format="unix"),
-                              location=array.earth_location()))
-    return aa.icrs
-
-
 def test_point_source_phases_to_zero(tmp_path):
     nant = 8
     array = default_array(nant)
     g = Geometry(nstream=2 * nant, nchan=9, npacket=2)
     fs, freq0, bw = 48000.0, 150e6, 40e3
-    src = source_overhead_ish(array, SYNC)
+    src = icrs_at_altaz(array, SYNC, 60, 120)  # altitude 60, azimuth 120: big phases
     sim = FEngineSimulator(array, g, sync_time=SYNC, fs_hz=fs, freq0_hz=freq0, chan_bw_hz=bw,
                            sources=[PointSource.from_skycoord(src, amplitude=1.0)],
                            noise_sigma=0.01, gain=16.0, seed=5)

@@ -121,6 +121,19 @@ class PointSource:
         return cls.radec(icrs.ra.deg, icrs.dec.deg, amplitude, **kw)
 
 
+def icrs_at_altaz(array: ArrayDescription, t_unix: float, alt_deg: float, az_deg: float):
+    """The ICRS SkyCoord that is at (alt, az) seen from ``array``'s site at ``t_unix``: a sky
+    source placed where a test or demo wants it at the start (it then drifts with the sky)."""
+    offline_astropy()
+    from astropy import units as u
+    from astropy.coordinates import AltAz, SkyCoord
+    from astropy.time import Time
+    aa = SkyCoord(alt=alt_deg * u.deg, az=az_deg * u.deg,
+                  frame=AltAz(obstime=Time(t_unix, format="unix"),
+                              location=array.earth_location()))
+    return aa.icrs
+
+
 def altaz_to_enu(alt_deg: np.ndarray, az_deg: np.ndarray) -> np.ndarray:
     """Unit vectors ``[..., 3]`` (east, north, up) of directions (azimuth east of north)."""
     alt, az = np.radians(alt_deg), np.radians(az_deg)
