@@ -1,5 +1,5 @@
-"""Ring header helpers shared by the blocks (DESIGN.md section 5): one place that knows how a
-header is derived from its input's and what the frequency and time axes are."""
+"""Helpers shared by the blocks (DESIGN.md section 5): how a header is derived from its
+input's, what the frequency and time axes are, and how a block takes a paired input."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ import copy
 from typing import Any
 
 import numpy as np
+
+
+def paired_inputs(first: Any, second: Any | None) -> list[Any]:
+    """The two lockstep inputs of a block: given rings/blocks, or a block's two outputs
+    (data + mask from the capture, visibilities + valid counts downstream)."""
+    if second is None:
+        return [first.orings[0], first.orings[1]]
+    return [first, second]
+
 
 BASELINE_ORDER = "triangle: b = k*(k+1)/2 + j for streams j <= k; value sum x_j conj(x_k)"
 

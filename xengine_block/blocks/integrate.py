@@ -17,7 +17,7 @@ from typing import Any
 from ..integration import Integrator
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
-from .headers import derive_header, time_scale
+from .headers import derive_header, paired_inputs, time_scale
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,7 @@ class IntegrateBlock(MultiTransformBlock):
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *, ninteg: int,
                  **kwargs: Any) -> None:
-        if valid is None:
-            valid = vis.orings[1]  # type: ignore[union-attr]
-            vis = vis.orings[0]  # type: ignore[union-attr]
-        super().__init__([vis, valid], gulp_nframe=1, **kwargs)
+        super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
         if ninteg < 1:
             raise ValueError(f"ninteg must be >= 1 X-engine frame, got {ninteg}")
         self.ninteg = ninteg

@@ -21,7 +21,7 @@ from ..integration import counts_per_channel
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
 from ..uvh5 import SiteInfo, UVH5Writer
-from .headers import channel_freqs, frame_start_unix
+from .headers import channel_freqs, frame_start_unix, paired_inputs
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,7 @@ class UVH5WriterBlock(MultiTransformBlock):
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
                  overwrite: bool = False, filename: str | Path | None = None,
                  channels: list[int] | None = None, **kwargs: Any) -> None:
-        if valid is None:
-            valid = vis.orings[1]  # type: ignore[union-attr]
-            vis = vis.orings[0]  # type: ignore[union-attr]
-        super().__init__([vis, valid], gulp_nframe=1, **kwargs)
+        super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
         self.orings = []
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")

@@ -17,7 +17,7 @@ from ..geometry import Geometry
 from ..integration import valid_counts
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
-from .headers import BASELINE_ORDER, derive_header, time_scale
+from .headers import BASELINE_ORDER, derive_header, paired_inputs, time_scale
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,7 @@ class XEngineBlock(MultiTransformBlock):
     def __init__(self, data: Block | Ring, mask: Block | Ring | None = None, *,
                  backend: str = "auto", geometry: Geometry | None = None,
                  backend_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if mask is None:  # a capture block: its two outputs
-            mask = data.orings[1]  # type: ignore[union-attr]
-            data = data.orings[0]  # type: ignore[union-attr]
-        super().__init__([data, mask], **kwargs)
+        super().__init__(paired_inputs(data, mask), **kwargs)
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
         if self.backend_options and backend == "auto":
