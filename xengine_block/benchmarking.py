@@ -21,8 +21,8 @@ import numpy as np
 
 from .backends import get_backend
 from .geometry import Geometry
-from .layout import frames_to_natural
-from .triangle import triangle_streams
+from .layout import frames_to_natural, to_complex
+from .triangle import pack_triangle
 
 
 def tops(msps: float, nstream: int) -> tuple[float, float]:
@@ -41,42 +41,32 @@ def _best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 
 def _complex_samples(frames: np.ndarray, g: Geometry, dtype) -> np.ndarray:
-    """[C, S, nspec] complex array of the frames' samples."""
-    x = frames_to_natural(frames, g)
-    z = np.empty((g.nchan, g.nstream, x.shape[2]), dtype)
-    z.real = x[..., 0].transpose(1, 0, 2)
-    z.imag = x[..., 1].transpose(1, 0, 2)
-    return z
+    """[C, S, nspec] complex array of the frames' samples (int8 is exact in any of them)."""
+    return np.moveaxis(to_complex(frames_to_natural(frames, g)), 1, 0).astype(dtype)
+
+
+def _triangle_of(full: np.ndarray) -> np.ndarray:
+    """Packed int64 triangle of full complex matrices (rounded: peers may not be exact)."""
+    return pack_triangle(np.rint(full.real), np.rint(full.imag), out_dtype=np.int64)
 
 
 def exact_oracle(frames: np.ndarray, g: Geometry) -> np.ndarray:
-    """Packed triangle via complex128 BLAS (exact: see module docstring)."""
+    """Packed triangle via complex128 BLAS (exact: see module docstring), channel by channel
+    to bound memory."""
     z = _complex_samples(frames, g, np.complex128)
-    j, k = triangle_streams(g.nstream)
-    out = np.empty((g.nchan, j.size, 2), np.int64)
-    for c in range(g.nchan):
-        full = z[c] @ z[c].conj().T
-        out[c, :, 0] = full.real[j, k]
-        out[c, :, 1] = full.imag[j, k]
-    return out
-
-
-def _triangle_of(full: np.ndarray, g: Geometry) -> np.ndarray:
-    j, k = triangle_streams(g.nstream)
-    vals = full[:, j, k]
-    return np.stack([np.rint(vals.real), np.rint(vals.imag)], axis=-1).astype(np.int64)
+    return np.stack([_triangle_of(z[c] @ z[c].conj().T) for c in range(g.nchan)])
 
 
 def peer_einsum(frames: np.ndarray, g: Geometry) -> np.ndarray:
     """What a user would write first: complex64 einsum over all stream pairs."""
     z = _complex_samples(frames, g, np.complex64)
-    return _triangle_of(np.einsum("csn,ctn->cst", z, z.conj()), g)
+    return _triangle_of(np.einsum("csn,ctn->cst", z, z.conj()))
 
 
 def peer_matmul(frames: np.ndarray, g: Geometry) -> np.ndarray:
     """Per-channel complex64 ``A @ A.conj().T`` (full matrix, float32 accumulation)."""
     z = _complex_samples(frames, g, np.complex64)
-    return _triangle_of(np.stack([z[c] @ z[c].conj().T for c in range(g.nchan)]), g)
+    return _triangle_of(np.stack([z[c] @ z[c].conj().T for c in range(g.nchan)]))
 
 
 def triangle_int8_tops(msps: float, nstream: int) -> float:
