@@ -7,8 +7,11 @@ For each geometry, into ``aie/build/<tag>/`` (the directory the ``npu`` backend 
    (``xengine_block/npu/design.py``; needs mlir-aie's Python package);
 2. ``xcorr.o``: ``kernels/xcorr.cc`` compiled by Peano (llvm-aie) for AIE2P with -DN/-DM/-DT
    from the geometry;
-3. ``xcorr.xclbin`` and ``insts.bin``: ``aiecc`` (no xchesscc, no xbridge: Peano only);
-4. ``build.json``: the design geometry, which the backend checks before loading.
+3. ``xcorr.xclbin`` and ``insts.bin``: ``aiecc`` with ``design.mlir`` as its one input (the
+   kernel object is linked through ``external_func(link_with=...)``), its command line built
+   for the driver generation its ``--help`` shows (``xengine_block/npu/aiecc.py``);
+4. ``build.json``: the design geometry, the pinned mlir-aie release, the installed mlir-aie and
+   the aiecc generation used; the backend checks the geometry before loading.
 
     python aie/build.py                       # seed and small geometries
     python aie/build.py --geometry seed --npacket 68
@@ -33,6 +36,14 @@ from pathlib import Path
 
 from xengine_block.geometry import Geometry
 from xengine_block.npu import build_plan
+from xengine_block.npu.aiecc import (
+    MLIR_AIE_RELEASE,
+    AieccDriver,
+    AieccError,
+    aiecc_args,
+    detect_driver,
+    read_help,
+)
 from xengine_block.npu.artifacts import (
     DEFAULT_BUILD_ROOT,
     INSTS_NAME,
@@ -52,8 +63,6 @@ DESIGN_NAME = "design.mlir"
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
                "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined",
                "-Wno-empty-body", "-Wno-missing-template-arg-list-after-template-kw")
-AIECC_FLAGS = ("--aie-generate-xclbin", "--aie-generate-npu-insts", "--no-xchesscc",
-               "--no-xbridge")
 
 INSTALL_TEXT = f"""\
 How to get the toolchain (Linux x86_64, Python 3.10+, in a virtual environment):
@@ -76,6 +85,9 @@ class Toolchain:
     xclbinutil: Path | None
     python_aie: bool
     problems: tuple[str, ...]
+    #: aiecc's ``--help`` (None when aiecc is absent) and the generation it shows.
+    aiecc_help: str | None = None
+    aiecc_driver: AieccDriver | None = None
 
 
 def _peano_clang() -> tuple[Path | None, str]:
@@ -138,11 +150,19 @@ def probe_toolchain() -> Toolchain:
     aiecc = shutil.which("aiecc") or shutil.which("aiecc.py")
     if aiecc is None:
         problems.append("aiecc not on PATH (installed by the mlir_aie wheel)")
+    help_text, driver = None, None
+    if aiecc is not None:
+        try:
+            help_text = read_help(aiecc)
+            driver = detect_driver(help_text)
+        except AieccError as exc:
+            problems.append(str(exc))
     xclbinutil = shutil.which("xclbinutil")
     if xclbinutil is None:
         problems.append("xclbinutil not on PATH (part of XRT; source /opt/xilinx/xrt/setup.sh)")
     return Toolchain(clang, include, Path(aiecc) if aiecc else None,
-                     Path(xclbinutil) if xclbinutil else None, python_aie, tuple(problems))
+                     Path(xclbinutil) if xclbinutil else None, python_aie, tuple(problems),
+                     help_text, driver)
 
 
 def kernel_command(tc: Toolchain, g: Geometry, art: Artifacts) -> list[str]:
@@ -154,10 +174,26 @@ def kernel_command(tc: Toolchain, g: Geometry, art: Artifacts) -> list[str]:
 
 
 def aiecc_command(tc: Toolchain) -> list[str]:
-    """aiecc, run inside the build directory (the design links ``xcorr.o`` from there)."""
-    return [str(tc.aiecc or "<aiecc>"), "--tmpdir", "prj", *AIECC_FLAGS,
-            f"--xclbin-name={XCLBIN_NAME}", f"--npu-insts-name={INSTS_NAME}",
-            KERNEL_OBJECT, DESIGN_NAME]
+    """aiecc with ``design.mlir`` as its one input, run inside the build directory (the design
+    links ``xcorr.o`` from there through ``external_func(link_with=...)``).
+
+    Built for the generation ``aiecc --help`` showed; without aiecc (a dry run here) for the
+    newest generation (``--get-xclbin``).
+    """
+    driver = tc.aiecc_driver or AieccDriver.GRAPH
+    peano = str(tc.clang.parent.parent) if tc.clang is not None else None
+    return [str(tc.aiecc or "<aiecc>"),
+            *aiecc_args(driver, DESIGN_NAME, xclbin=XCLBIN_NAME, insts=INSTS_NAME,
+                        peano=peano, help_text=tc.aiecc_help)]
+
+
+def installed_mlir_aie() -> str | None:
+    """The installed mlir_aie wheel's version, if any (recorded in the manifest)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("mlir_aie")
+    except (ImportError, PackageNotFoundError):
+        return None
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
@@ -175,7 +211,9 @@ def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Arti
     if dry_run:
         print(f"+ write {art.directory / DESIGN_NAME} (mlir-aie design of the plan)")
         print("+", " ".join(kernel_command(tc, g, art)))
-        print(f"+ (cd {art.directory} &&", " ".join(aiecc_command(tc)) + ")")
+        driver = tc.aiecc_driver.value if tc.aiecc_driver else "newest (aiecc not found)"
+        print(f"+ (cd {art.directory} &&", " ".join(aiecc_command(tc)) + ")",
+              f"  # aiecc driver: {driver}")
         return art
     art.directory.mkdir(parents=True, exist_ok=True)
     (art.directory / DESIGN_NAME).write_text(to_mlir(plan) + "\n")
@@ -184,7 +222,9 @@ def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Arti
     for path in (art.xclbin, art.insts):
         if not path.is_file():
             raise SystemExit(f"build.py: aiecc finished but {path} is missing")
-    art.write_manifest(g, kernel=KERNEL_NAME)
+    art.write_manifest(g, kernel=KERNEL_NAME, mlir_aie_release=MLIR_AIE_RELEASE["wheel"],
+                       mlir_aie_installed=installed_mlir_aie(),
+                       aiecc_driver=tc.aiecc_driver.value if tc.aiecc_driver else None)
     print(f"built {art.xclbin} and {art.insts}", flush=True)
     return art
 
@@ -203,8 +243,13 @@ def main(argv: list[str] | None = None) -> int:
               *[f"  - {x}" for x in tc.problems], INSTALL_TEXT, sep="\n", file=sys.stderr)
         return 2
     if a.check:
-        print(f"toolchain complete: clang++ {tc.clang}, aiecc {tc.aiecc}, include {tc.include}, "
+        print(f"toolchain complete: clang++ {tc.clang}, aiecc {tc.aiecc} "
+              f"({tc.aiecc_driver.value} driver), include {tc.include}, "
               f"xclbinutil {tc.xclbinutil}")
+        installed = installed_mlir_aie()
+        if installed and installed not in MLIR_AIE_RELEASE["wheel"]:
+            print(f"note: mlir_aie {installed} is installed; the design was checked against "
+                  f"{MLIR_AIE_RELEASE['wheel']}")
         return 0
     names = sorted(NAMED_GEOMETRIES) if a.geometry == "all" else [a.geometry]
     for name in names:
