@@ -109,7 +109,7 @@ MUTATIONS = {
     "SHIM_TILE_BDS": lambda: SEED_PLAN.replace(tasks=SEED_PLAN.tasks + tuple(
         dataclasses.replace(SEED_PLAN.tasks[0], name=f"extra{i}") for i in range(14))),
     "BD_DIM_SIZE": lambda: SEED_PLAN.replace_bd(
-        "mem_a_r0_out_buf0_call0", dims=(Dim(8, 7680), Dim(1920, 1))),
+        "mem_a_r0_out_buf0_call0", dims=(Dim(1024, 15), Dim(15, 1))),
     "BD_ALIGN_BYTES": lambda: SEED_PLAN.replace_bd("mem_a_r0_in0_buf0", offset=2),
     "COMPUTE_TILE_CHANNELS": lambda: SEED_PLAN.replace(chains=tuple(
         dataclasses.replace(c, port=Port(CT, S2MM, 2)) if c.port == Port(CT, S2MM, 1) else c
@@ -130,6 +130,13 @@ MUTATIONS = {
     "COMPUTE_TILE_LOCKS": lambda: SEED_PLAN.replace(locks=SEED_PLAN.locks + tuple(
         Lock(f"extra{i}", CT, 6 + i, 0) for i in range(11))),
     limits.FLOW_CONNECTED: lambda: SEED_PLAN.replace(flows=SEED_PLAN.flows[1:]),
+    limits.MEM_TILE_BD_PARITY: lambda: SEED_PLAN.replace_bd("mem_a_r0_in1_buf0", bd_id=5),
+    limits.BD_ID: lambda: SEED_PLAN.replace_bd("a_in_buf1_c0_r0", bd_id=0),
+    limits.SHIM_STRIDE_WORDS: lambda: SEED_PLAN.replace_task(
+        "in_a_r0_h0", dims=(Dim(9, 960), Dim(136, 8640 * 512), Dim(32, 8640), Dim(960, 1))),
+    limits.SHIM_ITERATION_SIZE: lambda: SEED_PLAN.replace_task(
+        "in_a_r0_h0", dims=(Dim(65, 960), Dim(136, 8640 * 256), Dim(32, 8640), Dim(960, 1)),
+        repeat_count=64),
     limits.PING_PONG_PARITY: lambda: SEED_PLAN.replace(cores=(dataclasses.replace(
         SEED_PLAN.cores[0], calls_per_integration=3),) + SEED_PLAN.cores[1:]),
 }
@@ -153,3 +160,57 @@ def test_named_places_in_errors():
         MUTATIONS["BD_DIM_SIZE"]().validate()
     with pytest.raises(PlanError, match="COMPUTE_TILE_MEMORY"):
         build_plan(SEED.replace(tile_t=20))
+
+
+# ------------------------------------------------------------------ rules read from mlir-aie
+def test_memory_tile_bds_follow_channel_parity():
+    """isBdChannelAccessible: even channels BDs 0-23, odd channels 24-47 (the seed fits)."""
+    for plan in (SEED_PLAN, SMALL_PLAN):
+        for tile in plan.tiles:
+            if tile.kind != "mem":
+                continue
+            for bd in plan.bds_of(tile):
+                assert (bd.bd_id >= 24) == (bd.port.channel % 2 == 1), bd.name
+    odd = SEED_PLAN.bd("mem_a_r0_in1_buf0")
+    assert odd.port.channel == 1 and odd.bd_id == 24
+
+
+def test_eight_calls_per_packet_passed_before_and_now_fails():
+    """48 BDs in one pool would hold it (29 on the A/output tile); the even half cannot (25)."""
+    g = SEED.replace(ncoarse=40, tile_t=5)
+    assert g.npu_ncalls_per_packet == 8
+    plan = build_plan(g, validate=False)
+    assert max(len(plan.bds_of(t)) for t in plan.tiles if t.kind == "mem") <= limits.MEM_TILE_BDS
+    with pytest.raises(PlanError) as info:
+        plan.validate()
+    assert info.value.limit == limits.MEM_TILE_BD_PARITY
+    assert "25 BDs on even channels" in str(info.value)
+
+
+def test_contiguous_runs_are_counted_in_words():
+    """bad_npu_nd.mlir: 2048 int8 elements are 512 words (legal); 1536 words are not."""
+    SEED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(15, 2048), Dim(2048, 1))).validate()
+    SEED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(8, 512), Dim(512, 1))).validate()
+    with pytest.raises(PlanError, match="1536 32-bit words") as info:
+        SEED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(5, 6144), Dim(6144, 1))).validate()
+    assert info.value.limit == "BD_DIM_SIZE"
+    with pytest.raises(PlanError, match="1024 32-bit words"):
+        SEED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(4, 1024), Dim(1024, 1))).validate()
+
+
+def test_shim_strides_in_words_and_a_size_one_dimension_is_exempt():
+    words = limits.SHIM_STRIDE_MAX_WORDS
+    seed_task = next(t for t in SEED_PLAN.tasks if t.name == "in_a_r0_h0")
+    assert seed_task.dims[1].stride // 4 <= words  # 552,960 words per packet
+    # the limit itself is allowed (int8: 4 bytes per word) ...
+    ok = (Dim(9, 960), Dim(2, 4 * words), Dim(32, 8640), Dim(960, 1))
+    SEED_PLAN.replace_task("in_a_r0_h0", dims=ok, offset=0).replace(
+        host_args=_bigger_a(SEED_PLAN, 1 << 30)).validate()
+    # ... a size-1 dimension's stride is not a stride at all
+    one = (Dim(9, 960), Dim(1, 8 * words), Dim(32, 8640), Dim(960, 1))
+    SEED_PLAN.replace_task("in_a_r0_h0", dims=one).validate()
+
+
+def _bigger_a(plan, nbytes):
+    return tuple(dataclasses.replace(h, shape=(nbytes,)) if h.name == "a" else h
+                 for h in plan.host_args)

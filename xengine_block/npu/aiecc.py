@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from enum import Enum
+from enum import StrEnum
 
 #: The mlir-aie release the design and this command line were checked against (the wheel and
 #: the source commits read; docs/npu_hardware.md). The build records it in ``build.json``.
@@ -45,7 +45,7 @@ MLIR_AIE_RELEASE = {
 }
 
 
-class AieccDriver(str, Enum):
+class AieccDriver(StrEnum):
     """The aiecc generations (see the module docstring)."""
 
     PYTHON = "python"

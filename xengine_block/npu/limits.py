@@ -29,6 +29,10 @@ MEM_TILE_MEMORY = 512 * 1024
 COMPUTE_TILE_BDS = 16
 MEM_TILE_BDS = 48
 SHIM_TILE_BDS = 16
+#: A memory tile's BDs are split by channel parity (mlir-aie AIE2 target model,
+#: ``AIETargetModel::isBdChannelAccessible``): even channels use BDs 0-23, odd channels 24-47.
+MEM_TILE_BD_PARITY = "MEM_TILE_BD_PARITY"
+MEM_TILE_BDS_PER_PARITY = MEM_TILE_BDS // 2
 
 #: DMA channels per direction (S2MM = stream to memory, MM2S = memory to stream).
 COMPUTE_TILE_CHANNELS = 2
@@ -42,9 +46,19 @@ MEM_TILE_BD_DIMS = 4
 SHIM_TILE_BD_DIMS = 4
 
 #: Every BD dimension's size must be < 1024 (de-linearise long runs, e.g. 1920 = 15 x 128).
+#: The innermost, contiguous dimension is counted in 32-bit words (an int8 run of 2048 bytes
+#: is 512 words); the outer sizes are counts (mlir-aie test/dialect/AIEX/bad_npu_nd.mlir).
 BD_DIM_SIZE = 1024
 #: DMAs move 32-bit words: offsets, strides and lengths must be multiples of 4 bytes.
 BD_ALIGN_BYTES = 4
+#: Shim DMA task (runtime sequence) strides, in 32-bit words, for every dimension with a size
+#: > 1: [1, 2^20] (``bad_ipu_nd_stride.mlir``: "Stride 1 exceeds the [1:1M] range").
+SHIM_STRIDE_WORDS = "SHIM_STRIDE_WORDS"
+SHIM_STRIDE_MAX_WORDS = 1 << 20
+#: The outermost (iteration / repeat) size of a shim task: [1, 64]
+#: (``bad_ipu_nd_repeat.mlir``: "Length 3 exceeds the [1:64] range").
+SHIM_ITERATION_SIZE = "SHIM_ITERATION_SIZE"
+SHIM_ITERATION_MAX = 64
 
 #: Hardware locks per tile (semaphores with values 0..LOCK_VALUE_MAX).
 COMPUTE_TILE_LOCKS = 16
@@ -58,5 +72,6 @@ SHIM_REPEAT_COUNT = "SHIM_REPEAT_COUNT"
 TILE_IN_ARRAY = "TILE_IN_ARRAY"
 BD_IN_BUFFER = "BD_IN_BUFFER"
 BD_CHAIN = "BD_CHAIN"
+BD_ID = "BD_ID"
 FLOW_CONNECTED = "FLOW_CONNECTED"
 PING_PONG_PARITY = "PING_PONG_PARITY"

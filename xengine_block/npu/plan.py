@@ -395,7 +395,7 @@ class _Builder:
         self.cores: list[CoreProgram] = []
         self.tasks: list[ShimTask] = []
         self._nlock: dict[Tile, int] = {}
-        self._nbd: dict[Tile, int] = {}
+        self._nbd: dict[tuple[Tile, int], int] = {}
 
     def buffer(self, name: str, tile: Tile, dtype: str, shape: tuple[int, ...]) -> str:
         self.buffers.append(Buffer(name, tile, dtype, shape))
@@ -411,11 +411,18 @@ class _Builder:
         return next(buf.nelem for buf in self.buffers if buf.name == name)
 
     def chain(self, port: Port, specs: list[dict]) -> None:
-        """specs: BufferDescriptor fields except port and bd_id."""
+        """specs: BufferDescriptor fields except port and bd_id.
+
+        BD ids count up per tile in creation order; a memory tile has two pools split by
+        channel parity (even channels from 0, odd from 24), as aiecc assigns them. A pool that
+        overflows runs into the other half, which the validator reports.
+        """
+        pool = (port.tile, port.channel % 2 if port.tile.kind == "mem" else 0)
+        base = limits.MEM_TILE_BDS_PER_PARITY * pool[1]
         bds = []
         for spec in specs:
-            bd_id = self._nbd.get(port.tile, 0)
-            self._nbd[port.tile] = bd_id + 1
+            bd_id = self._nbd.get(pool, base)
+            self._nbd[pool] = bd_id + 1
             bds.append(BufferDescriptor(port=port, bd_id=bd_id, **spec))
         self.chains.append(DmaChain(port, tuple(bds)))
 

@@ -94,6 +94,11 @@ def _check_port(port: Port) -> None:
                         f"{nchan} {port.direction} channels")
 
 
+def _words(elements: int, elem_bytes: int) -> int:
+    """Elements as 32-bit words (the DMAs' unit), rounded up (alignment is checked apart)."""
+    return -(-elements * elem_bytes // limits.BD_ALIGN_BYTES)
+
+
 def _check_dims(kind: str, offset: int, length: int, dims: tuple[Dim, ...], elem_bytes: int,
                 capacity: int, where: object) -> None:
     """Dimension count, sizes < 1024, 32-bit alignment, and that the pattern stays in bounds."""
@@ -101,9 +106,12 @@ def _check_dims(kind: str, offset: int, length: int, dims: tuple[Dim, ...], elem
     if len(dims) > ndim_max:
         raise PlanError(ndim_name, where, f"{len(dims)} dimensions; a {kind} BD has at most "
                         f"{ndim_max}")
-    for d in dims:
-        if not 1 <= d.size < limits.BD_DIM_SIZE:
-            raise PlanError("BD_DIM_SIZE", where, f"dimension size {d.size} must be in 1.."
+    for i, d in enumerate(dims):
+        contiguous = i == len(dims) - 1 and d.stride == 1
+        size = _words(d.size, elem_bytes) if contiguous else d.size
+        if not 1 <= size < limits.BD_DIM_SIZE:
+            unit = " 32-bit words" if contiguous else ""
+            raise PlanError("BD_DIM_SIZE", where, f"dimension size {size}{unit} must be in 1.."
                             f"{limits.BD_DIM_SIZE - 1} (de-linearise long runs)")
     if dims and prod(d.size for d in dims) != length:
         raise PlanError("BD_LENGTH", where, f"dimension sizes {[d.size for d in dims]} move "
@@ -163,13 +171,48 @@ def _check_task(plan: NpuPlan, task: ShimTask) -> None:
     host = plan.host_arg_map.get(task.host)
     if host is None:
         raise PlanError(limits.BD_IN_BUFFER, where, f"unknown host buffer {task.host!r}")
+    iterated = len(task.dims) == limits.SHIM_TILE_BD_DIMS and task.dims[0].size > 1
+    elem = ELEM_BYTES[host.dtype]
+    for i, d in enumerate(task.dims):
+        innermost_run = i == len(task.dims) - 1 and d.stride == 1
+        if d.size > 1 and not innermost_run:
+            words = d.stride * elem // limits.BD_ALIGN_BYTES
+            if not 1 <= words <= limits.SHIM_STRIDE_MAX_WORDS:
+                raise PlanError(limits.SHIM_STRIDE_WORDS, where, f"stride of dimension {i} is "
+                                f"{words} 32-bit words; a shim task's strides are in [1, "
+                                f"{limits.SHIM_STRIDE_MAX_WORDS}]")
+    if len(task.dims) == limits.SHIM_TILE_BD_DIMS and not (
+            1 <= task.dims[0].size <= limits.SHIM_ITERATION_MAX):
+        raise PlanError(limits.SHIM_ITERATION_SIZE, where, f"iteration (outermost) size "
+                        f"{task.dims[0].size} is outside [1, {limits.SHIM_ITERATION_MAX}]")
     _check_dims("shim", task.offset, task.length, task.dims, ELEM_BYTES[host.dtype],
                 host.nelem, where)
-    iterated = len(task.dims) == limits.SHIM_TILE_BD_DIMS and task.dims[0].size > 1
     want = task.dims[0].size - 1 if iterated else 0
     if task.repeat_count != want:
         raise PlanError(limits.SHIM_REPEAT_COUNT, where, f"repeat_count is {task.repeat_count}; "
                         f"with outermost size {task.dims[0].size} it must be {want}")
+
+
+def _check_bd_ids(plan: NpuPlan, tile: Tile, bd_limit: int, bd_name: str) -> None:
+    """BD ids in range and unique per tile; on memory tiles in their channel parity's half."""
+    seen: dict[int, str] = {}
+    for bd in plan.bds_of(tile):
+        if tile.kind == "mem":
+            half = limits.MEM_TILE_BDS_PER_PARITY
+            lo = half * (bd.port.channel % 2)
+            if not lo <= bd.bd_id < lo + half:
+                parity = "odd" if bd.port.channel % 2 else "even"
+                n = sum(1 for b in plan.bds_of(tile) if b.port.channel % 2 == bd.port.channel % 2)
+                raise PlanError(limits.MEM_TILE_BD_PARITY, f"{bd.port} BD {bd.name}",
+                                f"BD id {bd.bd_id} on an {parity} channel; {parity} channels "
+                                f"use BDs {lo}-{lo + half - 1} ({n} BDs on {parity} channels "
+                                f"of this tile, at most {half})")
+        if not 0 <= bd.bd_id < bd_limit:
+            raise PlanError(bd_name, bd.name, f"BD id {bd.bd_id} outside 0..{bd_limit - 1}")
+        if bd.bd_id in seen:
+            raise PlanError(limits.BD_ID, bd.name, f"BD id {bd.bd_id} also used by "
+                            f"{seen[bd.bd_id]}")
+        seen[bd.bd_id] = bd.name
 
 
 def validate_plan(plan: NpuPlan) -> PlanReport:
@@ -247,6 +290,7 @@ def validate_plan(plan: NpuPlan) -> PlanReport:
         if nbd > bd_limit:
             raise PlanError(bd_name, tile, f"{nbd} buffer descriptors; a {kind} tile has "
                             f"{bd_limit}")
+        _check_bd_ids(plan, tile, bd_limit, bd_name)
         locks = plan.locks_of(tile)
         if len(locks) > lock_limit:
             raise PlanError(lock_name, tile, f"{len(locks)} locks; a {kind} tile has "
