@@ -34,6 +34,18 @@ takes the copy path. ``stats`` counts which path each call took. The frames must
 untouched until the call's job is done (``correlate`` waits, so a ring span it got them from can
 be released right after).
 
+pyxrt keeps Python's GIL for the whole of ``run.wait``, ``bo.sync`` and ``kernel(...)`` (XRT's
+``pyxrt.cpp`` releases it nowhere). A ``run.wait()`` would therefore stop every other thread
+(the sync thread included) for the whole kernel run, and a hung NPU would freeze the process
+with no timeout able to fire. So the launch thread never blocks in pyxrt: it polls
+``run.state()`` (a short call) and sleeps ``poll_s`` between polls (sleeping releases the GIL);
+the sync thread's ``sync`` of the next entry then runs while the NPU computes. A run not done
+after ``timeout_s`` fails its job with :class:`NpuTimeout` naming the call, and the backend
+refuses further work (the NPU is presumably hung; recreate the backend after resetting it).
+What cannot overlap in Python is a ``sync`` with any other Python work (the GIL is held
+throughout); the ring loop in native code (``src/native/npu_ring.cpp``, built only where
+XRT's headers exist) is the way round that.
+
 ``correlate`` blocks until the triangle is ready; :meth:`NpuBackend.submit` returns the job at
 once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in flight and overlap
 its filling of the next entry with the device working on the previous one.
@@ -47,6 +59,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -75,6 +88,16 @@ from .base import Backend, BackendUnavailable
 PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
               "(mainline Linux 6.14+) and `source /opt/xilinx/xrt/setup.sh` "
               "(docs/npu_hardware.md)")
+
+
+class NpuTimeout(TimeoutError):
+    """An NPU run did not complete in time (a hung device); the backend refuses further work."""
+
+
+#: States after which a run will not change any more (pyxrt.ert_cmd_state member names).
+_FINAL_FAILURES = ("ERT_CMD_STATE_ERROR", "ERT_CMD_STATE_ABORT", "ERT_CMD_STATE_TIMEOUT",
+                   "ERT_CMD_STATE_NORESPONSE", "ERT_CMD_STATE_SKERROR",
+                   "ERT_CMD_STATE_SKCRASHED")
 
 
 def import_pyxrt() -> ModuleType:
@@ -153,7 +176,9 @@ class NpuBackend(Backend, BlockPairExecutor):
     nring : ring entries (input BO sets) in flight.
     share_diagonal : pass one BO as both A and B on diagonal block pairs (no copy).
     device_index : the XRT device.
-    timeout_s : longest wait for a free entry or a result before raising TimeoutError.
+    timeout_s : longest wait for a free entry, a result or one NPU run before raising
+        TimeoutError (:class:`NpuTimeout` for a run: the device is then considered hung).
+    poll_s : sleep between polls of a running kernel's state (the GIL is free meanwhile).
     """
 
     name = "npu"
@@ -162,7 +187,7 @@ class NpuBackend(Backend, BlockPairExecutor):
     def __init__(self, geometry: Geometry, *, xrt: Any = None,
                  build_dir: str | os.PathLike | None = None, nring: int = 4,
                  share_diagonal: bool = True, device_index: int = 0,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, poll_s: float = 0.0005) -> None:
         super().__init__(geometry)
         self._xrt = import_pyxrt() if xrt is None else xrt
         art, why = find_artifacts(geometry, build_dir)
@@ -173,6 +198,9 @@ class NpuBackend(Backend, BlockPairExecutor):
         self.nring = nring
         self.share_diagonal = share_diagonal
         self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        #: Set when a run timed out: the reason every later call is refused.
+        self.broken: str | None = None
         self.ncalls = 0  # kernel runs so far
         #: Calls by input path: ``zero_copy_calls`` (frames in allocate_host memory, run in
         #: place through a sub-buffer), ``in_place_calls`` (frames written into input_buffer()),
@@ -180,6 +208,9 @@ class NpuBackend(Backend, BlockPairExecutor):
         self.stats: Counter[str] = Counter(zero_copy_calls=0, in_place_calls=0, copied_calls=0)
         self._host_bos: dict[int, _HostBo] = {}  # by start address
         x = self._xrt
+        states = x.ert_cmd_state
+        self._completed = states.ERT_CMD_STATE_COMPLETED
+        self._failed = {getattr(states, n) for n in _FINAL_FAILURES if hasattr(states, n)}
         self._to_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
         self._from_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE
         self._device = x.device(device_index)
@@ -327,7 +358,7 @@ class NpuBackend(Backend, BlockPairExecutor):
         while (item := self._to_sync.get()) is not None:
             job, entry, _ = item
             try:
-                if not job.failed:
+                if not job.failed and not self.broken:
                     for bo in entry.bos:
                         bo.sync(self._to_device)
             except Exception as exc:
@@ -340,6 +371,8 @@ class NpuBackend(Backend, BlockPairExecutor):
         while (item := self._to_launch.get()) is not None:
             job, entry, group = item
             try:
+                if self.broken:
+                    raise NpuTimeout(self.broken)
                 if not job.failed:
                     self._run_group(job, entry, group)
             except Exception as exc:
@@ -356,21 +389,36 @@ class NpuBackend(Backend, BlockPairExecutor):
                 entry.spare.sync(self._to_device)
                 b = entry.spare
             run = self._kernel(OPCODE, self._instr, self._ninstr, a, b, self._out)
-            state = run.wait()
-            completed = getattr(getattr(self._xrt, "ert_cmd_state", None),
-                                "ERT_CMD_STATE_COMPLETED", state)
-            if state != completed:
-                raise RuntimeError(f"NPU run of block pair ({i}, {j}), channel group {group} "
-                                   f"ended in state {state}")
+            self._wait_run(run, f"block pair ({i}, {j}), channel group {group}")
             self._out.sync(self._from_device)
             self.ncalls += 1
             job.add(group, i, j, self._out_view)
+
+    def _wait_run(self, run: Any, what: str) -> None:
+        """Poll ``run.state()`` until it completes, fails or ``timeout_s`` passes.
+
+        Never ``run.wait()``: pyxrt would hold the GIL for the whole run (nothing else in the
+        process runs, the sync thread included) and for ever on a hung NPU.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        while (state := run.state()) != self._completed:
+            if state in self._failed:
+                raise RuntimeError(f"NPU run of {what} ended in state {state}")
+            if time.monotonic() > deadline:
+                self.broken = (f"NPU run of {what} not complete after {self.timeout_s} s "
+                               f"(state {state}): the NPU looks hung; this backend refuses "
+                               f"further calls (reset the device, e.g. `xrt-smi reset`, and "
+                               f"create a new backend)")
+                raise NpuTimeout(self.broken)
+            time.sleep(self.poll_s)
 
     # ------------------------------------------------------------------ Backend
     def submit(self, frames: np.ndarray, out: np.ndarray | None = None) -> BlockPairJob:
         """Start correlating up to P frames; ``job.result()`` returns the packed triangle."""
         if self._closed:
             raise RuntimeError("the NPU backend is closed")
+        if self.broken:
+            raise NpuTimeout(self.broken)
         f = self.check_frames(frames)
         if f.shape[0] > self.design.npacket:
             raise ValueError(f"the xclbin ({geometry_tag(self.design)}) integrates at most "
@@ -387,7 +435,12 @@ class NpuBackend(Backend, BlockPairExecutor):
         return super().submit(f, out)
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        return self.submit(frames, out).result(self.timeout_s)
+        """The packed triangle of ``frames`` (waits; every run is bounded by ``timeout_s``)."""
+        job = self.submit(frames, out)
+        # Each run ends (or fails with NpuTimeout) within timeout_s; runs queued ahead of this
+        # job's and its own bound the wait, so this outer limit only guards against a bug.
+        nruns = self.geometry.nchan_group * len(job.pairs) * (self.nring + 1)
+        return job.result(self.timeout_s * (nruns + 1))
 
     def close(self) -> None:
         """Stop the threads (after the work queued so far); the BOs go with the object."""

@@ -2,13 +2,30 @@
 
 This is not a device and not XRT: it is a stand-in with exactly the calls
 ``xengine_block/backends/npu.py`` makes (``NPU_NOTES.md``, "Host with pyxrt"), which executes
-the plan emulator when a kernel run is waited for. Pass an instance as the backend's ``xrt=``::
+the plan emulator on a device thread from the moment the kernel is called. Pass an instance as
+the backend's ``xrt=``::
 
     xrt = SimulatedXrt()
     write_simulated_build(tmp_path, geometry)          # what `aie/build.py` would leave
     backend = NpuBackend(geometry, xrt=xrt, build_dir=tmp_path)
 
-What it models, so that host mistakes show up as they would on hardware:
+What it models, so that host mistakes show up as they would on hardware (the pyxrt calls as
+XRT's ``src/python/pybind11/src/pyxrt.cpp`` binds them):
+
+- pyxrt keeps Python's GIL for the whole of ``run.wait``, ``bo.sync`` and ``kernel(...)``
+  (no ``gil_scoped_release`` there): here one process-wide lock (:data:`PYXRT_LOCK`) is held
+  for the whole of each of those calls (and ``run.state()``), so two threads never overlap
+  them, and a ``run.wait()`` without a timeout blocks every other pyxrt call until the run
+  ends. (The real GIL would stop all other Python code as well; the simulation stops only
+  pyxrt calls, so overlap measured here is an upper bound.)
+- the work starts when the kernel is called: a device thread per kernel executes runs in
+  order (modelled time ``kernel_s``, then the emulator), independently of ``wait``;
+  ``SimulatedXrt(hang=True)`` makes every run hang (it never completes);
+- ``bo.sync`` takes ``(direction)`` or ``(direction, size, offset)`` and refuses
+  ``(direction, size)`` as pybind11 does; ``sync_s_per_mib`` models its cost (slept while
+  holding the lock);
+- ``map()`` memory is valid only while its BO lives: when a BO is freed its memory is
+  overwritten (0xDB), so a view kept past its BO reads garbage, as a dangling pointer would;
 
 - every buffer object (BO) has a host copy (``map()``) and a device copy; only ``sync`` moves
   data between them, so a forgotten or misdirected sync gives a wrong result;
@@ -32,8 +49,11 @@ from __future__ import annotations
 
 import enum
 import json
+import queue
 import threading
+import time
 import uuid
+import weakref
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +77,11 @@ from .plan import build_plan
 
 #: First word of a simulated instruction stream.
 INSTS_MAGIC = 0x58454E53  # "XENS"
+#: Stands for Python's GIL as pyxrt holds it: one lock for the whole process, held for the
+#: whole of every run.wait / run.state / bo.sync / kernel(...) call.
+PYXRT_LOCK = threading.RLock()
+#: What a freed BO's memory reads as.
+POISON = 0xDB
 
 
 class SimulatedSyncDirection(enum.Enum):
@@ -67,10 +92,15 @@ class SimulatedSyncDirection(enum.Enum):
 
 
 class SimulatedCmdState(enum.Enum):
-    """Stands for ``pyxrt.ert_cmd_state`` (the value ``run.wait()`` returns)."""
+    """Stands for ``pyxrt.ert_cmd_state`` (what ``run.wait()`` and ``run.state()`` return)."""
 
+    ERT_CMD_STATE_NEW = 1
+    ERT_CMD_STATE_QUEUED = 2
     ERT_CMD_STATE_COMPLETED = 4
     ERT_CMD_STATE_ERROR = 5
+    ERT_CMD_STATE_ABORT = 6
+    ERT_CMD_STATE_SUBMITTED = 7
+    ERT_CMD_STATE_TIMEOUT = 8
 
 
 class SimulatedXclbin:
@@ -152,6 +182,7 @@ class SimulatedBo:
         self.device, self.nbytes, self.flags, self.group = device, int(nbytes), flags, group
         self.host = np.zeros(self.nbytes, np.uint8)
         self.dev = np.zeros(self.nbytes, np.uint8)
+        weakref.finalize(self, _poison, self.host)
 
     def map(self) -> memoryview:
         """The host copy (wrap with ``np.frombuffer``)."""
@@ -160,17 +191,35 @@ class SimulatedBo:
     def size(self) -> int:
         return self.nbytes
 
-    def sync(self, direction: SimulatedSyncDirection, size: int | None = None,
-             offset: int = 0) -> None:
-        end = self.nbytes if size is None else offset + size
-        if direction is SimulatedSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE:
-            self.dev[offset:end] = self.host[offset:end]
-            self.device.xrt.count("sync_to_device_bytes", end - offset)
-        elif direction is SimulatedSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE:
-            self.host[offset:end] = self.dev[offset:end]
-            self.device.xrt.count("sync_from_device_bytes", end - offset)
-        else:
-            raise ValueError(f"simulated XRT: bad sync direction {direction!r}")
+    def sync(self, direction: SimulatedSyncDirection, *args: int) -> None:
+        """pyxrt's two overloads: ``sync(dir)`` (whole BO) or ``sync(dir, size, offset)``."""
+        if len(args) not in (0, 2):
+            raise TypeError("sync(): incompatible function arguments. The following argument "
+                            "types are supported:\n    1. (self: pyxrt.bo, arg0: "
+                            "xclBOSyncDirection, arg1: int, arg2: int) -> None\n    2. (self: "
+                            "pyxrt.bo, arg0: xclBOSyncDirection) -> None")
+        size, offset = args if args else (self.nbytes, 0)
+        end = offset + size
+        if offset < 0 or end > self.nbytes:
+            raise RuntimeError(f"simulated XRT: sync [{offset}, {end}) outside a BO of "
+                               f"{self.nbytes} bytes")
+        xrt = self.device.xrt
+        with PYXRT_LOCK:  # pyxrt holds the GIL for the whole sync
+            if xrt.sync_s_per_mib:
+                time.sleep(xrt.sync_s_per_mib * size / 2**20)
+            if direction is SimulatedSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE:
+                self.dev[offset:end] = self.host[offset:end]
+                xrt.count("sync_to_device_bytes", size)
+            elif direction is SimulatedSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE:
+                self.host[offset:end] = self.dev[offset:end]
+                xrt.count("sync_from_device_bytes", size)
+            else:
+                raise ValueError(f"simulated XRT: bad sync direction {direction!r}")
+
+
+def _poison(memory: np.ndarray) -> None:
+    """A freed BO's memory: what a view kept past its BO reads."""
+    memory[:] = POISON
 
 
 @lru_cache(maxsize=8)
@@ -179,26 +228,60 @@ def _emulator(g: Geometry) -> PlanEmulator:
 
 
 class SimulatedRun:
-    """Stands for the run handle ``kernel(...)`` returns; the work happens in :meth:`wait`."""
+    """Stands for the run handle ``kernel(...)`` returns; the device executes it on its own."""
 
     def __init__(self, kernel: SimulatedKernel, a: SimulatedBo, b: SimulatedBo,
                  out: SimulatedBo) -> None:
         self.kernel, self.a, self.b, self.out = kernel, a, b, out
-        self.state: SimulatedCmdState | None = None
+        self._state = SimulatedCmdState.ERT_CMD_STATE_SUBMITTED
+        self._done = threading.Event()
         self.error: Exception | None = None
 
+    def _execute(self) -> None:
+        """On the device thread: the modelled run time, then the emulator on device copies."""
+        xrt = self.kernel.context.device.xrt
+        if xrt.hang:
+            return  # a hung NPU: the run never completes
+        if xrt.kernel_s:
+            time.sleep(xrt.kernel_s)
+        try:
+            _emulator(self.kernel.geometry).run({"a": self.a.dev.view(np.int8),
+                                                 "b": self.b.dev.view(np.int8),
+                                                 "out": self.out.dev.view(np.int32)})
+            self._state = SimulatedCmdState.ERT_CMD_STATE_COMPLETED
+        except EmulationError as exc:
+            self.error, self._state = exc, SimulatedCmdState.ERT_CMD_STATE_ERROR
+        xrt.count("runs")
+        self._done.set()
+
+    def state(self) -> SimulatedCmdState:
+        with PYXRT_LOCK:
+            return self._state
+
     def wait(self, timeout_ms: int = 0) -> SimulatedCmdState:
-        if self.state is None:
-            emu = _emulator(self.kernel.geometry)
-            try:
-                with self.kernel.lock:  # one array: runs execute one at a time
-                    emu.run({"a": self.a.dev.view(np.int8), "b": self.b.dev.view(np.int8),
-                             "out": self.out.dev.view(np.int32)})
-                self.state = SimulatedCmdState.ERT_CMD_STATE_COMPLETED
-            except EmulationError as exc:
-                self.error, self.state = exc, SimulatedCmdState.ERT_CMD_STATE_ERROR
-            self.kernel.context.device.xrt.count("runs")
-        return self.state
+        """pyxrt's ``run.wait([timeout_ms])``: 0 waits for ever, holding the lock (the GIL)."""
+        xrt = self.kernel.context.device.xrt
+        with PYXRT_LOCK:
+            if timeout_ms:
+                if not self._done.wait(timeout_ms / 1000):
+                    return SimulatedCmdState.ERT_CMD_STATE_TIMEOUT
+            elif not self._done.wait(xrt.hang_guard_s):
+                # Safety valve of the simulation only: pyxrt would block here for ever with
+                # the GIL held, freezing the whole process.
+                raise SimulatedHang(f"simulated XRT: run.wait() without a timeout blocked "
+                                    f"{xrt.hang_guard_s} s on a hung run; with pyxrt it never "
+                                    f"returns and the GIL stays held (process frozen)")
+            return self._state
+
+
+class SimulatedHang(RuntimeError):
+    """The simulation stopped a wait that pyxrt would never return from (tests only)."""
+
+
+def _device_loop(runs: queue.Queue) -> None:
+    """One NPU array: runs execute one at a time, in the order the kernel was called."""
+    while (run := runs.get()) is not None:
+        run._execute()
 
 
 class SimulatedKernel:
@@ -209,8 +292,11 @@ class SimulatedKernel:
             raise RuntimeError(f"simulated XRT: no kernel {name!r} in the xclbin")
         self.context = context
         self.geometry = context.xclbin.geometry
-        self.lock = threading.Lock()
         self._nbytes = {a.name: a.nbytes for a in build_plan(self.geometry).host_args}
+        self._runs: queue.Queue[SimulatedRun | None] = queue.Queue()
+        threading.Thread(target=_device_loop, args=(self._runs,), name="simulated-npu",
+                         daemon=True).start()
+        weakref.finalize(self, self._runs.put, None)
 
     def group_id(self, arg: int) -> int:
         """Memory group of kernel argument ``arg`` (offset so a raw index is not mistaken)."""
@@ -228,21 +314,26 @@ class SimulatedKernel:
 
     def __call__(self, opcode: int, instr: SimulatedBo, ninstr: int, a: SimulatedBo,
                  b: SimulatedBo, out: SimulatedBo) -> SimulatedRun:
-        if opcode != OPCODE:
-            raise RuntimeError(f"simulated XRT: opcode {opcode}, NPU designs take {OPCODE}")
-        if (not isinstance(instr, SimulatedBo) or instr.flags != SimulatedBo.cacheable
-                or instr.group != self.group_id(INSTR_GROUP)):
-            raise RuntimeError("simulated XRT: instructions must be a cacheable BO of group_id(1)")
-        words = instr.dev.view(np.uint32)[:ninstr]
-        if not np.array_equal(words, self.context.xclbin.insts):
-            raise RuntimeError("simulated XRT: the instruction BO (device copy) does not hold "
-                               "the build's instruction stream")
-        # NPU host_only BOs share one host memory; a BO may serve as A on one call and B on
-        # another, so inputs may come from either input group.
-        inputs = {self.group_id(A_GROUP), self.group_id(B_GROUP)}
-        return SimulatedRun(self, self._check_data(a, A_GROUP, "a", inputs),
-                            self._check_data(b, B_GROUP, "b", inputs),
-                            self._check_data(out, OUT_GROUP, "out", {self.group_id(OUT_GROUP)}))
+        with PYXRT_LOCK:
+            if opcode != OPCODE:
+                raise RuntimeError(f"simulated XRT: opcode {opcode}, NPU designs take {OPCODE}")
+            if (not isinstance(instr, SimulatedBo) or instr.flags != SimulatedBo.cacheable
+                    or instr.group != self.group_id(INSTR_GROUP)):
+                raise RuntimeError("simulated XRT: instructions must be a cacheable BO of "
+                                   "group_id(1)")
+            words = instr.dev.view(np.uint32)[:ninstr]
+            if not np.array_equal(words, self.context.xclbin.insts):
+                raise RuntimeError("simulated XRT: the instruction BO (device copy) does not "
+                                   "hold the build's instruction stream")
+            # NPU host_only BOs share one host memory; a BO may serve as A on one call and B
+            # on another, so inputs may come from either input group.
+            inputs = {self.group_id(A_GROUP), self.group_id(B_GROUP)}
+            run = SimulatedRun(self, self._check_data(a, A_GROUP, "a", inputs),
+                               self._check_data(b, B_GROUP, "b", inputs),
+                               self._check_data(out, OUT_GROUP, "out",
+                                                {self.group_id(OUT_GROUP)}))
+            self._runs.put(run)  # the device starts now, not at wait()
+            return run
 
 
 class SimulatedXrt:
@@ -258,8 +349,18 @@ class SimulatedXrt:
     xclBOSyncDirection = SimulatedSyncDirection
     ert_cmd_state = SimulatedCmdState
 
-    def __init__(self, ndevices: int = 1) -> None:
+    def __init__(self, ndevices: int = 1, *, kernel_s: float = 0.0,
+                 sync_s_per_mib: float = 0.0, hang: bool = False,
+                 hang_guard_s: float = 5.0) -> None:
         self.ndevices = ndevices
+        #: Modelled device time of one run and host time of a sync (benchmarks).
+        self.kernel_s = kernel_s
+        self.sync_s_per_mib = sync_s_per_mib
+        #: Every run hangs (never completes): what a stuck NPU looks like to the host.
+        self.hang = hang
+        #: How long a timeout-less ``run.wait()`` on a hung run may block before the simulation
+        #: raises SimulatedHang (pyxrt would block for ever).
+        self.hang_guard_s = hang_guard_s
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -291,6 +392,6 @@ def write_simulated_build(root: str | Path, g: Geometry) -> Artifacts:
     return art
 
 
-__all__ = ["SimulatedBo", "SimulatedCmdState", "SimulatedDevice",
+__all__ = ["PYXRT_LOCK", "SimulatedBo", "SimulatedCmdState", "SimulatedDevice", "SimulatedHang",
            "SimulatedHwContext", "SimulatedKernel", "SimulatedRun", "SimulatedSyncDirection",
            "SimulatedXclbin", "SimulatedXrt", "simulated_insts", "write_simulated_build"]
