@@ -284,3 +284,79 @@ def test_design_script_prints_the_calls_without_mlir_aie():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("device('npu2'):")
     assert "dma_await_task(out_c0, out_c1, out_c2, out_c3)" in proc.stdout
+
+
+# ---------------------------------------------------------------------- strict stand-in replay
+def _standin(monkeypatch):
+    from . import mlir_aie_standin
+
+    for name, module in mlir_aie_standin.modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return mlir_aie_standin
+
+
+@pytest.mark.parametrize("name", ["small", "seed"])
+def test_design_replays_against_the_strict_standin(name, monkeypatch):
+    _standin(monkeypatch)
+    from xengine_block.npu.design import to_mlir
+
+    plan = PLANS[name]
+    text = to_mlir(plan)
+    assert text.count("aie.dma_bd(") == len(plan.bds()) + len(plan.tasks)
+    assert text.count("aie.flow(") == sum(len(f.dests) for f in plan.flows)
+    assert text.count("aie.core(") == len(plan.cores)
+    assert text.count("aiex.dma_configure_task(") == len(plan.tasks)
+    assert f'link_with = "{KERNEL_OBJECT}"' in text
+    assert text.count("aie.lock(") == len(plan.locks)
+
+
+def _buggy_dma_bd(self, c, buffer, **kw):
+    self.api.aie.dma_bd(buffer, offset=kw["offset"], lenght=kw["len"])
+
+
+def _buggy_lock(self, c, tile, *, lock_id, init, sym_name):
+    self.api.aie.lock(tile, lock_id, init=init, sym_name=sym_name)
+
+
+def _buggy_flow(self, c, src, sb, sc, dst, db, dc):
+    wb = self.api.aie.WireBundle
+    self.api.aie.flow(src, sc, getattr(wb, sb), dst, getattr(wb, db), dc)
+
+
+def _buggy_dma_start(self, c, direction, channel, *, dest, chain):
+    self.api.aie.dma_start(getattr(self.api.aie.DMAChannelDir, direction), channel, dest=dest)
+
+
+def _buggy_use_lock(self, c, lock, action, *, value):
+    self.api.aie.use_lock(lock, getattr(self.api.aie.LockAction, action), value, None)
+
+
+def _buggy_task(self, c, tile, direction, channel, **opts):
+    task = self.api.aiex.dma_configure_task(
+        tile, getattr(self.api.aie.DMAChannelDir, direction), channel_index=channel, **opts)
+    self.store(c, "task", task)
+
+
+@pytest.mark.parametrize("method, buggy, match", [
+    ("op_dma_bd", _buggy_dma_bd, "unexpected keyword argument 'lenght'"),
+    ("op_lock", _buggy_lock, "positional argument"),
+    ("op_flow", _buggy_flow, "source_bundle must be a WireBundle"),
+    ("op_dma_start", _buggy_dma_start, "chain must be a block"),
+    ("op_use_lock", _buggy_use_lock, "positional argument"),
+    ("op_dma_configure_task", _buggy_task, "channel_index"),
+])
+def test_the_standin_rejects_what_mlir_aie_rejects(method, buggy, match, monkeypatch):
+    """A replay with a misspelt keyword, a keyword passed by position, swapped or missing
+    arguments fails here, as it would against mlir-aie."""
+    _standin(monkeypatch)
+    from xengine_block.npu import design
+
+    monkeypatch.setattr(design._Replayer, method, buggy)
+    with pytest.raises(TypeError, match=match):
+        design.to_mlir(PLANS["small"])
+
+
+def test_the_standin_refuses_link_with_on_core(monkeypatch):
+    standin = _standin(monkeypatch)
+    with standin.mlir_mod_ctx(), pytest.raises(TypeError, match="external_func"):
+        standin.core(None, link_with="xcorr.o")
