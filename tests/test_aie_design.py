@@ -360,3 +360,15 @@ def test_the_standin_refuses_link_with_on_core(monkeypatch):
     standin = _standin(monkeypatch)
     with standin.mlir_mod_ctx(), pytest.raises(TypeError, match="external_func"):
         standin.core(None, link_with="xcorr.o")
+
+
+def test_compute_buffers_are_pinned_in_the_design(monkeypatch):
+    _standin(monkeypatch)
+    from xengine_block.npu.design import to_mlir
+
+    plan = PLANS["seed"]
+    text = to_mlir(plan)
+    for b in plan.buffers:
+        line = next(x for x in text.splitlines() if f'sym_name = "{b.name}"' in x)
+        assert (f"address = {b.address}" in line) == (b.address is not None), line
+    assert text.count("address = 16384") == len(plan.cores)  # every accumulator in bank 1

@@ -95,6 +95,13 @@ CT = compute_tile(0, 0)
 MT = a_mem_tile(0)
 
 
+def _placed(plan, **addresses):
+    """The plan with compute tile (0, 0)'s buffers moved (``a_buf0=...``: byte address)."""
+    for short, address in addresses.items():
+        plan = plan.replace_buffer(f"{short}_c0_r0", address=address)
+    return plan
+
+
 def _flow_into_a_channel(p):
     flows = tuple(dataclasses.replace(f, dests=(Port(CT, S2MM, 0),))
                   if Port(CT, S2MM, 1) in f.dests else f for f in p.flows)
@@ -137,6 +144,9 @@ MUTATIONS = {
     limits.SHIM_ITERATION_SIZE: lambda: SEED_PLAN.replace_task(
         "in_a_r0_h0", dims=(Dim(65, 960), Dim(136, 8640 * 256), Dim(32, 8640), Dim(960, 1)),
         repeat_count=64),
+    limits.BANK_CONFLICT: lambda: _placed(SEED_PLAN, a_buf1=1024, acc=16384, a_buf0=32768,
+                                          b_buf0=48128, b_buf1=55808),
+    limits.BUFFER_OVERLAP: lambda: _placed(SEED_PLAN, b_buf1=4096),
     limits.PING_PONG_PARITY: lambda: SEED_PLAN.replace(cores=(dataclasses.replace(
         SEED_PLAN.cores[0], calls_per_integration=3),) + SEED_PLAN.cores[1:]),
 }
@@ -214,3 +224,29 @@ def test_shim_strides_in_words_and_a_size_one_dimension_is_exempt():
 def _bigger_a(plan, nbytes):
     return tuple(dataclasses.replace(h, shape=(nbytes,)) if h.name == "a" else h
                  for h in plan.host_args)
+
+
+# ------------------------------------------------------------------ buffer placement
+def test_compute_buffers_are_placed_as_the_seed_linker_map():
+    """Seed post: stack 0-1 KiB, B at 1 KiB and 8.5 KiB (bank 0), accumulators at 16 KiB (bank
+    1 to themselves), A at 32 KiB and 48 KiB (banks 2 and 3)."""
+    kib = 1024
+    for core in SEED_PLAN.cores:
+        got = {n.split("_c")[0]: SEED_PLAN.buffer_map[n].address
+               for n in (*core.a, *core.b, core.acc)}
+        assert got == {"b_buf0": kib, "b_buf1": 8 * kib + kib // 2, "acc": 16 * kib,
+                       "a_buf0": 32 * kib, "a_buf1": 48 * kib}
+        banks = {n: list(SEED_PLAN.buffer_map[n].banks) for n in (*core.a, *core.b, core.acc)}
+        assert banks[core.acc] == [1]
+        assert all(1 not in b for n, b in banks.items() if n != core.acc)
+    for tile in SMALL_PLAN.tiles:  # the rule generalises: small tiles are placed too
+        if tile.kind == "compute":
+            assert all(b.address is not None for b in SMALL_PLAN.buffers_of(tile))
+
+
+def test_bank_conflict_names_the_buffers():
+    with pytest.raises(PlanError, match=r"a_buf0_c0_r0/b_buf0_c0_r0.*bank\(s\) \[2\]"):
+        MUTATIONS[limits.BANK_CONFLICT]().validate()
+    # the same buffers without a conflict (A and B of one call in different banks) pass
+    _placed(SEED_PLAN, a_buf1=1024, acc=16384, b_buf0=32768, b_buf1=40448,
+            a_buf0=49152).validate()

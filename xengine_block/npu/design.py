@@ -12,7 +12,7 @@ are :class:`Ref`; enum members are their names as strings)::
 
     device("npu2") { ... }
     tile(col, row) -> Ref("tile")
-    buffer(tile, dtype, shape, name=)              # flat shape (nelem,)
+    buffer(tile, dtype, shape, name=, [address=])  # flat shape (nelem,); compute tiles pinned
     lock(tile, lock_id=, init=, sym_name=)
     flow(src, "DMA", ch, dst, "DMA", ch)           # one per destination of a plan Flow
     mem(tile) / memtile_dma(tile) {                # one region per tile with BD chains
@@ -215,7 +215,8 @@ def design_calls(plan: NpuPlan) -> tuple[Call, ...]:
         for t in plan.tiles:
             rec.tile(t.col, t.row, result=tile_ref(t).name)
         for b in plan.buffers:
-            rec.buffer(tile_ref(b.tile), b.dtype, (b.nelem,), name=b.name)
+            pinned = {} if b.address is None else {"address": b.address}
+            rec.buffer(tile_ref(b.tile), b.dtype, (b.nelem,), name=b.name, **pinned)
         for lk in plan.locks:
             rec.lock(tile_ref(lk.tile), lock_id=lk.lock_id, init=lk.init, sym_name=lk.name)
         for f in plan.flows:
@@ -318,9 +319,10 @@ class _Replayer:
     def op_tile(self, c: Call, col: int, row: int) -> None:
         self.store(c, "tile", self.api.aie.tile(col, row))
 
-    def op_buffer(self, c: Call, tile: Any, dtype: str, shape: tuple[int], name: str) -> None:
+    def op_buffer(self, c: Call, tile: Any, dtype: str, shape: tuple[int], name: str,
+                  address: int | None = None) -> None:
         self.values[("buffer", name)] = self.api.aie.buffer(tile, _np_type(dtype, shape),
-                                                            name=name)
+                                                            name=name, address=address)
 
     def op_lock(self, c: Call, tile: Any, *, lock_id: int, init: int, sym_name: str) -> None:
         self.values[("lock", sym_name)] = self.api.aie.lock(tile, lock_id=lock_id, init=init,

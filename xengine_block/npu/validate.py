@@ -13,7 +13,18 @@ from dataclasses import dataclass
 from math import prod
 
 from . import limits
-from .plan import ELEM_BYTES, MM2S, S2MM, BufferDescriptor, Dim, NpuPlan, Port, ShimTask, Tile
+from .plan import (
+    ELEM_BYTES,
+    MM2S,
+    S2MM,
+    BufferDescriptor,
+    CoreProgram,
+    Dim,
+    NpuPlan,
+    Port,
+    ShimTask,
+    Tile,
+)
 
 
 class PlanError(ValueError):
@@ -215,6 +226,36 @@ def _check_bd_ids(plan: NpuPlan, tile: Tile, bd_limit: int, bd_name: str) -> Non
         seen[bd.bd_id] = bd.name
 
 
+def _check_placement(plan: NpuPlan, tile: Tile, stack: int, memory: int) -> None:
+    """Pinned buffers: inside memory, clear of the stack and of each other."""
+    placed = sorted((b for b in plan.buffers_of(tile) if b.address is not None),
+                    key=lambda b: b.address or 0)
+    prev_end, prev = stack, "the stack"
+    for buf in placed:
+        start, end = buf.address or 0, (buf.address or 0) + buf.nbytes
+        if start < prev_end or end > memory:
+            raise PlanError(limits.BUFFER_OVERLAP, f"{tile} {buf.name}",
+                            f"bytes {start}..{end - 1} overlap {prev} (ends at {prev_end}) or "
+                            f"leave the {memory}-byte memory")
+        prev_end, prev = end, buf.name
+
+
+def _check_banks(plan: NpuPlan, core: CoreProgram) -> None:
+    """Buffers the kernel streams in one call (A[k], B[k], acc) must not share a bank."""
+    for k in range(2):
+        together = [plan.buffer_map[n] for n in (core.a[k], core.b[k], core.acc)]
+        if any(b.address is None for b in together):
+            continue  # left to aiecc's bank-aware allocator
+        for i, x in enumerate(together):
+            for y in together[i + 1:]:
+                shared = sorted(set(x.banks) & set(y.banks))
+                if shared:
+                    raise PlanError(limits.BANK_CONFLICT, f"{core.tile} {x.name}/{y.name}",
+                                    f"the kernel streams both at once and they share bank(s) "
+                                    f"{shared} ({limits.COMPUTE_TILE_BANK_BYTES} B banks): a "
+                                    f"stall per conflicting access")
+
+
 def validate_plan(plan: NpuPlan) -> PlanReport:
     """Check every hardware limit; return the per-tile usage or raise :class:`PlanError`."""
     for what, names in (("buffer", [b.name for b in plan.buffers]),
@@ -272,6 +313,7 @@ def validate_plan(plan: NpuPlan) -> PlanReport:
             if name not in plan.buffer_map or plan.buffer_map[name].tile != core.tile:
                 raise PlanError(limits.BD_IN_BUFFER, core.tile, f"core uses buffer {name!r} "
                                 f"that is not on its tile")
+        _check_banks(plan, core)
         if core.calls_per_integration % 2:
             raise PlanError(limits.PING_PONG_PARITY, core.tile,
                             f"{core.calls_per_integration} calls per integration is odd: the "
@@ -286,6 +328,7 @@ def validate_plan(plan: NpuPlan) -> PlanReport:
         if data and data + stack > memory:
             raise PlanError(_MEMORY_NAME[kind], tile, f"buffers {data} B + stack {stack} B = "
                             f"{data + stack} B exceed {memory} B")
+        _check_placement(plan, tile, stack, memory)
         nbd = len(plan.bds_of(tile)) + len(plan.tasks_of(tile))
         if nbd > bd_limit:
             raise PlanError(bd_name, tile, f"{nbd} buffer descriptors; a {kind} tile has "
