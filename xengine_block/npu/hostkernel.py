@@ -55,19 +55,26 @@ def build_host_kernel(n: int, m: int, t: int) -> Path:
     usable, reason = host_kernel_availability()
     if not usable:
         raise HostKernelUnavailable(reason)
-    lib = _library_path(n, m, t)
+    return compile_cached(_library_path(n, m, t),
+                          ["g++", *CXXFLAGS, f"-DN={n}", f"-DM={m}", f"-DT={t}",
+                           f"-I{KERNEL_DIR}", str(KERNEL_SOURCE)])
+
+
+def compile_cached(lib: Path, cmd: list[str], what: str = "kernel") -> Path:
+    """Run the compile command ``cmd`` (``-o`` appended) unless ``lib`` exists; return it.
+
+    Compiles into a temporary name and renames: parallel test runs never see half a library.
+    """
     if lib.is_file():
         return lib
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    # Compile into a temporary name and rename: parallel test runs never see half a library.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=BUILD_DIR)
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
     os.close(fd)
-    cmd = ["g++", *CXXFLAGS, f"-DN={n}", f"-DM={m}", f"-DT={t}", f"-I{KERNEL_DIR}",
-           str(KERNEL_SOURCE), "-o", tmp]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    full = [*cmd, "-o", tmp]
+    proc = subprocess.run(full, capture_output=True, text=True)
     if proc.returncode:
         os.unlink(tmp)
-        raise RuntimeError(f"kernel build failed: {' '.join(cmd)}\n{proc.stderr}")
+        raise RuntimeError(f"{what} build failed: {' '.join(full)}\n{proc.stderr}")
     os.replace(tmp, lib)
     return lib
 
