@@ -59,6 +59,7 @@ def test_consecutive_calls_through_the_ring(sim):
     assert sim.xrt.counters["sync_from_device_bytes"] == 5 * g.npu_out_bytes
 
 
+@pytest.mark.slow  # ~16 s: the emulator runs the full seed array
 def test_seed_geometry_reduced_p(sim):
     g = SEED.replace(npacket=2)
     backend = sim(g, nring=2)
