@@ -23,7 +23,7 @@ from pathlib import Path
 from .array import ArrayDescription, default_array
 from .cli import command
 from .geometry import Geometry
-from .recording import write_metadata
+from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ class Recorder:
                         pass  # not one of our heaps: keep it in the current file
                     elif last_ts is not None and ts != last_ts and ts % step == 0:
                         writer.close()
+                        finish_metadata(self.files[-1])
                         writer, size = self._open()
                         last_ts = None
                     else:
@@ -105,6 +106,7 @@ class Recorder:
                 self.packets += 1
         finally:
             writer.close()
+            finish_metadata(self.files[-1])
             self.sock.close()
 
     def stop(self) -> None:

@@ -4,6 +4,11 @@ blocks -> one UVH5 file per recording, locally or across a dask.distributed clus
 Each recording carries its sidecar (:mod:`~xengine_block.recording`); the integration length
 (P packets per X-engine frame, k frames per dump), channel selection and backend are chosen
 anew. Outputs are resumable and failures are per file (:mod:`~xengine_block.tasks`).
+
+A damaged recording fails unless accepted with ``allow_damaged`` (``--allow-damaged``): heaps
+missing from frames or mangled (capture counters), bytes of the pcap that are no record or not
+SPEAD, a cut-off last record, or a size that differs from the one its recorder noted. The
+file's line says which, and how many dumps have gaps.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ class ReprocessOptions:
     ninteg: int = 1
     channels: tuple[int, ...] | None = None  # indices into the recording's channels
     backend: str = "auto"
+    allow_damaged: bool = False  # write and accept a damaged recording (reported, exit 0)
+
+
+#: Capture counters that mean heaps of the recording were lost or mangled.
+CAPTURE_DAMAGE = ("missing", "incomplete", "late", "bad_size", "bad_timestamp", "bad_stream",
+                  "bad_channel", "out_of_window")
+
+
+class DamagedRecording(ValueError):
+    """The recording lost or mangled data and the user did not accept it."""
 
 
 def parse_channels(text: str | None) -> tuple[int, ...] | None:
@@ -56,11 +71,12 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     from .capture import CaptureBlock, PcapSource
     from .chain import correlator_chain
     from .pipeline import Pipeline
-    from .recording import read_metadata
+    from .recording import read_metadata, scan_pcap
 
     if not task.input.exists():
         raise FileNotFoundError(f"{task.input}: no such recording")
     info = read_metadata(task.input)
+    scan = scan_pcap(task.input)
     g = info.geometry if options.npacket is None else info.geometry.replace(
         npacket=options.npacket)
     with Pipeline() as pipeline:
@@ -82,7 +98,19 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                "missing": counters["missing"], "malformed": sum(
                    counters[k] for k in ("bad_size", "bad_timestamp", "bad_stream",
                                          "bad_channel", "out_of_window")),
-               "dropped_partial": chain.integrate.dropped_partial}
+               "dropped_partial": chain.integrate.dropped_partial,
+               "dumps_with_gaps": chain.integrate.dumps_with_gaps}
+    damage = {k: counters[k] for k in CAPTURE_DAMAGE if counters[k]}
+    damage.update(scan.damage)
+    if info.pcap_bytes is not None and info.pcap_bytes != scan.file_bytes:
+        damage["size_change"] = scan.file_bytes - info.pcap_bytes
+    if damage:
+        what = " ".join(f"{k}={v}" for k, v in damage.items())
+        if not options.allow_damaged:
+            raise DamagedRecording(
+                f"{task.input}: damaged recording: {what}; {summary['dumps']} dumps, "
+                f"{summary['dumps_with_gaps']} with gaps (--allow-damaged writes it anyway)")
+        summary["damaged"] = what.replace(" ", ",")
     if extra:
         summary["extra_files"] = [str(p) for p in extra]
     return summary
