@@ -102,8 +102,11 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
         choose_backend(a.backend, g)  # an unusable backend stops here
     except BackendUnavailable as exc:
         raise UsageError("--backend", str(exc)) from None
-    if a.out is None:
-        at.output_dir("fx_out")  # where the default run-* directory goes
+    if a.out is None:  # the default run-* directory goes under fx_out
+        try:
+            at.output_dir("fx_out")
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError("--out", f"default fx_out/run-*: {exc}") from None
     return array, g
 
 
