@@ -280,4 +280,10 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: Ud
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C before the run began (imports, checks): nothing to keep
+        print("fx: interrupted", file=sys.stderr)
+        status = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C while exiting: no traceback
+    sys.exit(status)
