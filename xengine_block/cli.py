@@ -84,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    with argtypes.usage_errors(args.parser):
-        return args.run(args)
+    try:
+        with argtypes.usage_errors(args.parser):
+            return args.run(args)
+    except KeyboardInterrupt:  # finished outputs are kept; a rerun resumes after them
+        print(f"xengine {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

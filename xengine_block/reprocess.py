@@ -90,6 +90,8 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                                  channels=list(options.channels) if options.channels else None,
                                  geometry=g)
         pipeline.run()
+    if pipeline.stop_signal is not None:  # Ctrl-C stops the whole run, not just this file
+        raise KeyboardInterrupt(f"{task.input}: stopped by a signal")
     counters = capture.capture_counters()
     if chain.writer.dumps_written == 0:
         raise ValueError(f"{task.input}: no complete integration in the recording "
