@@ -31,7 +31,7 @@ from xengine_block import argtypes as at
 from xengine_block.argtypes import UsageError, usage_errors
 from xengine_block.array import ArrayDescription, ArrayError, default_array
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSource
+from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, Source, UdpSource
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
@@ -44,7 +44,7 @@ log = logging.getLogger("fx")
 
 def build_parser() -> argparse.ArgumentParser:
     p = at.ArgumentParser(prog="fx.py", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--nant", type=at.positive_int, default=128,
                    help="antennas (2 streams each)")
     p.add_argument("--array", type=at.input_file,
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # A bad option stops here, before any thread, socket or file exists.
     with usage_errors(parser):
         array, g = check_config(a)
-        source = None
+        source: Source | None = None
         if a.transport == "udp":
             source = UdpSource(a.address, a.port)
             try:
@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         signals.append(signal.Signals(signum).name)
         stop.set()
 
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {}
+    if threading.current_thread() is threading.main_thread():  # signals reach only that one
+        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _run(a, array, g, source, stop, signals)
     finally:
@@ -185,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
-def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: UdpSource | None,
+def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: Source | None,
          stop: threading.Event, signals: list[str]) -> int:
+    """The run after every check passed: ``source`` is the bound UDP source (udp transport),
+    ``stop`` is set by a signal, whose names ``signals`` collects."""
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
     nframe = a.dumps * a.ninteg * g.npacket
