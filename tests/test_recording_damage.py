@@ -22,7 +22,7 @@ from xengine_block.reprocess import ReprocessOptions, reprocess
 from xengine_block.spead import PcapWriter
 from xengine_block.tasks import summarise
 
-from .test_reprocess import make_recording, simulator
+from .test_reprocess import SKY, make_recording, simulator
 
 NFRAME, NPACKET = 16, 4  # 4 dumps of one X-engine frame each
 
@@ -171,3 +171,16 @@ def test_geometry_from_dict_refuses_non_integers_and_absurd_sizes():
     assert info.value.field == "nchan"
     with pytest.raises(GeometryError, match="geometry must be a mapping"):
         Geometry.from_dict([8, 9])
+
+
+def test_recorder_notes_each_closed_file_size(tmp_path):
+    """``xengine record`` closes every file with its size in the sidecar, so a copy cut at a
+    record boundary is caught (``size_change``)."""
+    from xengine_block.record import Recorder
+    from xengine_block.recording import read_metadata
+
+    sim = simulator(npacket=NPACKET)
+    rec = Recorder(tmp_path / "rec", sim.array, sim.geometry, sky=SKY, port=0)
+    rec.run(idle_timeout=0.2)
+    (path,) = rec.files
+    assert read_metadata(path).pcap_bytes == path.stat().st_size == 24  # the pcap header
