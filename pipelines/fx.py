@@ -9,6 +9,11 @@ UVH5 + quick-look PNG, in a new output directory.
 The F-engines run in a thread of this process and send over UDP loopback (or an in-process
 queue, or a pcap file that the capture then replays). Everything after the capture is the same
 chain ``xengine reprocess`` uses on recordings.
+
+A bad option stops the script with one line naming it (exit 2) before anything is created: every
+value is checked, the UDP port bound, and only then are directories made. SIGINT or SIGTERM
+(Ctrl-C) ends the run normally: the F-engines stop, the files are closed, the summary says which
+signal stopped it, and the exit status is 0. Further signals are absorbed.
 """
 
 from __future__ import annotations
@@ -16,49 +21,93 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-from xengine_block.array import ArrayDescription, default_array
+from xengine_block import argtypes as at
+from xengine_block.argtypes import UsageError, usage_errors
+from xengine_block.array import ArrayDescription, ArrayError, default_array
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSource
+from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, Source, UdpSource
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
 from xengine_block.pipeline import Pipeline
-from xengine_block.recording import write_metadata
+from xengine_block.recording import finish_metadata, write_metadata
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
 log = logging.getLogger("fx")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--nant", type=int, default=128, help="antennas (2 streams each)")
-    p.add_argument("--array", type=Path, help="array TOML file (default: MWA 128-tile layout)")
-    p.add_argument("--nchan", type=int, default=9, help="channels (multiple of 9)")
-    p.add_argument("--npacket", type=int, default=136, help="packets per X-engine frame (P)")
-    p.add_argument("--ninteg", type=int, default=1, help="X-engine frames per dump")
-    p.add_argument("--dumps", type=int, default=3, help="dumps (integrations) to produce")
-    p.add_argument("--backend", default="auto", help="correlator backend or 'auto'")
+def build_parser() -> argparse.ArgumentParser:
+    p = at.ArgumentParser(prog="fx.py", description=__doc__.splitlines()[0],
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--nant", type=at.positive_int, default=128,
+                   help="antennas (2 streams each)")
+    p.add_argument("--array", type=at.input_file,
+                   help="array TOML file (default: MWA 128-tile layout)")
+    p.add_argument("--nchan", type=at.positive_int, default=9, help="channels (multiple of 9)")
+    p.add_argument("--npacket", type=at.positive_int, default=136,
+                   help="packets per X-engine frame (P)")
+    p.add_argument("--ninteg", type=at.positive_int, default=1, help="X-engine frames per dump")
+    p.add_argument("--dumps", type=at.positive_int, default=3,
+                   help="dumps (integrations) to produce")
+    p.add_argument("--backend", type=at.backend_name, default="auto",
+                   help="correlator backend or 'auto'")
     p.add_argument("--transport", choices=("udp", "inproc", "pcap"), default="udp")
-    p.add_argument("--address", default="127.0.0.1", help="UDP address (loopback default)")
-    p.add_argument("--port", type=int, default=0, help="UDP port (0: any free port)")
-    p.add_argument("--rate-gbps", type=float, default=1.0, help="UDP send rate (0: unpaced)")
-    p.add_argument("--record", type=Path, help="also write the packets sent to this pcap")
-    p.add_argument("--out", type=Path, help="output directory (default: new fx_out/run-*)")
-    p.add_argument("--fs-hz", type=float, default=40e3, help="spectra per second per channel")
-    p.add_argument("--freq0-hz", type=float, default=150e6, help="first channel's frequency")
-    p.add_argument("--source-alt-az", type=float, nargs=2, default=(60.0, 120.0),
+    p.add_argument("--address", type=at.ipv4_address, default="127.0.0.1",
+                   help="UDP address (loopback default)")
+    p.add_argument("--port", type=at.port, default=0, help="UDP port (0: any free port)")
+    p.add_argument("--rate-gbps", type=at.nonnegative_number, default=1.0,
+                   help="UDP send rate (0: unpaced)")
+    p.add_argument("--record", type=at.output_file,
+                   help="also write the packets sent to this pcap")
+    p.add_argument("--out", type=at.output_dir,
+                   help="output directory (default: new fx_out/run-*)")
+    p.add_argument("--fs-hz", type=at.positive_number, default=40e3,
+                   help="spectra per second per channel")
+    p.add_argument("--freq0-hz", type=at.positive_number, default=150e6,
+                   help="first channel's frequency")
+    p.add_argument("--source-alt-az", type=at.number(), nargs=2, default=(60.0, 120.0),
                    metavar=("ALT", "AZ"), help="point source position at the start (deg)")
-    p.add_argument("--noise", type=float, default=1.0, help="receiver noise rms per source rms")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--monitor", type=float, default=5.0, help="like_top interval (0: off)")
+    p.add_argument("--noise", type=at.nonnegative_number, default=1.0,
+                   help="receiver noise rms per source rms")
+    p.add_argument("--seed", type=at.seed, default=1)
+    p.add_argument("--monitor", type=at.nonnegative_number, default=5.0,
+                   help="like_top interval (0: off)")
     p.add_argument("-v", "--verbose", action="store_true")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
+    """Everything that needs several options or a file; UsageError names the option."""
+    try:
+        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
+    except (ArrayError, OSError) as exc:
+        raise UsageError("--array" if a.array else "--nant", str(exc)) from None
+    g = at.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
+                     "npacket": "--npacket"},
+                    nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+    alt, _az = a.source_alt_az
+    if not -90.0 <= alt <= 90.0:
+        raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
+    try:
+        choose_backend(a.backend, g)  # an unusable backend stops here
+    except BackendUnavailable as exc:
+        raise UsageError("--backend", str(exc)) from None
+    if a.out is None:  # the default run-* directory goes under fx_out
+        try:
+            at.output_dir("fx_out")
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError("--out", f"default fx_out/run-*: {exc}") from None
+    return array, g
 
 
 def new_output_dir(base: Path = Path("fx_out")) -> Path:
@@ -74,16 +123,25 @@ def new_output_dir(base: Path = Path("fx_out")) -> Path:
 
 
 def send_all(sim: FEngineSimulator, senders: list, nframe: int, chunk: int,
-             errors: list[BaseException], ready: threading.Event | None = None) -> None:
+             errors: list[BaseException], ready: threading.Event | None = None,
+             stop: threading.Event | None = None) -> None:
     """F-engine thread: simulate and send ``nframe`` packet times, then end the streams.
 
-    ``ready``: wait for it first (the capture receiving), up to a minute.
+    ``ready``: wait for it first (the capture receiving), up to a minute. ``stop``: end early
+    (checked between chunks of ``chunk`` packet times).
     """
     g = sim.geometry
+    stop = stop or threading.Event()
     try:
-        if ready is not None and not ready.wait(60):
-            raise TimeoutError("the capture did not start receiving within 60 s")
+        deadline = time.monotonic() + 60
+        while ready is not None and not ready.wait(0.1):
+            if stop.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("the capture did not start receiving within 60 s")
         for f0 in range(0, nframe, chunk):
+            if stop.is_set():
+                return
             n = min(chunk, nframe - f0)
             frames = sim.frames(f0 * g.nspectra_pkt, n)
             for s in senders:
@@ -96,19 +154,43 @@ def send_all(sim: FEngineSimulator, senders: list, nframe: int, chunk: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    # Bad configuration stops here, before any thread or file exists.
+    # A bad option stops here, before any thread, socket or file exists.
+    with usage_errors(parser):
+        array, g = check_config(a)
+        source: Source | None = None
+        if a.transport == "udp":
+            source = UdpSource(a.address, a.port)
+            try:
+                source.bind()  # before any directory, and before the F-engines send
+            except OSError as exc:
+                raise UsageError("--port", f"cannot receive on {a.address}:{a.port}: "
+                                           f"{exc.strerror or exc}") from None
+    # From here on a signal ends the run normally (the pipeline takes them while it runs).
+    stop = threading.Event()
+    signals: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals.append(signal.Signals(signum).name)
+        stop.set()
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():  # signals reach only that one
+        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-        g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
-        if a.dumps < 1 or a.ninteg < 1:
-            raise ValueError("--dumps and --ninteg must be >= 1")
-        choose_backend(a.backend, g)  # an unknown or unusable backend stops here
-    except (ValueError, OSError, BackendUnavailable) as exc:
-        print(f"fx: bad configuration: {exc}", file=sys.stderr)
-        return 2
+        return _run(a, array, g, source, stop, signals)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: Source | None,
+         stop: threading.Event, signals: list[str]) -> int:
+    """The run after every check passed: ``source`` is the bound UDP source (udp transport),
+    ``stop`` is set by a signal, whose names ``signals`` collects."""
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
     nframe = a.dumps * a.ninteg * g.npacket
@@ -130,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         write_metadata(a.record, array, g, **sky)
         senders.append(pcap_sender(g, a.record))
     if a.transport == "udp":
-        source = UdpSource(a.address, a.port)
-        port = source.bind()  # before the F-engines start sending
-        senders.append(udp_sender(g, address=a.address, port=port, rate_gbps=a.rate_gbps))
+        assert source is not None  # bound in main()
+        senders.append(udp_sender(g, address=a.address, port=source.port,
+                                  rate_gbps=a.rate_gbps))
     elif a.transport == "inproc":
         import spead2
         queue = spead2.InprocQueue()
@@ -146,22 +228,31 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[BaseException] = []
     t0 = time.monotonic()
     if replay:
-        send_all(sim, senders, nframe, 4, errors)
+        send_all(sim, senders, nframe, 4, errors, stop=stop)
     with Pipeline(monitor_interval=a.monitor or None) as pipeline:
         capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
                                idle_timeout=10.0 if a.transport == "udp" else None)
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
                                  geometry=g)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
-                                   args=(sim, senders, nframe, 4, errors, capture.receiving))
+                                   args=(sim, senders, nframe, 4, errors, capture.receiving,
+                                         stop))
         if not replay:
             fengine.start()
-        pipeline.run()
-    if fengine.is_alive():
-        fengine.join(timeout=30)
+        if not stop.is_set():
+            pipeline.run()
+    stop.set()  # the pipeline is done: nothing more to send
+    fengine.join(timeout=10)  # prompt: it checks stop between chunks
+    if a.record:
+        finish_metadata(a.record)
     elapsed = time.monotonic() - t0
-    if errors:
-        raise errors[0]
+    if pipeline.stop_signal is not None:
+        signals.insert(0, signal.Signals(pipeline.stop_signal).name)
+    stopped_by = signals[0] if signals else None
+    if errors and stopped_by is None:
+        print(f"fx: the F-engines failed: {type(errors[0]).__name__}: {errors[0]}",
+              file=sys.stderr)
+        return 1
 
     counters = capture.capture_counters()
     summary = {
@@ -173,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         "files": [str(f) for f in chain.writer.files],
         "quicklook": [str(f) for f in chain.quicklook.images] if chain.quicklook else [],
         "capture": counters,
+        "stopped_by": stopped_by,
         "blocks": {b.name: {k: round(v, 3) for k, v in b.perf.items()}
                    for b in pipeline.blocks},
     }
@@ -180,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: summary[k] for k in ("elapsed_s", "backend", "xengine_msps",
                                               "dumps_written", "files", "quicklook")}, indent=2))
     print("capture:", " ".join(f"{k}={v}" for k, v in counters.items()))
+    if stopped_by is not None:
+        print(f"fx: stopped by {stopped_by} after {chain.writer.dumps_written} of {a.dumps} "
+              f"dumps", file=sys.stderr)
+        return 0
     if chain.writer.dumps_written != a.dumps:
         print(f"fx: expected {a.dumps} dumps, wrote {chain.writer.dumps_written}",
               file=sys.stderr)
@@ -188,4 +284,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C before the run began (imports, checks): nothing to keep
+        print("fx: interrupted", file=sys.stderr)
+        status = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C while exiting: no traceback
+    sys.exit(status)

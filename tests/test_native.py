@@ -51,7 +51,7 @@ def test_extension_built():
         pytest.skip("the build is only required to produce SIMD paths on x86-64")
     ext = nat._extension()  # ImportError here means `pip install -e .` did not build it
     assert set(ext.ISA_NAMES) == set(nat.ISAS)
-    assert nat.isa_status()["scalar"][0]
+    assert ext.isa_status()["scalar"][0]  # the build, whatever XENGINE_NATIVE_DISABLE says
 
 
 @pytest.mark.parametrize("isa", nat.ISAS)
@@ -85,20 +85,37 @@ def test_calls_are_independent_and_fill_out(isa):
     assert np.array_equal(strided, ref)
 
 
-def test_disabled_amx_falls_back_and_logs_why(monkeypatch, caplog):
+def test_disabled_path_falls_back_and_logs_why(monkeypatch, caplog):
+    """Disabling the best runnable SIMD path (AMX on Sapphire Rapids, VNNI on Zen 4/5, AVX2
+    elsewhere) selects the next runnable one and says why; a forced disabled path is refused."""
     status = nat.isa_status()
-    expected = next((i for i in nat.AUTO_ISAS[1:] if status[i][0]), None)
-    if expected is None:
-        pytest.skip("no SIMD path besides AMX runs here")
-    monkeypatch.setenv(nat.DISABLE_ENV, "amx")
+    runnable_paths = [i for i in nat.AUTO_ISAS if status[i][0]]
+    if len(runnable_paths) < 2:
+        pytest.skip(f"needs two runnable SIMD paths to fall back between; this CPU runs "
+                    f"{runnable_paths or 'none'} of {list(nat.AUTO_ISAS)}")
+    best, expected = runnable_paths[:2]
+    monkeypatch.setenv(nat.DISABLE_ENV, best)
     g = Geometry(nstream=8, nchan=9, npacket=1)
     with caplog.at_level(logging.INFO, logger="xengine_block.backends.native"):
         backend = nat.NativeBackend(g)
     assert backend.isa == expected
-    assert f"disabled by {nat.DISABLE_ENV}=amx" in backend.isa_reason
-    assert "fell back past amx" in caplog.text
-    with pytest.raises(BackendUnavailable, match="native isa 'amx' cannot run here: disabled"):
-        nat.NativeBackend(g, isa="amx")
+    assert "fell back past" in backend.isa_reason
+    assert f"{best} (disabled by {nat.DISABLE_ENV}={best})" in backend.isa_reason
+    assert f"{best} (disabled by {nat.DISABLE_ENV}={best})" in caplog.text
+    with pytest.raises(BackendUnavailable,
+                       match=f"native isa '{best}' cannot run here: disabled"):
+        nat.NativeBackend(g, isa=best)
+
+
+def test_disabling_a_path_the_cpu_lacks_keeps_the_cpu_reason(monkeypatch):
+    """A path the CPU cannot run anyway reports the hardware reason, not the setting."""
+    monkeypatch.delenv(nat.DISABLE_ENV, raising=False)  # what the hardware says
+    status = nat.isa_status()
+    lacking = [i for i in nat.ISAS if not status[i][0]]
+    if not lacking:
+        pytest.skip("this CPU runs every native path (nothing it lacks to disable)")
+    monkeypatch.setenv(nat.DISABLE_ENV, ",".join(lacking))
+    assert {i: nat.isa_status()[i] for i in lacking} == {i: status[i] for i in lacking}
 
 
 def test_no_simd_path_means_cpu_backend(monkeypatch):

@@ -1,7 +1,10 @@
 """``xengine`` command line: parses arguments and calls library code, nothing more.
 
 Subcommands register themselves in ``COMMANDS`` (name -> (help, add_arguments, run)), so each
-feature keeps its options next to its code.
+feature keeps its options next to its code. Options are checked with the shared argparse types
+of :mod:`~xengine_block.argtypes`; a check that needs several options raises
+:class:`~xengine_block.argtypes.UsageError` from ``run``, which ``main`` reports like argparse
+(one line naming the option, exit status 2) before the command has done anything.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+
+from . import argtypes
+from .argtypes import UsageError
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: dict[str, Command] = {}
@@ -25,16 +31,24 @@ def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentPars
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="auto", help="backend name or 'auto'")
-    p.add_argument("--nstream", type=int, default=256)
-    p.add_argument("--nchan", type=int, default=9)
-    p.add_argument("--npacket", type=int, default=136)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--backend", type=argtypes.backend_name, default="auto",
+                   help="backend name or 'auto'")
+    p.add_argument("--nstream", type=argtypes.positive_int, default=256)
+    p.add_argument("--nchan", type=argtypes.positive_int, default=9)
+    p.add_argument("--npacket", type=argtypes.positive_int, default=136)
+    p.add_argument("--repeat", type=argtypes.positive_int, default=2)
 
 
 @command("bench", "measure a correlator backend against numpy peers (JSON)", _bench_args)
 def _bench(a: argparse.Namespace) -> int:
     from . import benchmarking
+    from .backends import BackendUnavailable, choose_backend
+    g = argtypes.geometry({"nstream": "--nstream", "nchan": "--nchan", "npacket": "--npacket"},
+                          nstream=a.nstream, nchan=a.nchan, npacket=a.npacket)
+    try:
+        choose_backend(a.backend, g)
+    except BackendUnavailable as exc:
+        raise UsageError("--backend", str(exc)) from None
     result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat)
     print(json.dumps(result, indent=2))
     return 0 if result["exact"] else 1
@@ -56,13 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
             __import__(f"xengine_block.{module}")
         except ImportError:
             pass
-    parser = argparse.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])
+    parser = argtypes.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_arguments, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         add_arguments(p)
-        p.set_defaults(run=run)
+        p.set_defaults(run=run, parser=p)
     return parser
 
 
@@ -70,8 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return args.run(args)
+    try:
+        with argtypes.usage_errors(args.parser):
+            return args.run(args)
+    except KeyboardInterrupt:  # finished outputs are kept; a rerun resumes after them
+        print(f"xengine {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m xengine_block.cli`` this file is ``__main__``, but subcommands register
+    # in ``xengine_block.cli``: use that module, so both entry points see every subcommand.
+    from xengine_block.cli import main as _main
+    sys.exit(_main())

@@ -10,7 +10,10 @@ Invalid combinations raise :class:`GeometryError` naming the field and the limit
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 #: Largest magnitude of one int8 x int8 product term: (-128) * (-128).
 MAX_PRODUCT = 1 << 14
@@ -24,8 +27,24 @@ MAX_PAYLOAD_BYTES = 8800
 BLOCK = 8
 
 
+#: Largest ring frame (one packet time of every stream and channel) and X-engine output frame.
+#: Far above any real X-engine's share (the seed's are 2.2 MB and 2.4 MB; 8192 streams x 9
+#: channels: 71 MB and 2.4 GB); a typo such as nchan 9e6 would otherwise ask for hundreds of
+#: GiB before saying anything.
+MAX_FRAME_BYTES = 1 << 30
+MAX_OUTPUT_BYTES = 1 << 34
+
+
 class GeometryError(ValueError):
-    """A geometry field is out of range; the message names the field and the limit."""
+    """A geometry field is out of range; the message names the field and the limit.
+
+    ``field``: the offending field's name where one field is to blame (command lines map it to
+    their option), else None.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def max_spectra_int32() -> int:
@@ -70,16 +89,19 @@ class Geometry:
                      "tile_n", "tile_m", "tile_t", "rows", "cols"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise GeometryError(f"{name} must be a positive integer, got {value!r}")
+                raise GeometryError(f"{name} must be a positive integer, got {value!r}", name)
         if self.nstream % 2:
             raise GeometryError(
-                f"nstream must be even (two polarisations per antenna), got {self.nstream}")
+                f"nstream must be even (two polarisations per antenna), got {self.nstream}",
+                "nstream")
         if self.nchan % self.nchan_pkt:
             raise GeometryError(
-                f"nchan ({self.nchan}) must be a multiple of nchan_pkt ({self.nchan_pkt})")
+                f"nchan ({self.nchan}) must be a multiple of nchan_pkt ({self.nchan_pkt})",
+                "nchan")
         if self.nfine != BLOCK:
             raise GeometryError(
-                f"nfine must be {BLOCK} (the kernel's 8x8 sample blocks), got {self.nfine}")
+                f"nfine must be {BLOCK} (the kernel's 8x8 sample blocks), got {self.nfine}",
+                "nfine")
         if self.payload_bytes > MAX_PAYLOAD_BYTES:
             raise GeometryError(
                 f"packet payload nchan_pkt*ncoarse*2*nfine = {self.payload_bytes} bytes exceeds "
@@ -87,15 +109,23 @@ class Geometry:
         if self.npacket > self.max_npacket:
             raise GeometryError(
                 f"npacket P={self.npacket} can overflow int32: P * {self.nspectra_pkt} spectra * "
-                f"{MAX_COMPLEX_TERM} must be <= {INT32_MAX}, so P <= {self.max_npacket}")
+                f"{MAX_COMPLEX_TERM} must be <= {INT32_MAX}, so P <= {self.max_npacket}",
+                "npacket")
         if self.tile_n % 2:
             raise GeometryError(
                 f"tile_n N must be even (the kernel handles two rows of A at once), "
-                f"got {self.tile_n}")
+                f"got {self.tile_n}", "tile_n")
         if self.nspectra_pkt % self.kernel_samples:
             raise GeometryError(
                 f"tile_t T={self.tile_t}: a packet's {self.nspectra_pkt} spectra must be a whole "
-                f"number of kernel calls of 8T={self.kernel_samples} samples")
+                f"number of kernel calls of 8T={self.kernel_samples} samples", "tile_t")
+        for what, nbytes, limit in (("ring frame", self.frame_bytes, MAX_FRAME_BYTES),
+                                    ("output frame", self.output_bytes, MAX_OUTPUT_BYTES)):
+            if nbytes > limit:
+                raise GeometryError(
+                    f"nstream={self.nstream} x nchan={self.nchan}: one {what} would be "
+                    f"{nbytes / 2**30:.1f} GiB, more than the {limit / 2**30:.0f} GiB limit",
+                    "nchan" if self.nchan > self.nchan_pkt else "nstream")
         if self.npu_block_a != self.npu_block_b:
             raise GeometryError(
                 f"NPU tiling is not square: 8*tile_n*rows = {self.npu_block_a} differs from "
@@ -243,8 +273,19 @@ class Geometry:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Geometry:
-        return cls(**{k: int(v) for k, v in d.items() if k in cls.__dataclass_fields__})
+    def from_dict(cls, d: Mapping[str, Any]) -> Geometry:
+        """Inverse of ``to_dict``; absent fields take their defaults, and a value that is not
+        an integer (32.7, "32", true) is refused rather than truncated."""
+        if not isinstance(d, Mapping):
+            raise GeometryError(f"geometry must be a mapping of fields, got {type(d).__name__}")
+        fields = {}
+        for k, v in d.items():
+            if k not in cls.__dataclass_fields__:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise GeometryError(f"{k} must be an integer, got {v!r}", k)
+            fields[k] = int(v)
+        return cls(**fields)
 
 
 #: The seed design: 256 streams, 9 channels, P = 136.

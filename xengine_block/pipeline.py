@@ -160,6 +160,11 @@ class Pipeline:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signal = signum
 
+    @property
+    def stop_signal(self) -> int | None:
+        """The signal (SIGINT or SIGTERM) that stopped ``run()``, if one did."""
+        return self._signal
+
     def shutdown(self) -> None:
         """Stop every block now (from any thread); ``run()`` returns once they have stopped."""
         self._stop_all("shutdown() called")

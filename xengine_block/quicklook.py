@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from . import argtypes
 from .cli import command
 from .triangle import unpack_triangle
 
@@ -115,11 +116,18 @@ def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="UVH5 file")
-    p.add_argument("-o", "--output", help="PNG path (default: FILE with .png)")
+    p.add_argument("file", type=argtypes.input_file, help="UVH5 file")
+    p.add_argument("-o", "--output", type=argtypes.output_file,
+                   help="PNG path (default: FILE with .png)")
 
 
 @command("quicklook", "write a quick-look PNG of a UVH5 file's last integration", _args)
 def _main(a: argparse.Namespace) -> int:
-    print(quicklook_uvh5(a.file, a.output))
+    png = a.output or a.file.with_suffix(".png")
+    if png.resolve() == a.file.resolve():
+        raise argtypes.UsageError("-o/--output", f"{png} would overwrite the UVH5 file")
+    try:
+        print(quicklook_uvh5(a.file, png))
+    except (OSError, KeyError, ValueError) as exc:  # not HDF5, not UVH5, or empty
+        raise argtypes.UsageError("file", f"{a.file}: no quick-look made: {exc}") from None
     return 0

@@ -20,10 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from .array import ArrayDescription, default_array
+from . import argtypes
+from .argtypes import UsageError
+from .array import ArrayDescription, ArrayError, default_array
 from .cli import command
 from .geometry import Geometry
-from .recording import write_metadata
+from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class Recorder:
                         pass  # not one of our heaps: keep it in the current file
                     elif last_ts is not None and ts != last_ts and ts % step == 0:
                         writer.close()
+                        finish_metadata(self.files[-1])
                         writer, size = self._open()
                         last_ts = None
                     else:
@@ -105,6 +108,7 @@ class Recorder:
                 self.packets += 1
         finally:
             writer.close()
+            finish_metadata(self.files[-1])
             self.sock.close()
 
     def stop(self) -> None:
@@ -112,31 +116,47 @@ class Recorder:
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--out", type=Path, required=True, help="directory for the pcap files")
-    p.add_argument("--address", default=DEFAULT_ADDRESS)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--max-mb", type=float, default=1024, help="file size before rotating")
-    p.add_argument("--duration", type=float, help="seconds to record (default: until Ctrl-C)")
-    p.add_argument("--idle-timeout", type=float, help="stop after this long without packets")
-    p.add_argument("--array", type=Path, help="array TOML (default: MWA 128 tiles)")
-    p.add_argument("--nant", type=int, help="first N antennas of the default array")
-    p.add_argument("--nchan", type=int, default=9)
-    p.add_argument("--npacket", type=int, default=136)
-    p.add_argument("--chan0", type=int, default=0)
-    p.add_argument("--sync-time", type=float, required=True, help="unix time of spectrum 0")
-    p.add_argument("--fs-hz", type=float, required=True)
-    p.add_argument("--freq0-hz", type=float, required=True)
-    p.add_argument("--chan-bw-hz", type=float, required=True)
+    p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
+                   help="directory for the pcap files")
+    p.add_argument("--address", type=argtypes.ipv4_address, default=DEFAULT_ADDRESS)
+    p.add_argument("--port", type=argtypes.port, default=DEFAULT_PORT)
+    p.add_argument("--max-mb", type=argtypes.positive_number, default=1024,
+                   help="file size before rotating")
+    p.add_argument("--duration", type=argtypes.positive_number,
+                   help="seconds to record (default: until Ctrl-C)")
+    p.add_argument("--idle-timeout", type=argtypes.positive_number,
+                   help="stop after this long without packets")
+    p.add_argument("--array", type=argtypes.input_file,
+                   help="array TOML (default: MWA 128 tiles)")
+    p.add_argument("--nant", type=argtypes.positive_int,
+                   help="first N antennas of the default array")
+    p.add_argument("--nchan", type=argtypes.positive_int, default=9)
+    p.add_argument("--npacket", type=argtypes.positive_int, default=136)
+    p.add_argument("--chan0", type=argtypes.nonnegative_int, default=0)
+    p.add_argument("--sync-time", type=argtypes.nonnegative_number, required=True,
+                   help="unix time of spectrum 0")
+    p.add_argument("--fs-hz", type=argtypes.positive_number, required=True)
+    p.add_argument("--freq0-hz", type=argtypes.positive_number, required=True)
+    p.add_argument("--chan-bw-hz", type=argtypes.positive_number, required=True)
 
 
 @command("record", "record live SPEAD F-engine traffic into pcap files with sidecars", _args)
 def _main(a: argparse.Namespace) -> int:
-    array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+    try:
+        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
+    except (ArrayError, OSError) as exc:
+        raise UsageError("--array" if a.array else "--nant", str(exc)) from None
+    g = argtypes.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
+                           "npacket": "--npacket"},
+                          nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
     sky = {"sync_time": a.sync_time, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz,
            "chan_bw_hz": a.chan_bw_hz}
-    rec = Recorder(a.out, array, g, sky=sky, chan0=a.chan0, address=a.address, port=a.port,
-                   max_bytes=int(a.max_mb * 1e6))
+    try:  # binds before it creates the directory
+        rec = Recorder(a.out, array, g, sky=sky, chan0=a.chan0, address=a.address, port=a.port,
+                       max_bytes=int(a.max_mb * 1e6))
+    except OSError as exc:
+        raise UsageError("--port", f"cannot receive on {a.address}:{a.port}: "
+                                   f"{exc.strerror or exc}") from None
     print(f"recording {a.address}:{rec.port} into {a.out} (Ctrl-C stops)")
     try:
         rec.run(duration=a.duration, idle_timeout=a.idle_timeout)

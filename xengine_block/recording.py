@@ -1,19 +1,34 @@
 """Recordings: pcap files of F-engine SPEAD traffic plus a JSON sidecar ``FILE.pcap.json``
 holding what the packets do not carry (array description, geometry, sync time, sample rate,
-frequencies), so a recording can be correlated again later without any other input."""
+frequencies), so a recording can be correlated again later without any other input.
+
+Both halves can be damaged, and a damaged recording must not pass as fine: :func:`read_metadata`
+checks every sidecar field with bounds (one line naming the field), and :func:`scan_pcap` walks
+the pcap records on its own, counting what no receiver would report (bytes that are no record,
+records that are not SPEAD, a cut-off last record). A sidecar closed with
+:func:`finish_metadata` also holds the file's final size, so a file cut at a record boundary
+is caught too.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import mmap
 import os
-from dataclasses import dataclass
+import struct
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .array import ArrayDescription
-from .geometry import Geometry
+from .array import ArrayDescription, ArrayError
+from .geometry import Geometry, GeometryError
 
 FORMAT = "xengine_block recording 1"
+#: Sky fields of a sidecar: (name, lower bound, whether the bound is exclusive).
+_SKY = (("sync_time", 0.0, False), ("fs_hz", 0.0, True), ("freq0_hz", 0.0, True),
+        ("chan_bw_hz", 0.0, True))
 
 
 def metadata_path(pcap: str | os.PathLike) -> Path:
@@ -26,6 +41,8 @@ class RecordingInfo:
     geometry: Geometry
     sky: dict[str, float]  # sync_time, fs_hz, freq0_hz, chan_bw_hz
     chan0: int = 0
+    #: Size of the pcap file when its recorder closed it (None: not recorded).
+    pcap_bytes: int | None = None
 
 
 def write_metadata(pcap: str | os.PathLike, array: ArrayDescription, geometry: Geometry, *,
@@ -40,21 +57,190 @@ def write_metadata(pcap: str | os.PathLike, array: ArrayDescription, geometry: G
     return path
 
 
+def finish_metadata(pcap: str | os.PathLike) -> None:
+    """Note the closed pcap file's size in its sidecar (reprocessing then knows a cut file)."""
+    path = metadata_path(pcap)
+    doc = json.loads(path.read_text())
+    doc["pcap_bytes"] = os.stat(pcap).st_size
+    path.write_text(json.dumps(doc, indent=1))
+
+
+class MetadataError(ValueError):
+    """A sidecar is missing a field or holds an impossible value; one line naming it."""
+
+
+def _number(doc: Mapping[str, Any], key: str, where: str, low: float, exclusive: bool) -> float:
+    if key not in doc:
+        raise MetadataError(f"{where}{key} is missing")
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise MetadataError(f"{where}{key} must be a finite number, got {v!r}")
+    if v < low or (exclusive and v == low):
+        raise MetadataError(f"{where}{key} must be {'>' if exclusive else '>='} {low:g}, "
+                            f"got {v!r}")
+    return float(v)
+
+
+def _object(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    if key not in doc:
+        raise MetadataError(f"{key} is missing")
+    if not isinstance(doc[key], Mapping):
+        raise MetadataError(f"{key} must be an object, got {type(doc[key]).__name__}")
+    return doc[key]
+
+
+def _count(doc: Mapping[str, Any], key: str) -> int | None:
+    v = doc.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise MetadataError(f"{key} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def parse_metadata(doc: Any) -> RecordingInfo:
+    """Validate a parsed sidecar; MetadataError names the first bad field."""
+    if not isinstance(doc, Mapping):
+        raise MetadataError(f"the sidecar must be a JSON object, got {type(doc).__name__}")
+    if doc.get("format") != FORMAT:
+        raise MetadataError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
+    sky_doc = _object(doc, "sky")
+    sky = {k: _number(sky_doc, k, "sky.", low, excl) for k, low, excl in _SKY}
+    try:
+        array = ArrayDescription.from_dict(_object(doc, "array"))
+    except ArrayError as exc:
+        raise MetadataError(f"array: {exc}") from None
+    try:
+        geometry = Geometry.from_dict(_object(doc, "geometry"))
+    except GeometryError as exc:
+        raise MetadataError(f"geometry.{exc}" if exc.field and str(exc).startswith(exc.field)
+                            else f"geometry: {exc}") from None
+    if geometry.nstream != array.nstream:
+        raise MetadataError(f"geometry.nstream {geometry.nstream} differs from the array's "
+                            f"{array.nstream} streams (2 per antenna)")
+    chan0 = _count(doc, "chan0") or 0
+    return RecordingInfo(array, geometry, sky, chan0, _count(doc, "pcap_bytes"))
+
+
 def read_metadata(pcap: str | os.PathLike) -> RecordingInfo:
-    """The sidecar of ``pcap``; errors name the file and what is wrong."""
+    """The sidecar of ``pcap``; errors name the file and what is wrong, in one line."""
     path = metadata_path(pcap)
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{pcap}: no metadata sidecar {path.name} (written by "
                                 f"'xengine record' and 'pipelines/fx.py --record')") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from None
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT!r}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MetadataError(f"{path}: not valid JSON: {exc}") from None
     try:
-        sky = {k: float(doc["sky"][k]) for k in ("sync_time", "fs_hz", "freq0_hz", "chan_bw_hz")}
-        return RecordingInfo(ArrayDescription.from_dict(doc["array"]),
-                             Geometry.from_dict(doc["geometry"]), sky, int(doc.get("chan0", 0)))
-    except KeyError as exc:
-        raise ValueError(f"{path}: missing field {exc}") from None
+        return parse_metadata(doc)
+    except MetadataError as exc:
+        raise MetadataError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- pcap damage
+_PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 10**6), b"\xa1\xb2\xc3\xd4": (">", 10**6),
+               b"\x4d\x3c\xb2\xa1": ("<", 10**9), b"\xa1\xb2\x3c\x4d": (">", 10**9)}
+_LINKTYPE_ETHERNET = 1
+_MAX_RECORD = 262144  # libpcap's largest snaplen
+
+
+@dataclass
+class PcapScan:
+    """What a pcap file holds, record by record (independent of the SPEAD receiver)."""
+
+    records: int = 0  # well-formed records
+    spead: int = 0  # of them, SPEAD packets over Ethernet/IPv4/UDP
+    undecodable: int = 0  # well-formed records that are not SPEAD over Ethernet/IPv4/UDP
+    garbage_regions: int = 0  # stretches of bytes that are no record (skipped to the next)
+    garbage_bytes: int = 0
+    truncated_bytes: int = 0  # a last record cut short by the end of the file
+    file_bytes: int = 0
+
+    @property
+    def damage(self) -> dict[str, int]:
+        """The non-zero damage counters."""
+        d = {"undecodable": self.undecodable, "garbage_bytes": self.garbage_bytes,
+             "truncated_bytes": self.truncated_bytes}
+        return {k: v for k, v in d.items() if v}
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _is_spead(frame: bytes | mmap.mmap, start: int, end: int) -> bool:
+    """Ethernet (optionally one VLAN tag) / IPv4 / UDP carrying a SPEAD version 4 header."""
+    off = start + 12
+    if end - off < 2:
+        return False
+    ethertype = int.from_bytes(frame[off:off + 2], "big")
+    if ethertype == 0x8100:
+        off += 4
+        ethertype = int.from_bytes(frame[off:off + 2], "big") if end - off >= 2 else 0
+    off += 2
+    if ethertype != 0x0800 or end - off < 20 or frame[off] >> 4 != 4 or frame[off + 9] != 17:
+        return False
+    off += (frame[off] & 0x0F) * 4 + 8  # IPv4 header, then the UDP header
+    return end - off >= 8 and frame[off] == 0x53 and frame[off + 1] == 4
+
+
+def scan_pcap(path: str | os.PathLike) -> PcapScan:
+    """Walk every record; bytes that are no record are skipped up to the next position where
+    two consecutive plausible record headers (or one and the end of file) follow.
+
+    Raises ValueError naming the file when it is not a pcap file at all.
+    """
+    scan = PcapScan()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        scan.file_bytes = size
+        if size < 24:
+            raise ValueError(f"{path}: {size} bytes, too short for a pcap file header")
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        magic = bytes(buf[:4])
+        if magic not in _PCAP_MAGIC:
+            raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
+        order, frac_limit = _PCAP_MAGIC[magic]
+        snaplen, linktype = struct.unpack_from(order + "II", buf, 16)
+        limit = min(snaplen or _MAX_RECORD, _MAX_RECORD)
+        hdr = struct.Struct(order + "IIII")
+
+        def plausible(pos: int) -> int:
+            """Length of the record at ``pos`` if its header is plausible and it fits, else -1
+            (-2: plausible but cut short by the end of the file)."""
+            if pos + 16 > size:
+                return -2
+            _, frac, incl, orig = hdr.unpack_from(buf, pos)
+            if frac >= frac_limit or incl > limit or incl > orig or orig > _MAX_RECORD:
+                return -1
+            return 16 + incl if pos + 16 + incl <= size else -2
+
+        pos = 24
+        while pos < size:
+            n = plausible(pos)
+            if n == -2:  # the file ends inside this record
+                scan.truncated_bytes = size - pos
+                break
+            if n < 0:  # garbage: find the next place where records line up again
+                start = pos
+                while pos < size:
+                    pos += 1
+                    n = plausible(pos)
+                    if n > 0 and (pos + n == size or plausible(pos + n) > 0):
+                        break
+                else:
+                    n = -1
+                scan.garbage_regions += 1
+                scan.garbage_bytes += pos - start
+                if n < 0:
+                    break
+            scan.records += 1
+            if linktype == _LINKTYPE_ETHERNET and _is_spead(buf, pos + 16, pos + n):
+                scan.spead += 1
+            elif linktype == _LINKTYPE_ETHERNET:
+                scan.undecodable += 1
+            pos += n
+    finally:
+        buf.close()
+    return scan

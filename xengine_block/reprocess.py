@@ -4,6 +4,11 @@ blocks -> one UVH5 file per recording, locally or across a dask.distributed clus
 Each recording carries its sidecar (:mod:`~xengine_block.recording`); the integration length
 (P packets per X-engine frame, k frames per dump), channel selection and backend are chosen
 anew. Outputs are resumable and failures are per file (:mod:`~xengine_block.tasks`).
+
+A damaged recording fails unless accepted with ``allow_damaged`` (``--allow-damaged``): heaps
+missing from frames or mangled (capture counters), bytes of the pcap that are no record or not
+SPEAD, a cut-off last record, or a size that differs from the one its recorder noted. The
+file's line says which, and how many dumps have gaps.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import argtypes
 from .cli import command
 from .tasks import Task, run_tasks, summarise
 
@@ -28,6 +35,16 @@ class ReprocessOptions:
     ninteg: int = 1
     channels: tuple[int, ...] | None = None  # indices into the recording's channels
     backend: str = "auto"
+    allow_damaged: bool = False  # write and accept a damaged recording (reported, exit 0)
+
+
+#: Capture counters that mean heaps of the recording were lost or mangled.
+CAPTURE_DAMAGE = ("missing", "incomplete", "late", "bad_size", "bad_timestamp", "bad_stream",
+                  "bad_channel", "out_of_window")
+
+
+class DamagedRecording(ValueError):
+    """The recording lost or mangled data and the user did not accept it."""
 
 
 def parse_channels(text: str | None) -> tuple[int, ...] | None:
@@ -56,11 +73,12 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     from .capture import CaptureBlock, PcapSource
     from .chain import correlator_chain
     from .pipeline import Pipeline
-    from .recording import read_metadata
+    from .recording import read_metadata, scan_pcap
 
     if not task.input.exists():
         raise FileNotFoundError(f"{task.input}: no such recording")
     info = read_metadata(task.input)
+    scan = scan_pcap(task.input)
     g = info.geometry if options.npacket is None else info.geometry.replace(
         npacket=options.npacket)
     with Pipeline() as pipeline:
@@ -72,6 +90,8 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                                  channels=list(options.channels) if options.channels else None,
                                  geometry=g)
         pipeline.run()
+    if pipeline.stop_signal is not None:  # Ctrl-C stops the whole run, not just this file
+        raise KeyboardInterrupt(f"{task.input}: stopped by a signal")
     counters = capture.capture_counters()
     if chain.writer.dumps_written == 0:
         raise ValueError(f"{task.input}: no complete integration in the recording "
@@ -82,7 +102,19 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                "missing": counters["missing"], "malformed": sum(
                    counters[k] for k in ("bad_size", "bad_timestamp", "bad_stream",
                                          "bad_channel", "out_of_window")),
-               "dropped_partial": chain.integrate.dropped_partial}
+               "dropped_partial": chain.integrate.dropped_partial,
+               "dumps_with_gaps": chain.integrate.dumps_with_gaps}
+    damage = {k: counters[k] for k in CAPTURE_DAMAGE if counters[k]}
+    damage.update(scan.damage)
+    if info.pcap_bytes is not None and info.pcap_bytes != scan.file_bytes:
+        damage["size_change"] = scan.file_bytes - info.pcap_bytes
+    if damage:
+        what = " ".join(f"{k}={v}" for k, v in damage.items())
+        if not options.allow_damaged:
+            raise DamagedRecording(
+                f"{task.input}: damaged recording: {what}; {summary['dumps']} dumps, "
+                f"{summary['dumps_with_gaps']} with gaps (--allow-damaged writes it anyway)")
+        summary["damaged"] = what.replace(" ", ",")
     if extra:
         summary["extra_files"] = [str(p) for p in extra]
     return summary
@@ -108,23 +140,60 @@ def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
                      progress=progress)
 
 
+def _channels_arg(text: str) -> tuple[int, ...] | None:
+    try:
+        chans = parse_channels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if chans and min(chans) < 0:
+        raise argparse.ArgumentTypeError(f"channels {text!r}: indices must be >= 0")
+    return chans
+
+
+def _scheduler_arg(text: str) -> str:
+    """``[tcp://]host:port`` (or another dask protocol): checked here, reached when run."""
+    rest = text.split("://", 1)[1] if "://" in text else text
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected [tcp://]HOST:PORT, got {text!r}")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="+", type=Path,
+    p.add_argument("inputs", nargs="+", type=argtypes.input_file,
                    help="recorded pcap files (with .json sidecars)")
-    p.add_argument("-o", "--out", type=Path, required=True, help="output directory")
-    p.add_argument("--npacket", type=int,
+    p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
+                   help="output directory")
+    p.add_argument("--npacket", type=argtypes.positive_int,
                    help="packets per X-engine frame P (default: as recorded)")
-    p.add_argument("--ninteg", type=int, default=1, help="X-engine frames per dump")
-    p.add_argument("--channels", help="channels to write: A:B or a,b,c (default: all)")
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--workers", type=int, help="start a LocalCluster of N worker processes")
-    p.add_argument("--scheduler", help="address of an existing dask scheduler")
+    p.add_argument("--ninteg", type=argtypes.positive_int, default=1,
+                   help="X-engine frames per dump")
+    p.add_argument("--channels", type=_channels_arg,
+                   help="channels to write: A:B or a,b,c (default: all)")
+    p.add_argument("--backend", type=argtypes.backend_name, default="auto")
+    p.add_argument("--allow-damaged", action="store_true",
+                   help="write damaged recordings (lost or mangled packets, garbage, cut "
+                        "files) and count them as done; their line still says what is wrong")
+    cluster = p.add_mutually_exclusive_group()
+    cluster.add_argument("--workers", type=argtypes.positive_int,
+                         help="start a LocalCluster of N worker processes")
+    cluster.add_argument("--scheduler", type=_scheduler_arg,
+                         help="address of an existing dask scheduler")
 
 
 def run_cli(a: argparse.Namespace) -> int:
-    options = ReprocessOptions(a.npacket, a.ninteg, parse_channels(a.channels), a.backend)
-    if a.ninteg < 1:
-        raise SystemExit("--ninteg must be >= 1")
+    options = ReprocessOptions(a.npacket, a.ninteg, a.channels, a.backend, a.allow_damaged)
+    try:
+        plan_tasks(a.inputs, a.out)
+    except ValueError as exc:
+        raise argtypes.UsageError("inputs", str(exc)) from None
+    if a.scheduler and a.scheduler.split("://")[0] in ("tcp", a.scheduler):
+        host, _, port = a.scheduler.split("://")[-1].rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        except OSError as exc:
+            raise argtypes.UsageError("--scheduler", f"cannot reach {a.scheduler}: "
+                                                     f"{exc.strerror or exc}") from None
     results = reprocess(a.inputs, a.out, options, scheduler=a.scheduler, workers=a.workers)
     return 0 if summarise(results) else 1
 

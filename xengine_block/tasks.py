@@ -122,8 +122,11 @@ def run_tasks(tasks: Iterable[Task], fn: Callable[[Task], dict[str, Any]], *,
             cluster.close()
 
 
-def summarise(results: list[Result], stream: TextIO = sys.stdout) -> bool:
-    """Print one line per task (counters or the error); True if every task succeeded."""
+def summarise(results: list[Result], stream: TextIO | None = None) -> bool:
+    """Print one line per task (counters or the error); True if every task succeeded.
+
+    ``stream`` defaults to the ``sys.stdout`` of the call (not of the import)."""
+    stream = sys.stdout if stream is None else stream
     for r in results:
         if r.skipped:
             stream.write(f"skipped  {r.task.input}: {r.task.output} is complete\n")

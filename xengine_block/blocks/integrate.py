@@ -33,6 +33,8 @@ class IntegrateBlock(MultiTransformBlock):
         self.ninteg = ninteg
         self.dropped_partial = 0
         self.dumps = 0
+        #: Dumps missing some spectra of some baseline (lost packets, gaps, a partial first dump).
+        self.dumps_with_gaps = 0
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         hdr = iseqs[0].header
@@ -66,6 +68,7 @@ class IntegrateBlock(MultiTransformBlock):
             for dump in self.integrator.add(time_tag, ispans[0].data[i], ispans[1].data[i]):
                 ospans[0].data[n] = dump.vis
                 ospans[1].data[n] = dump.valid
+                self.dumps_with_gaps += bool((dump.valid < dump.nspectra).any())
                 n += 1
         self.dumps += n
         return [n, n]

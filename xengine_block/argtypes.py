@@ -1,0 +1,179 @@
+"""Option validation shared by every command line (``xengine`` subcommands, ``pipelines/*.py``).
+
+Each checker is an argparse ``type=``: a bad value stops the parser with argparse's one line
+``prog: error: argument --opt: why`` and exit status 2, before any side effect. Checks that need
+several options (a geometry, a port to bind) raise :class:`UsageError` naming the option; the
+``xengine`` front end and the scripts turn it into the same line and status
+(:func:`usage_errors`). Paths are checked without creating anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import NoReturn
+
+from .geometry import Geometry, GeometryError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line (``prog: error: argument --x: why``),
+    not the whole usage text first; exit status 2 as always. Subparsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help for usage)\n")
+
+
+class UsageError(ValueError):
+    """A bad command-line value found after parsing; ``option`` is the option to blame."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"argument {option}: {message}")
+        self.option = option
+
+
+@contextlib.contextmanager
+def usage_errors(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """Report a :class:`UsageError` raised inside as ``parser.error`` (one line, exit 2)."""
+    try:
+        yield
+    except UsageError as exc:
+        parser.error(str(exc))
+
+
+def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An integer in ``[low, high]`` (either bound optional)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {_range(low, high)}, got {value}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
+
+
+def number(low: float | None = None, high: float | None = None, *,
+           exclusive_low: bool = False) -> Callable[[str], float]:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``exclusive_low``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+        if (low is not None and (value < low or (exclusive_low and value == low))) or (
+                high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"must be {_range(low, high, exclusive_low)}, got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _range(low: float | None, high: float | None, exclusive_low: bool = False) -> str:
+    if high is None:
+        return f"{'>' if exclusive_low else '>='} {low:g}"
+    if low is None:
+        return f"<= {high:g}"
+    return f"in {'(' if exclusive_low else '['}{low:g}, {high:g}]"
+
+
+positive_int = integer(1)
+nonnegative_int = integer(0)
+positive_number = number(0.0, exclusive_low=True)
+nonnegative_number = number(0.0)
+port = integer(0, 65535)
+seed = integer(0, 2**63 - 1)
+
+
+def ipv4_address(text: str) -> str:
+    """An IPv4 address or a host name that resolves to one (here, without a network)."""
+    try:
+        infos = socket.getaddrinfo(text, None, socket.AF_INET, socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"not an IPv4 address or known host: {text!r} "
+                                         f"({exc})") from None
+    return str(infos[0][4][0]) if infos else text
+
+
+def _creatable(path: Path) -> str | None:
+    """Why ``path`` could not be created as a directory (None: it could be)."""
+    ancestor = path
+    while not ancestor.exists():
+        if ancestor.is_symlink():
+            return f"{ancestor} is a dangling link"
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} exists and is not a directory"
+    if ancestor != path and not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot create it: {ancestor} is not writable"
+    return None
+
+
+def output_dir(text: str) -> Path:
+    """A directory that exists and is writable, or can be created (nothing is created here)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    path = Path(text)
+    why = _creatable(path)
+    if why is None and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        why = f"{path} is not writable"
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file that can be written: not a directory, its directory exists or can be created."""
+    if not text or text.endswith(os.sep):
+        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path} is not writable")
+    why = _creatable(path.parent)
+    if why is None and path.parent.is_dir() and not os.access(path.parent, os.W_OK | os.X_OK):
+        why = f"{path.parent} is not writable"
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return path
+
+
+def input_file(text: str) -> Path:
+    """An existing readable file."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file" if not path.exists()
+                                         else f"{text!r} is not a file")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not readable")
+    return path
+
+
+def backend_name(text: str) -> str:
+    """``auto`` or a registered correlator backend (whether it can run is checked later)."""
+    from .backends import REGISTRY
+    if text != "auto" and text not in REGISTRY:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {text!r}; choose 'auto' or one of {sorted(REGISTRY)}")
+    return text
+
+
+def geometry(options: Mapping[str, str], **fields: int) -> Geometry:
+    """A Geometry from command-line values; a GeometryError becomes a UsageError naming the
+    option of the field at fault (``options`` maps field -> option, e.g. nchan -> --nchan)."""
+    try:
+        return Geometry(**fields)
+    except GeometryError as exc:
+        option = options.get(exc.field or "", "/".join(options.values()) or "geometry")
+        raise UsageError(option, str(exc)) from None
