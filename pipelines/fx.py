@@ -27,7 +27,7 @@ from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSou
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
-from xengine_block.pipeline import Pipeline
+from xengine_block.pipeline import Pipeline, PipelineError
 from xengine_block.recording import write_metadata
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
@@ -156,10 +156,17 @@ def main(argv: list[str] | None = None) -> int:
                                    args=(sim, senders, nframe, 4, errors, capture.receiving))
         if not replay:
             fengine.start()
-        pipeline.run()
+        failure = None
+        try:
+            pipeline.run()
+        except PipelineError as exc:  # reported in one line once the F-engines are stopped
+            failure = exc
     if fengine.is_alive():
         fengine.join(timeout=30)
     elapsed = time.monotonic() - t0
+    if failure is not None:  # the block and what failed (e.g. the file and errno)
+        print(f"fx: {failure}", file=sys.stderr)
+        return 1
     if errors:
         raise errors[0]
 
