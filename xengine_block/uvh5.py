@@ -154,11 +154,11 @@ class UVH5WriteError(OSError):
         code = getattr(exc, "errno", None) or errno.EIO
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         super().__init__(code, reason, str(path))
-        self.ndump = ndump  # dumps the file keeps; None: the file was removed
+        self.ndump = ndump  # dumps the file keeps; None: no dump was complete, file removed
 
     def __str__(self) -> str:
         name = errno.errorcode.get(self.errno, "?")
-        kept = ("not created" if self.ndump is None else
+        kept = ("no dump was complete, file removed" if self.ndump is None else
                 f"the file keeps the {self.ndump} dumps written before")
         return (f"writing {self.filename} failed: [Errno {self.errno} {name}] {self.strerror}; "
                 f"{kept}")
@@ -294,8 +294,8 @@ class UVH5Writer:
     max_spectra : largest number of spectra integrated in one dump (chooses int32 or float64).
 
     Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
-    ``close``) and leaves the file as it was after the last successful append; a file that
-    could not even be created is removed. After a failure the writer refuses further appends.
+    ``close``) and leaves the file as it was after the last successful append; a file without
+    a complete dump is removed. After a failure the writer refuses further appends.
     """
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
@@ -406,7 +406,7 @@ class UVH5Writer:
         t_start_unix, duration_s : the dump's start time and length.
         """
         if self.error is not None:
-            raise UVH5WriteError(self.error, self.path, self.ndump) from self.error
+            raise UVH5WriteError(self.error, self.path, self.ndump or None) from self.error
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
@@ -439,8 +439,13 @@ class UVH5Writer:
             self._commit()
         except BaseException as exc:
             self._failed(exc)
+            kept: int | None = self.ndump
+            if self.ndump == 0:  # a file without dumps is no UVH5 file pyuvdata reads
+                self.abandon()
+                self.path.unlink(missing_ok=True)
+                kept = None
             if isinstance(exc, Exception):
-                raise UVH5WriteError(exc, self.path, self.ndump) from exc
+                raise UVH5WriteError(exc, self.path, kept) from exc
             raise
         self.ndump += 1
 
