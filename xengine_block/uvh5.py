@@ -34,8 +34,10 @@ dataset ids that HDF5's exit handler closes again: a segfault at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import os
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -181,6 +183,7 @@ class StagedFile:
         self.fd = os.open(self.path, flags, 0o644)
         self.size = 0  # bytes on disk (committed)
         self.discard = False
+        self._lock = threading.Lock()  # close() (e.g. at exit) waits for a commit to finish
         self._end = 0  # HDF5's end of file
         self._pos = 0
         self._writes: list[tuple[int, bytes]] = []  # staged, in order
@@ -230,8 +233,11 @@ class StagedFile:
     # -- ours
     def commit(self) -> None:
         """Put the staged writes on disk; on failure restore the committed file and raise."""
-        if self.discard:
-            return
+        with self._lock:
+            if not self.discard:
+                self._commit()
+
+    def _commit(self) -> None:
         old = self.size
         try:
             for off, data in self._writes:  # new space first (may fail: disk full, quota)
@@ -246,13 +252,15 @@ class StagedFile:
                         saved.append((off, os.pread(self.fd, len(part), off)))
                         self._pwrite(part, off)
             except OSError:
-                for off, data in reversed(saved):  # best effort: put the old bytes back
-                    self._pwrite(data, off)
+                with contextlib.suppress(OSError):  # best effort: put the old bytes back
+                    for off, data in reversed(saved):
+                        self._pwrite(data, off)
                 raise
             if os.fstat(self.fd).st_size != self._end:
                 self._ftruncate(self._end)
         except OSError:
-            self._ftruncate(old)
+            with contextlib.suppress(OSError):  # the first error is the one to report
+                self._ftruncate(old)
             raise
         self.size = self._end
         self._writes = []
@@ -267,9 +275,10 @@ class StagedFile:
         os.ftruncate(self.fd, size)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 #: Writers still open at interpreter exit are closed first, without writing: HDF5's own exit
