@@ -162,8 +162,10 @@ def test_writer_refuses_appends_after_a_failure_and_closes_quietly(tmp_path, mon
     w.append(tri, valid, 960, 1.8e9, 1.0)
     with pytest.raises(UVH5WriteError, match="keeps the 1 dumps"):
         w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
-    with pytest.raises(UVH5WriteError, match="ENOSPC"):
+    with pytest.raises(UVH5WriteError, match="ENOSPC") as info:
         w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
+    import pickle  # e.g. a dask worker's error travelling back
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
     w.close()
     w.close()
     assert_file_holds(path, 1)

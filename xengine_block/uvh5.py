@@ -152,11 +152,19 @@ class SiteInfo:
 class UVH5WriteError(OSError):
     """Writing a UVH5 file failed (errno, filename); the file keeps every earlier dump."""
 
-    def __init__(self, exc: BaseException, path: Path, ndump: int | None) -> None:
-        code = getattr(exc, "errno", None) or errno.EIO
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        super().__init__(code, reason, str(path))
+    def __init__(self, code: int, reason: str, filename: str, ndump: int | None) -> None:
+        super().__init__(code, reason, filename)
         self.ndump = ndump  # dumps the file keeps; None: no dump was complete, file removed
+
+    @classmethod
+    def caused_by(cls, exc: BaseException, path: Path, ndump: int | None) -> UVH5WriteError:
+        """The error for ``path`` from the exception that stopped the write (its errno)."""
+        return cls(getattr(exc, "errno", None) or errno.EIO,
+                   getattr(exc, "strerror", None) or str(exc) or type(exc).__name__,
+                   str(path), ndump)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.errno, self.strerror, self.filename, self.ndump)
 
     def __str__(self) -> str:
         name = errno.errorcode.get(self.errno, "?")
@@ -340,7 +348,7 @@ class UVH5Writer:
             self.abandon()
             self.path.unlink(missing_ok=True)  # nothing of it was ever complete
             if isinstance(exc, OSError):
-                raise UVH5WriteError(exc, self.path, None) from exc
+                raise UVH5WriteError.caused_by(exc, self.path, None) from exc
             raise
 
     # ------------------------------------------------------------------ layout
@@ -415,7 +423,8 @@ class UVH5Writer:
         t_start_unix, duration_s : the dump's start time and length.
         """
         if self.error is not None:
-            raise UVH5WriteError(self.error, self.path, self.ndump or None) from self.error
+            err = UVH5WriteError.caused_by(self.error, self.path, self.ndump or None)
+            raise err from self.error
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
@@ -454,7 +463,7 @@ class UVH5Writer:
                 self.path.unlink(missing_ok=True)
                 kept = None
             if isinstance(exc, Exception):
-                raise UVH5WriteError(exc, self.path, kept) from exc
+                raise UVH5WriteError.caused_by(exc, self.path, kept) from exc
             raise
         self.ndump += 1
 
@@ -480,7 +489,7 @@ class UVH5Writer:
             except Exception as exc:
                 self._failed(exc)
                 self.abandon()
-                raise UVH5WriteError(exc, self.path, self.ndump) from exc
+                raise UVH5WriteError.caused_by(exc, self.path, self.ndump) from exc
         self.abandon()
 
     def abandon(self) -> None:
