@@ -324,7 +324,7 @@ class UVH5Writer:
         self.bmap = baseline_map(site.antenna_numbers)
         self.freq_hz = np.asarray(freq_hz, np.float64)
         self.ndump = 0
-        self.error: UVH5WriteError | None = None
+        self.error: Exception | None = None  # what stopped the writing, if anything
         self.vis_dtype = visdata_dtype(max_spectra)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
         try:
