@@ -35,7 +35,7 @@ from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, Source
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
-from xengine_block.pipeline import Pipeline
+from xengine_block.pipeline import Pipeline, PipelineError
 from xengine_block.recording import finish_metadata, write_metadata
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
@@ -239,13 +239,21 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
                                          stop))
         if not replay:
             fengine.start()
+        failure = None
         if not stop.is_set():
-            pipeline.run()
+            try:
+                pipeline.run()
+            except PipelineError as exc:  # reported in one line once the F-engines are stopped
+                failure = exc
     stop.set()  # the pipeline is done: nothing more to send
-    fengine.join(timeout=10)  # prompt: it checks stop between chunks
+    if fengine.is_alive():
+        fengine.join(timeout=10)  # prompt: it checks stop between chunks
     if a.record:
         finish_metadata(a.record)
     elapsed = time.monotonic() - t0
+    if failure is not None:  # the block and what failed (e.g. the file and errno)
+        print(f"fx: {failure}", file=sys.stderr)
+        return 1
     if pipeline.stop_signal is not None:
         signals.insert(0, signal.Signals(pipeline.stop_signal).name)
     stopped_by = signals[0] if signals else None

@@ -54,8 +54,14 @@ def render(path: str | Path, freq_hz: np.ndarray, spectra: dict[str, np.ndarray]
     fig.colorbar(im, ax=ax_m, label="|correlation coefficient|", shrink=0.8)
     fig.suptitle(title)
     path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=90)
+    except OSError as exc:  # e.g. a full disk: no half-written PNG, one line naming it
+        path.unlink(missing_ok=True)
+        msg = f"cannot write quick-look {path}: {exc.strerror or exc}"
+        raise OSError(exc.errno, msg) from None
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -67,16 +73,24 @@ def _pick_pairs(n: int) -> list[tuple[int, int]]:
 
 
 def quicklook_triangle(path: str | Path, tri: np.ndarray, freq_hz: np.ndarray, nstream: int,
-                       title: str = "") -> Path:
-    """Quick-look of one X-engine/integration dump (packed triangle ``[C, nbl, 2]``)."""
+                       title: str = "", stream_names: list[str] | None = None) -> Path:
+    """Quick-look of one X-engine/integration dump (packed triangle ``[C, nbl, 2]``).
+
+    ``stream_names`` (``ArrayDescription.stream_names``) label the curves by antenna name and
+    feed; without them streams are labelled by index.
+    """
     full = unpack_triangle(tri, nstream)  # [C, S, S]
-    spectra = {f"K[{j},{k}]": full[:, j, k] for j, k in _pick_pairs(nstream)}
+    names = stream_names or [str(s) for s in range(nstream)]
+    spectra = {f"K[{names[j]}, {names[k]}]": full[:, j, k] for j, k in _pick_pairs(nstream)}
     c = tri.shape[0] // 2
     return render(path, freq_hz, spectra, full[c], f"streams, channel {c}", title)
 
 
-def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
-    """Quick-look of the last integration in a UVH5 file (XX polarisation)."""
+def last_integration(path: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray,
+                                                str]:
+    """What the quick-look of a UVH5 file shows: (frequencies, XX spectra labelled by antenna
+    names, the antenna-by-antenna XX matrix of the middle channel in ``antenna_numbers`` order,
+    title). Baselines are found by the antenna numbers in ``ant_1_array``/``ant_2_array``."""
     path = Path(path)
     with h5py.File(path, "r") as f:
         h, d = f["Header"], f["Data"]
@@ -91,10 +105,15 @@ def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
         a1, a2 = h["ant_1_array"][sl], h["ant_2_array"][sl]
         freq = np.asarray(h["freq_array"][:]).reshape(-1)
         jd = float(h["time_array"][nblts - 1])
-        name = bytes(h["telescope_name"][()]).decode()
+        telescope = bytes(h["telescope_name"][()]).decode()
         ants = np.asarray(h["antenna_numbers"][:])
+        names = [bytes(n).decode() for n in h["antenna_names"][:]]
         enu_len = np.linalg.norm(h["uvw_array"][sl], axis=-1)
-    index = {a: i for i, a in enumerate(ants)}
+    index = {int(a): i for i, a in enumerate(ants)}
+    unknown = sorted({int(a) for a in np.concatenate([a1, a2])} - set(index))
+    if unknown:
+        raise ValueError(f"{path}: ant_1_array/ant_2_array name antennas {unknown[:5]} that are "
+                         f"not in antenna_numbers")
     n = len(ants)
     c = vis.shape[1] // 2
     matrix = np.zeros((n, n), complex)
@@ -105,14 +124,21 @@ def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
     spectra = {}
     auto = np.flatnonzero(a1 == a2)
     if auto.size:
-        spectra[f"auto {a1[auto[0]]}"] = vis[auto[0]]
+        spectra[f"auto {names[ia1[auto[0]]]}"] = vis[auto[0]]
     if cross.size:
         order = cross[np.argsort(enu_len[cross])]
         for k in (order[0], order[order.size // 2], order[-1]):
-            spectra[f"{a1[k]}-{a2[k]} ({enu_len[k]:.0f} m)"] = vis[k]
+            spectra[f"{names[ia1[k]]}-{names[ia2[k]]} ({enu_len[k]:.0f} m)"] = vis[k]
+    return freq, spectra, matrix, f"{telescope} {path.name} JD {jd:.5f}"
+
+
+def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
+    """Quick-look of the last integration in a UVH5 file (XX polarisation)."""
+    path = Path(path)
+    freq, spectra, matrix, title = last_integration(path)
     png = Path(png) if png else path.with_suffix(".png")
-    return render(png, freq, spectra, matrix, f"antennas, XX, channel {c}",
-                  f"{name} {path.name} JD {jd:.5f}")
+    c = next(iter(spectra.values())).size // 2 if spectra else 0
+    return render(png, freq, spectra, matrix, f"antennas, XX, channel {c}", title)
 
 
 def _args(p: argparse.ArgumentParser) -> None:

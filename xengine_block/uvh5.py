@@ -10,17 +10,36 @@ Conventions, written down once:
 - Phase centre "unprojected" (zenith drift): uvw = ENU(ant_2) - ENU(ant_1), metres.
 - Time is the JD of the integration midpoint; LST from astropy at the site.
 
+- ``ant_1_array`` / ``ant_2_array`` hold antenna *numbers* (``antenna_numbers``), never indices;
+  ``ant_1 <= ant_2`` by number. Antenna *index* i (position in the array description) owns
+  streams 2i, 2i + 1, so the file order follows the numbers and the triangle the indices.
+
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
 update of Nblts/Ntimes and a flush, so that a writer killed at any moment leaves a file that
 reads with every dump completed before the kill (tested with SIGKILL). Two settings make that
 hold: HDF5's metadata cache may not evict (so dataset extents reach the disk only at a flush,
 together), and Nblts/Ntimes are compact datasets (their values live in metadata, so they cannot
 reach the disk before the extents they describe).
+
+Write failures (full disk, quota, EIO): HDF5 never sees them. It writes through h5py's
+``fileobj`` driver into :class:`StagedFile`, which keeps one dump's writes in memory and puts
+them on disk after HDF5's flush (``commit``): first the bytes past the old end of file, then the
+in-place metadata. When a write fails the file is cut back to its old end, so it is exactly the
+file of the previous dump, and :meth:`UVH5Writer.append` raises :class:`UVH5WriteError` (file,
+errno). Letting HDF5 see the error instead loses it (h5py ignores errors of ids closed in
+``__dealloc__``, leaving rows of zeros and counters ahead of the data) and leaves half-closed
+dataset ids that HDF5's exit handler closes again: a segfault at exit.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import errno
 import os
+import threading
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,8 +72,10 @@ _BLT_HEADER = {
 class BaselineMap:
     """Where each (antenna pair, polarisation) of the file comes from in the packed triangle."""
 
-    ant_1: np.ndarray  # [Nbls]
+    ant_1: np.ndarray  # [Nbls] antenna numbers (what the file stores)
     ant_2: np.ndarray  # [Nbls]
+    idx_1: np.ndarray  # [Nbls] antenna indices (streams 2 * idx + pol; positions)
+    idx_2: np.ndarray  # [Nbls]
     index: np.ndarray  # [Nbls, Npols] triangle index
     conj: np.ndarray  # [Nbls, Npols] True where the triangle value must be conjugated
 
@@ -63,16 +84,20 @@ class BaselineMap:
         return self.ant_1.size
 
 
-def baseline_map(nant: int) -> BaselineMap:
-    """File baseline order: ant_1 <= ant_2, ant_1 major; four polarisations each."""
-    a1, a2 = np.triu_indices(nant)
+def baseline_map(antenna_numbers: Sequence[int] | np.ndarray) -> BaselineMap:
+    """File baseline order for antennas numbered ``antenna_numbers`` (in index order):
+    ant_1 <= ant_2 by number, ant_1 major; four polarisations each."""
+    numbers = np.asarray(antenna_numbers, np.int64)
+    order = np.argsort(numbers, kind="stable")  # indices by increasing number
+    r1, r2 = np.triu_indices(numbers.size)
+    i1, i2 = order[r1], order[r2]
     feeds = np.array([(p1, p2) for _, p1, p2 in POLARIZATIONS])
-    s1 = 2 * a1[:, None] + feeds[None, :, 0]
-    s2 = 2 * a2[:, None] + feeds[None, :, 1]
+    s1 = 2 * i1[:, None] + feeds[None, :, 0]
+    s2 = 2 * i2[:, None] + feeds[None, :, 1]
     lo, hi = np.minimum(s1, s2), np.maximum(s1, s2)
     # wanted K[s2, s1]; the triangle holds K[lo, hi]; equal to it iff s2 == lo (s2 < s1).
     conj = ~(s2 < s1)
-    return BaselineMap(a1, a2, baseline_index(lo, hi), conj)
+    return BaselineMap(numbers[i1], numbers[i2], i1, i2, baseline_index(lo, hi), conj)
 
 
 def triangle_to_uvh5(tri: np.ndarray, bmap: BaselineMap) -> np.ndarray:
@@ -124,6 +149,157 @@ class SiteInfo:
         return len(self.antenna_names)
 
 
+class UVH5WriteError(OSError):
+    """Writing a UVH5 file failed (errno, filename); the file keeps every earlier dump."""
+
+    def __init__(self, code: int, reason: str, filename: str, ndump: int | None) -> None:
+        super().__init__(code, reason, filename)
+        self.ndump = ndump  # dumps the file keeps; None: no dump was complete, file removed
+
+    @classmethod
+    def caused_by(cls, exc: BaseException, path: Path, ndump: int | None) -> UVH5WriteError:
+        """The error for ``path`` from the exception that stopped the write (its errno)."""
+        return cls(getattr(exc, "errno", None) or errno.EIO,
+                   getattr(exc, "strerror", None) or str(exc) or type(exc).__name__,
+                   str(path), ndump)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.errno, self.strerror, self.filename, self.ndump)
+
+    def __str__(self) -> str:
+        name = errno.errorcode.get(self.errno, "?")
+        kept = ("no dump was complete, file removed" if self.ndump is None else
+                f"the file keeps the {self.ndump} dumps written before")
+        return (f"writing {self.filename} failed: [Errno {self.errno} {name}] {self.strerror}; "
+                f"{kept}")
+
+
+class StagedFile:
+    """A file for h5py's ``fileobj`` driver that puts HDF5's writes on disk only at ``commit``.
+
+    Between commits, writes and truncations are kept in memory (reads see them), so HDF5 never
+    meets an I/O error. ``commit`` writes the bytes past the committed end first (new space: the
+    only writes a full disk refuses), then the in-place ones (old bytes saved and restored if
+    one fails), then sets the size. A failure cuts the file back to its committed size and
+    raises ``OSError`` with errno: the file is again exactly the last committed one.
+    ``discard`` drops everything written afterwards (closing HDF5 after a failure).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, overwrite: bool) -> None:
+        self.path = Path(path)
+        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+        self.fd = os.open(self.path, flags, 0o644)
+        self.size = 0  # bytes on disk (committed)
+        self.discard = False
+        self._lock = threading.Lock()  # close() (e.g. at exit) waits for a commit to finish
+        self._end = 0  # HDF5's end of file
+        self._pos = 0
+        self._writes: list[tuple[int, bytes]] = []  # staged, in order
+
+    # -- what the fileobj driver calls (seek, tell, read, write, truncate, flush)
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = offset + (self._end if whence == os.SEEK_END else
+                              self._pos if whence == os.SEEK_CUR else 0)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        pos = self._pos
+        n = max(self._end - pos, 0) if n < 0 else n
+        buf = bytearray(n)  # past the end: zeros, as HDF5's sec2 driver reads
+        if pos < self.size:
+            got = os.pread(self.fd, min(n, self.size - pos), pos)
+            buf[:len(got)] = got
+        for off, data in self._writes:
+            a, b = max(off, pos), min(off + len(data), pos + n)
+            if a < b:
+                buf[a - pos:b - pos] = data[a - off:b - off]
+        self._pos += n
+        return bytes(buf)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        data = bytes(data)
+        if not self.discard:
+            self._writes.append((self._pos, data))
+            self._end = max(self._end, self._pos + len(data))
+        self._pos += len(data)
+        return len(data)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        if not self.discard:
+            if size < self._end:  # staged bytes past the new end are gone
+                self._writes = [(o, d[:size - o]) for o, d in self._writes if o < size]
+            self._end = size
+        return size
+
+    def flush(self) -> None:
+        """HDF5's flush ends here; the bytes reach the disk at ``commit``."""
+
+    # -- ours
+    def commit(self) -> None:
+        """Put the staged writes on disk; on failure restore the committed file and raise."""
+        with self._lock:
+            if not self.discard:
+                self._commit()
+
+    def _commit(self) -> None:
+        old = self.size
+        try:
+            for off, data in self._writes:  # new space first (may fail: disk full, quota)
+                if off + len(data) > old:
+                    cut = max(old - off, 0)
+                    self._pwrite(data[cut:], off + cut)
+            saved = []
+            try:
+                for off, data in self._writes:  # then overwrite committed bytes in place
+                    if off < old:
+                        part = data[:old - off]
+                        saved.append((off, os.pread(self.fd, len(part), off)))
+                        self._pwrite(part, off)
+            except OSError:
+                with contextlib.suppress(OSError):  # best effort: put the old bytes back
+                    for off, data in reversed(saved):
+                        self._pwrite(data, off)
+                raise
+            if os.fstat(self.fd).st_size != self._end:
+                self._ftruncate(self._end)
+        except OSError:
+            with contextlib.suppress(OSError):  # the first error is the one to report
+                self._ftruncate(old)
+            raise
+        self.size = self._end
+        self._writes = []
+
+    def _pwrite(self, data: bytes, offset: int) -> None:
+        view = memoryview(data)
+        while view:  # a write may be short (e.g. up to a file size limit)
+            n = os.pwrite(self.fd, view, offset)
+            view, offset = view[n:], offset + n
+
+    def _ftruncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+
+#: Writers still open at interpreter exit are closed first, without writing: HDF5's own exit
+#: handler would otherwise call back into a finalised interpreter through the fileobj driver.
+_open_writers: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_writers() -> None:
+    for w in list(_open_writers):
+        w.abandon()
+
+
 class UVH5Writer:
     """Append-per-dump UVH5 writer.
 
@@ -133,6 +309,10 @@ class UVH5Writer:
     site : antennas and site.
     freq_hz : centre frequency of each channel; ``channel_width_hz`` their width.
     max_spectra : largest number of spectra integrated in one dump (chooses int32 or float64).
+
+    Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
+    ``close``) and leaves the file as it was after the last successful append; a file without
+    a complete dump is removed. After a failure the writer refuses further appends.
     """
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
@@ -140,24 +320,36 @@ class UVH5Writer:
                  instrument: str = "xengine_block", history: str = "",
                  x_orientation: str = "east") -> None:
         self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise FileExistsError(f"{self.path} exists; refusing to overwrite it "
-                                  f"(pass overwrite=True to replace it)")
         self.site = site
-        self.bmap = baseline_map(site.nant)
+        self.bmap = baseline_map(site.antenna_numbers)
         self.freq_hz = np.asarray(freq_hz, np.float64)
         self.ndump = 0
+        self.error: Exception | None = None  # what stopped the writing, if anything
         self.vis_dtype = visdata_dtype(max_spectra)
-        self._uvw = (site.enu[self.bmap.ant_2] - site.enu[self.bmap.ant_1]).astype(np.float64)
-        # Default (earliest) file format on purpose: newer superblocks mark the file "open for
-        # write" and a crashed writer would leave it unreadable without h5clear.
-        self._file = h5py.File(self.path, "w")
-        cfg = self._file.id.get_mdc_config()
-        cfg.incr_mode = cfg.decr_mode = cfg.flash_incr_mode = 0  # required to stop evictions
-        cfg.evictions_enabled = False
-        self._file.id.set_mdc_config(cfg)
-        self._create(channel_width_hz, instrument, history, x_orientation)
-        self._file.flush()
+        self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
+        try:
+            self._io = StagedFile(self.path, overwrite=overwrite)
+        except FileExistsError:
+            raise FileExistsError(f"{self.path} exists; refusing to overwrite it "
+                                  f"(pass overwrite=True to replace it)") from None
+        self._file: h5py.File | None = None
+        _open_writers.add(self)
+        try:
+            # Default (earliest) file format on purpose: newer superblocks mark the file "open
+            # for write" and a crashed writer would leave it unreadable without h5clear.
+            self._file = h5py.File(self._io, "w")
+            cfg = self._file.id.get_mdc_config()
+            cfg.incr_mode = cfg.decr_mode = cfg.flash_incr_mode = 0  # required to stop evictions
+            cfg.evictions_enabled = False
+            self._file.id.set_mdc_config(cfg)
+            self._create(channel_width_hz, instrument, history, x_orientation)
+            self._commit()
+        except BaseException as exc:
+            self.abandon()
+            self.path.unlink(missing_ok=True)  # nothing of it was ever complete
+            if isinstance(exc, OSError):
+                raise UVH5WriteError.caused_by(exc, self.path, None) from exc
+            raise
 
     # ------------------------------------------------------------------ layout
     def _create(self, channel_width_hz: float, instrument: str, history: str,
@@ -206,28 +398,35 @@ class UVH5Writer:
             h5py.h5d.create(h.id, name.encode(), h5py.h5t.STD_I64LE,
                             h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl).write(
                 h5py.h5s.ALL, h5py.h5s.ALL, np.zeros((), np.int64))
-        for name, (shape, dtype) in _BLT_HEADER.items():
-            h.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
-                             chunks=(max(nbls, 1), *shape))
+        # Datasets stay open for the file's life: closing an h5py id flushes in __dealloc__,
+        # where errors are ignored.
+        self._counters = {name: h[name] for name in ("Nblts", "Ntimes")}
+        self._blt = {name: h.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
+                                            dtype=dtype, chunks=(max(nbls, 1), *shape))
+                     for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
         chunk = (max(1, min(nbls, (1 << 20) // max(1, nfreq * npol * 8))), nfreq, npol)
-        d.create_dataset("visdata", shape=(0, nfreq, npol), maxshape=(None, nfreq, npol),
-                         dtype=self.vis_dtype, chunks=chunk)
-        d.create_dataset("flags", shape=(0, nfreq, npol), maxshape=(None, nfreq, npol),
-                         dtype=bool, chunks=chunk)
-        d.create_dataset("nsamples", shape=(0, nfreq, npol), maxshape=(None, nfreq, npol),
-                         dtype=np.float32, chunks=chunk)
+        self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
+                                             maxshape=(None, nfreq, npol), dtype=dtype,
+                                             chunks=chunk)
+                      for name, dtype in (("visdata", self.vis_dtype), ("flags", bool),
+                                          ("nsamples", np.float32))}
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
                duration_s: float) -> None:
-        """Append one dump.
+        """Append one dump; on disk when this returns, or :class:`UVH5WriteError` is raised.
 
         tri : packed triangle ``[C, nbaseline, 2]`` (integers).
         valid : valid spectra per baseline, ``[C, nbaseline]`` or ``[1, nbaseline]``.
         nspectra : spectra integrated per baseline when nothing is missing.
         t_start_unix, duration_s : the dump's start time and length.
         """
+        if self.error is not None:
+            err = UVH5WriteError.caused_by(self.error, self.path, self.ndump or None)
+            raise err from self.error
+        if self._file is None:
+            raise ValueError(f"{self.path} is closed")
         b = self.bmap
         vis = triangle_to_uvh5(tri, b)  # [Nbls, C, Npols, 2]
         cnt = np.moveaxis(np.broadcast_to(valid, (tri.shape[0], valid.shape[-1]))[:, b.index],
@@ -237,7 +436,6 @@ class UVH5Writer:
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = _lst_rad(jd, self.site.latitude_deg, self.site.longitude_deg, self.site.altitude_m)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
-        h, d = self._file["Header"], self._file["Data"]
         rows = {
             "time_array": np.full(b.nbls, jd), "lst_array": np.full(b.nbls, lst),
             "integration_time": np.full(b.nbls, duration_s),
@@ -249,21 +447,61 @@ class UVH5Writer:
         }
         out = np.empty(vis.shape[:3], self.vis_dtype)
         out["r"], out["i"] = vis[..., 0], vis[..., 1]
-        for name, value in rows.items():
-            h[name].resize(n1, axis=0)
-            h[name][n0:n1] = value
-        for name, value in (("visdata", out), ("flags", cnt == 0),
-                            ("nsamples", (cnt / nspectra).astype(np.float32))):
-            d[name].resize(n1, axis=0)
-            d[name][n0:n1] = value
+        rows.update(visdata=out, flags=cnt == 0, nsamples=(cnt / nspectra).astype(np.float32))
+        try:
+            for name, ds in (*self._blt.items(), *self._data.items()):
+                ds.resize(n1, axis=0)
+                ds[n0:n1] = rows[name]
+            self._counters["Nblts"][()] = n1
+            self._counters["Ntimes"][()] = self.ndump + 1
+            self._commit()
+        except BaseException as exc:
+            self._failed(exc)
+            kept: int | None = self.ndump
+            if self.ndump == 0:  # a file without dumps is no UVH5 file pyuvdata reads
+                self.abandon()
+                self.path.unlink(missing_ok=True)
+                kept = None
+            if isinstance(exc, Exception):
+                raise UVH5WriteError.caused_by(exc, self.path, kept) from exc
+            raise
         self.ndump += 1
-        h["Nblts"][()] = n1
-        h["Ntimes"][()] = self.ndump
+
+    def _commit(self) -> None:
+        """HDF5 flushes into the staged file, which then goes to disk (or raises OSError)."""
+        assert self._file is not None
         self._file.flush()
+        self._io.commit()
+
+    def _failed(self, exc: BaseException) -> None:
+        """The disk holds the last committed file; HDF5's state is ahead of it: stop writing."""
+        self.error = exc if isinstance(exc, Exception) else OSError(errno.EINTR, repr(exc))
+        self._io.discard = True
 
     def close(self) -> None:
-        if self._file.id.valid:
-            self._file.close()
+        """Finish the file; raises :class:`UVH5WriteError` if its last bytes cannot be written."""
+        if self._file is None:
+            return
+        if self.error is None:
+            try:
+                self._file.close()  # HDF5's last flush, into the staged file
+                self._io.commit()
+            except Exception as exc:
+                self._failed(exc)
+                self.abandon()
+                raise UVH5WriteError.caused_by(exc, self.path, self.ndump) from exc
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Close without writing anything more (after a failure, or at interpreter exit)."""
+        self._io.discard = True
+        try:
+            if self._file is not None and self._file.id.valid:
+                self._file.close()
+        finally:
+            self._file = None
+            self._io.close()
+            _open_writers.discard(self)
 
     def __enter__(self) -> UVH5Writer:
         return self

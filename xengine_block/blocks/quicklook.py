@@ -1,14 +1,23 @@
-"""QuicklookBlock: a PNG of the last integration of each sequence (see ``quicklook``)."""
+"""QuicklookBlock: a PNG of the last integration of each sequence (see ``quicklook``).
+
+A PNG that cannot be written (full disk) fails the block with one line naming it, unless the
+pipeline is already stopping for another reason: then it is one warning, so that the first
+failure (e.g. the UVH5 writer's) stays the one reported.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+from ..array import ArrayDescription
 from ..pipeline import Block, SinkBlock
 from ..quicklook import quicklook_triangle
 from ..ring import Ring
 from .headers import channel_freqs
+
+log = logging.getLogger(__name__)
 
 
 class QuicklookBlock(SinkBlock):
@@ -30,10 +39,18 @@ class QuicklookBlock(SinkBlock):
     def on_sequence_end(self, iseq: Any) -> None:
         if self._last is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in self._seq)
         path = self.directory / f"{self.prefix}{safe}.png"
         title = (f"{self.hdr.get('array', {}).get('telescope_name', '')} {self._seq}: "
                  f"{self.hdr.get('nspectra')} spectra, backend {self.hdr.get('xengine_backend')}")
-        self.images.append(quicklook_triangle(path, self._last, channel_freqs(self.hdr),
-                                              self.hdr["geometry"]["nstream"], title))
+        names = (ArrayDescription.from_dict(self.hdr["array"]).stream_names
+                 if "array" in self.hdr else None)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.images.append(quicklook_triangle(path, self._last, channel_freqs(self.hdr),
+                                                  self.hdr["geometry"]["nstream"], title,
+                                                  names))
+        except OSError as exc:
+            if not self.shutdown_event.is_set():
+                raise
+            log.warning("%s: %s", self.name, exc)
