@@ -78,7 +78,10 @@ def test_round_trip_equals_simulator(transport, tmp_path):
     if sender is not None:  # in-process and pcap: send first, then capture
         with sender:
             sender.send_frames(frames, t0)
-    cap = capture_frames(source, G, chan0=CHAN0, idle_timeout=10.0)
+    # UDP from one trusted sender: its end-of-stream heap may end the capture (the option);
+    # in-process and pcap captures end with their source (queue stopped, end of file).
+    cap = capture_frames(source, G, chan0=CHAN0, idle_timeout=10.0,
+                         stop_on_end_heap=transport == "udp")
     if sender is None:  # UDP: the stream is listening; send now (rate-limited, loopback)
         with udp_sender(G, port=source.port, chan0=CHAN0, rate_gbps=0.5) as udp:
             udp.send_frames(frames, t0)
@@ -88,9 +91,10 @@ def test_round_trip_equals_simulator(transport, tmp_path):
     assert np.array_equal(got, sim.samples(t0, nframe * 480))  # byte for byte
     assert all(f.mask.shape == (32, 2) and f.mask.all() for f in out)
     assert [f.new_sequence for f in out] == [True, False, False, False]
-    # descriptors + end-of-stream heap are the 2 metadata heaps
-    assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=2, frames=nframe,
-                                           sequences=1, packets=nframe * NHEAP + 2)
+    # the descriptors are the metadata heap; the end-of-stream heap is counted as a stop
+    assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=1, stop_heaps=1,
+                                           frames=nframe, sequences=1,
+                                           packets=nframe * NHEAP + 2)
 
 
 def crafted(cnt: int, timestamp: int, stream: int = 0, freq: int = CHAN0,
@@ -119,7 +123,8 @@ def hostile_traffic(frames: np.ndarray, t0: int, rng: np.random.Generator):
     keys = list(dg)
     dropped = {k for k in keys if rng.random() < 0.05}
     start = -(-first_id // G.npacket) * G.npacket  # first aligned frame
-    exp = zero_counters(metadata=2, frames=first_id + nframe - start, sequences=1)
+    exp = zero_counters(metadata=1, stop_heaps=1, frames=first_id + nframe - start,
+                        sequences=1)
     seq: list[bytes] = []
     ids = list(range(first_id, first_id + nframe))
     for block in [ids[i:i + 2] for i in range(0, nframe, 2)]:  # reorder within frame pairs
@@ -192,9 +197,9 @@ def test_hostile_traffic_exact(transport, tmp_path):
     counters = cap.counters()
     assert counters == exp
     stats = cap.stream.stats
-    judged = sum(counters[k] for k in ("metadata", "bad_size", "bad_timestamp", "bad_stream",
-                                       "bad_channel", "before_start", "out_of_window", "late",
-                                       "duplicate"))
+    judged = sum(counters[k] for k in ("stop_heaps", "metadata", "bad_size", "bad_pointer",
+                                       "bad_timestamp", "bad_stream", "bad_channel",
+                                       "before_start", "out_of_window", "late", "duplicate"))
     assert stats["rejected_heaps"] == judged  # every rejection counted exactly once
 
 
