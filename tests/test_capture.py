@@ -215,17 +215,19 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
         for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=1 + t):
             sink.send(pkt)
     sink.close()
-    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, window=4, resync_heaps=4,
-                         start_timestamp=0)
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, window=4, start_timestamp=0)
     out = list(cap)
-    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 1002, 1003, 1004, 1005]
-    assert [f.new_sequence for f in out] == [True, False, False, True, False, False, False]
-    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[1:]]))
+    # The jump is followed once two frames (1001, 1002) hold a quorum (33 of 64 heaps) while
+    # the old sequence is silent; the new sequence starts at the next aligned frame, 1004.
+    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 1004, 1005]
+    assert [f.new_sequence for f in out] == [True, False, False, True, False]
+    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[3:]]))
     c = cap.counters()
-    # 1 absurd + the first 3 heaps of frame 1001 are out of window; the 4th triggers the jump
-    # to a start at frame 1002, so frame 1001's remaining heaps are before the start.
-    assert (c["out_of_window"], c["before_start"], c["sequences"]) == (4, NHEAP - 3, 2)
-    assert (c["heaps"], c["missing"]) == (7 * NHEAP, 0)
+    # out of window: the absurd heap, frame 1001, 33 heaps of frame 1002 (the jump); the rest
+    # of 1002 and all of 1003 are before the new start.
+    assert (c["out_of_window"], c["before_start"], c["sequences"]) == (1 + NHEAP + 33,
+                                                                      NHEAP - 33 + NHEAP, 2)
+    assert (c["heaps"], c["missing"]) == (5 * NHEAP, 0)
 
 
 def test_parse_source():
@@ -291,13 +293,13 @@ def test_capture_block_resync_gives_two_sequences():
         sender.send_frames(a, 0)
         sender.send_frames(b, 480 * 2000)
     with Pipeline() as p:
-        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4,
-                           resync_heaps=1, **SKY)
+        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4, **SKY)
         sink = Collect(cap)
         p.run()
-    assert [h[0]["time_tag"] for h in sink.headers] == [0, 480 * 2000]
-    assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960000.mask"]
-    assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b]))
+    # frames 2000 and 2001 carry the vote for the jump; the new sequence starts at 2002
+    assert [h[0]["time_tag"] for h in sink.headers] == [0, 480 * 2002]
+    assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960960.mask"]
+    assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b[2:]]))
     assert cap.capture_counters()["sequences"] == 2
 
 

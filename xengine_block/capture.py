@@ -152,6 +152,18 @@ class _State(IntEnum):
     CAND_QFRAMES = 12  # its frames holding a quorum of votes
     CAND_ACCEPTED0 = 13  # ACCEPTED when it appeared
     NEPOCH = 14  # sequences recorded so far
+    # The layout's parameters (one compiled callback serves every layout).
+    NSTREAM = 15
+    NGROUP = 16
+    NCHAN_PKT = 17
+    CHAN0 = 18
+    HEAP_BYTES = 19
+    STEP = 20
+    WINDOW = 21
+    ALIGN = 22
+    AHEAD = 23
+    QUORUM = 24
+    RESYNC = 25
 
 
 class _Epoch(IntEnum):
@@ -289,16 +301,26 @@ class CaptureLayout:
     def offsets(self) -> _Offsets:
         return _Offsets(self.nchunks, self.geometry.nstream)
 
-    @functools.cached_property
-    def _chunk_place(self) -> numba.core.ccallback.CFunc:
+    def new_state(self) -> np.ndarray:
+        """The callback's int64 state: parameters set, no sequence yet."""
         g = self.geometry
-        return _build_place(g.nstream, g.nchan_group, g.nchan_pkt, self.chan0, self.heap_bytes,
-                            self.timestamp_step, self.window, self.align_frames,
-                            self.max_ahead_frames, self.quorum_heaps, self.resync_after)
+        state = np.zeros(self.offsets.size, np.int64)
+        state[self.offsets.tags:self.offsets.counts] = -1
+        state[[_State.STATUS, _State.MAXCHUNK]] = -1
+        params = {_State.NSTREAM: g.nstream, _State.NGROUP: g.nchan_group,
+                  _State.NCHAN_PKT: g.nchan_pkt, _State.CHAN0: self.chan0,
+                  _State.HEAP_BYTES: self.heap_bytes, _State.STEP: self.timestamp_step,
+                  _State.WINDOW: self.window, _State.ALIGN: self.align_frames,
+                  _State.AHEAD: self.max_ahead_frames, _State.QUORUM: self.quorum_heaps,
+                  _State.RESYNC: self.resync_after}
+        for k, v in params.items():
+            state[k] = v
+        return state
 
-    def chunk_place(self, state: np.ndarray) -> scipy.LowLevelCallable:
+    @staticmethod
+    def chunk_place(state: np.ndarray) -> scipy.LowLevelCallable:
         """The placement callback for spead2, with ``state`` (int64 array) as user data."""
-        return scipy.LowLevelCallable(self._chunk_place.ctypes,
+        return scipy.LowLevelCallable(_place_cfunc().ctypes,
                                       user_data=state.ctypes.data_as(ctypes.c_void_p),
                                       signature="void (void *, size_t, void *)")
 
@@ -308,192 +330,245 @@ _ITEMS = (TIMESTAMP.id, STREAM_ID.id, FREQUENCY.id, spead2.HEAP_LENGTH_ID, spead
           spead2.PAYLOAD_OFFSET_ID, spead2.PAYLOAD_LENGTH_ID)
 
 
-@functools.lru_cache(maxsize=16)
-def _build_place(nstream: int, ngroup: int, nchan_pkt: int, chan0: int, heap_bytes: int,
-                 step: int, window: int, align: int, ahead: int, quorum: int,
-                 resync: int) -> numba.core.ccallback.CFunc:
-    """Compile the placement callback for one layout (constants are baked in)."""
-    nheap = nstream * ngroup
-    nchan = ngroup * nchan_pkt
+# The state slots as plain ints (numba cannot index with an IntEnum).
+_I_ACCEPTED = int(_State.ACCEPTED)
+_I_AHEAD = int(_State.AHEAD)
+_I_ALIGN = int(_State.ALIGN)
+_I_BITMAP = int(_State.BITMAP)
+_I_CAND_ACCEPTED0 = int(_State.CAND_ACCEPTED0)
+_I_CAND_BASE = int(_State.CAND_BASE)
+_I_CAND_BITMAP = int(_State.CAND_BITMAP)
+_I_CAND_NEWEST = int(_State.CAND_NEWEST)
+_I_CAND_QFRAMES = int(_State.CAND_QFRAMES)
+_I_CAND_VOTES = int(_State.CAND_VOTES)
+_I_CHAN0 = int(_State.CHAN0)
+_I_HEAD = int(_State.HEAD)
+_I_HEAP_BYTES = int(_State.HEAP_BYTES)
+_I_MAXCHUNK = int(_State.MAXCHUNK)
+_I_NCHAN_PKT = int(_State.NCHAN_PKT)
+_I_NEPOCH = int(_State.NEPOCH)
+_I_NGROUP = int(_State.NGROUP)
+_I_NSTREAM = int(_State.NSTREAM)
+_I_OFFSET = int(_State.OFFSET)
+_I_QUORUM = int(_State.QUORUM)
+_I_RESYNC = int(_State.RESYNC)
+_I_START = int(_State.START)
+_I_STATS_BASE = int(_State.STATS_BASE)
+_I_STATUS = int(_State.STATUS)
+_I_STEP = int(_State.STEP)
+_I_WINDOW = int(_State.WINDOW)
+_PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
+_HIST = len(_State)
+_NSTAT = len(_Stat)
+_STOP = spead2.CTRL_STREAM_STOP
+_PAYLOAD_ID = PAYLOAD.id
+
+
+@numba.njit(cache=True)
+def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's thread
+    """Record a sequence starting at frame ``start``; chunk ids keep moving forward."""
+    nchunks = state[_I_WINDOW] + state[_I_AHEAD]
+    n = state[_I_NEPOCH]
+    offset = state[_I_OFFSET]
+    if n > 0:
+        prev = _HIST + 4 * ((n - 1) % _NHISTORY)
+        if state[prev + 3] == _PROVISIONAL:
+            state[prev + 3] = _ABANDONED
+        last = state[_I_MAXCHUNK]
+        state[prev + 2] = last + 1  # its chunks end after the last one placed
+        if last >= 0 and start + offset < last + 1 + nchunks:
+            offset = last + 1 + nchunks - start  # past spead2's whole window
+    rec = _HIST + 4 * (n % _NHISTORY)
+    state[rec] = start + offset
+    state[rec + 1] = offset
+    state[rec + 2] = -1
+    state[rec + 3] = status
+    state[_I_NEPOCH] = n + 1
+    state[_I_STATUS] = status
+    state[_I_START] = start
+    state[_I_HEAD] = start - 1
+    state[_I_OFFSET] = offset
+    state[_I_ACCEPTED] = 0
+    state[_I_CAND_VOTES] = 0  # forget the candidate
+
+
+@numba.njit(cache=True)
+def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's thread
+    """A heap far from the sequence votes for the candidate; may move the sequence."""
+    nchunks = state[_I_WINDOW] + state[_I_AHEAD]
+    quorum = state[_I_QUORUM]
+    ccounts = _HIST + 4 * _NHISTORY + 2 * nchunks
+    cbits = numba.carray(intp_to_voidptr(state[_I_CAND_BITMAP]), nchunks * nheap,
+                         dtype=np.uint8)
+    base = state[_I_CAND_BASE]
+    if state[_I_CAND_VOTES] > 0 and base <= frame < base + nchunks:
+        pos = (frame - base) * nheap + index
+        if cbits[pos]:
+            return
+        cbits[pos] = 1
+        state[_I_CAND_VOTES] += 1
+        state[ccounts + frame - base] += 1
+        if state[ccounts + frame - base] == quorum:
+            state[_I_CAND_QFRAMES] += 1
+        if frame > state[_I_CAND_NEWEST]:
+            state[_I_CAND_NEWEST] = frame
+    else:
+        if state[_I_CAND_VOTES] > 0:
+            state[_I_CAND_VOTES] -= 1  # a vote against: sparse junk cancels out
+            if state[_I_CAND_VOTES] > 0:
+                return
+        cbits[:] = 0
+        state[ccounts:ccounts + nchunks] = 0
+        state[_I_CAND_BASE] = frame - 1
+        state[_I_CAND_VOTES] = 1
+        state[_I_CAND_NEWEST] = frame
+        state[_I_CAND_ACCEPTED0] = state[_I_ACCEPTED]
+        cbits[nheap + index] = 1
+        state[ccounts + 1] = 1
+        state[_I_CAND_QFRAMES] = 1 if quorum <= 1 else 0
+    if state[_I_STATUS] == _PROVISIONAL:
+        won = state[_I_CAND_QFRAMES] >= 1
+    else:
+        won = (state[_I_CAND_QFRAMES] >= state[_I_RESYNC]
+               and state[_I_ACCEPTED] - state[_I_CAND_ACCEPTED0] < quorum)
+    if won:
+        align = state[_I_ALIGN]
+        _new_sequence(state, (state[_I_CAND_NEWEST] + align) // align * align, _CONFIRMED)
+
+
+def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2's thread
+    """The placement callback: judge a heap, apply the time policy, claim its slot."""
+    data = numba.carray(data_ptr, 1)
+    head_state = numba.carray(state_ptr, _HIST)
+    nstream, ngroup = head_state[_I_NSTREAM], head_state[_I_NGROUP]
+    window, ahead = head_state[_I_WINDOW], head_state[_I_AHEAD]
     nchunks = window + ahead
-    nstat = len(_Stat)
-    off = _Offsets(nchunks, nstream)
-    hist, tags, counts, ccounts, stops, nstate = (off.history, off.tags, off.counts,
-                                                  off.cand_counts, off.stops, off.size)
-    stop_value = spead2.CTRL_STREAM_STOP
-    payload_id = PAYLOAD.id
-    provisional, confirmed, abandoned = (int(_Epoch.PROVISIONAL), int(_Epoch.CONFIRMED),
-                                         int(_Epoch.ABANDONED))
-
-    @numba.njit(inline="always")
-    def new_sequence(state, start, status):  # pragma: no cover - runs in spead2's thread
-        """Record a sequence starting at frame ``start``; chunk ids keep moving forward."""
-        n = state[14]
-        offset = state[4]
-        if n > 0:
-            prev = hist + 4 * ((n - 1) % _NHISTORY)
-            if state[prev + 3] == provisional:
-                state[prev + 3] = abandoned
-            state[prev + 2] = state[5] + 1  # its chunks end after the last one placed
-            if state[5] >= 0 and start + offset < state[5] + 1 + nchunks:
-                offset = state[5] + 1 + nchunks - start  # past spead2's whole window
-        rec = hist + 4 * (n % _NHISTORY)
-        state[rec], state[rec + 1], state[rec + 2], state[rec + 3] = start + offset, offset, \
-            -1, status
-        state[14] = n + 1
-        state[1], state[2], state[3], state[4], state[6] = status, start, start - 1, offset, 0
-        state[10] = 0  # forget the candidate
-
-    @numba.njit(inline="always")
-    def vote(state, frame, index):  # pragma: no cover - runs in spead2's thread
-        """A heap far from the sequence votes for the candidate; may move the sequence."""
-        cbits = numba.carray(intp_to_voidptr(state[8]), nchunks * nheap, dtype=np.uint8)
-        base = state[9]
-        if state[10] > 0 and base <= frame < base + nchunks:
-            pos = (frame - base) * nheap + index
-            if cbits[pos]:
-                return
-            cbits[pos] = 1
-            state[10] += 1
-            state[ccounts + frame - base] += 1
-            if state[ccounts + frame - base] == quorum:
-                state[12] += 1
-            if frame > state[11]:
-                state[11] = frame
+    nheap = nstream * ngroup
+    tags = _HIST + 4 * _NHISTORY
+    counts = tags + nchunks
+    stops = counts + 2 * nchunks
+    state = numba.carray(state_ptr, stops + nstream)
+    nchan_pkt, chan0, heap_bytes = (state[_I_NCHAN_PKT], state[_I_CHAN0],
+                                    state[_I_HEAP_BYTES])
+    step, align, quorum = state[_I_STEP], state[_I_ALIGN], state[_I_QUORUM]
+    base = state[_I_STATS_BASE]
+    stats = numba.carray(intp_to_voidptr(data[0].batch_stats), base + _NSTAT, dtype=np.uint64)
+    items = numba.carray(intp_to_voidptr(data[0].items), 7, dtype=np.int64)
+    timestamp, stream, freq, length = items[0], items[1], items[2], items[3]
+    if length < 0 or items[6] != length:
+        stats[base + 13] += 1  # PARTIAL: not a one-packet heap (spead2's criterion)
+    if items[4] == _STOP:
+        stats[base + 0] += 1  # STOP_HEAPS
+        if 0 <= stream < nstream:
+            state[stops + stream] += 1
+        return
+    if timestamp < 0 or stream < 0 or freq < 0:
+        stats[base + 1] += 1  # METADATA
+        return
+    if length != heap_bytes:
+        stats[base + 2] += 1  # BAD_SIZE
+        return
+    # Item pointers: exactly one non-immediate item, the payload at address 0.
+    size = data[0].packet_size
+    pkt = numba.carray(intp_to_voidptr(data[0].packet), size, dtype=np.uint8)
+    addr_bits = np.int64(pkt[3]) * 8
+    nitem = (np.int64(pkt[6]) << 8) | np.int64(pkt[7])
+    npayload = 0
+    for i in range(nitem):
+        o = 8 + 8 * i
+        if o + 8 > size:
+            break
+        word = np.int64(0)
+        for k in range(8):
+            word = (word << 8) | np.int64(pkt[o + k])
+        if word < 0:  # immediate
+            continue
+        if (word >> addr_bits) == _PAYLOAD_ID and word & ((1 << addr_bits) - 1) == 0:
+            npayload += 1
         else:
-            if state[10] > 0:
-                state[10] -= 1  # a vote against: majority voting, sparse junk cancels out
-                if state[10] > 0:
-                    return
-            cbits[:] = 0
-            state[ccounts:ccounts + nchunks] = 0
-            state[9], state[10], state[11], state[13] = frame - 1, 1, frame, state[6]
-            cbits[nheap + index] = 1
-            state[ccounts + 1] = 1
-            state[12] = 1 if quorum <= 1 else 0
-        if state[1] == provisional:
-            won = state[12] >= 1
-        else:
-            won = state[12] >= resync and state[6] - state[13] < quorum
-        if won:
-            new_sequence(state, (state[11] + align) // align * align, confirmed)
-
-    @numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
-                            types.CPointer(types.int64)), nopython=True)
-    def place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2's thread
-        data = numba.carray(data_ptr, 1)
-        state = numba.carray(state_ptr, nstate)
-        base = state[0]
-        stats = numba.carray(intp_to_voidptr(data[0].batch_stats), base + nstat,
-                             dtype=np.uint64)
-        items = numba.carray(intp_to_voidptr(data[0].items), 7, dtype=np.int64)
-        timestamp, stream, freq, length = items[0], items[1], items[2], items[3]
-        if length < 0 or items[6] != length:
-            stats[base + 13] += 1  # PARTIAL: not a one-packet heap (spead2's criterion)
-        if items[4] == stop_value:
-            stats[base + 0] += 1  # STOP_HEAPS
-            if 0 <= stream < nstream:
-                state[stops + stream] += 1
+            npayload += 2
+    if npayload != 1:
+        stats[base + 3] += 1  # BAD_POINTER
+        return
+    if timestamp % step != 0:
+        stats[base + 4] += 1  # BAD_TIMESTAMP
+        return
+    if stream >= nstream:
+        stats[base + 5] += 1  # BAD_STREAM
+        return
+    chan = freq - chan0
+    if chan < 0 or chan >= ngroup * nchan_pkt or chan % nchan_pkt != 0:
+        stats[base + 6] += 1  # BAD_CHANNEL
+        return
+    frame = timestamp // step
+    index = stream * ngroup + chan // nchan_pkt
+    if state[_I_STATUS] < 0:  # the first well-formed heap opens a provisional sequence
+        _new_sequence(state, (frame + align - 1) // align * align, _PROVISIONAL)
+    start, head = state[_I_START], state[_I_HEAD]
+    if state[_I_STATUS] == _PROVISIONAL:
+        if frame < start - nchunks or frame >= start + nchunks:
+            stats[base + (7 if frame < start else 8)] += 1  # BEFORE_START / OUT_OF_WINDOW
+            _vote(state, frame, index, nheap)
             return
-        if timestamp < 0 or stream < 0 or freq < 0:
-            stats[base + 1] += 1  # METADATA
+        if frame < start:
+            stats[base + 7] += 1  # BEFORE_START
             return
-        if length != heap_bytes:
-            stats[base + 2] += 1  # BAD_SIZE
+    else:
+        if frame < start:
+            stats[base + 7] += 1  # BEFORE_START
             return
-        # Item pointers: exactly one non-immediate item, the payload at address 0.
-        pkt = numba.carray(intp_to_voidptr(data[0].packet), data[0].packet_size,
-                           dtype=np.uint8)
-        addr_bits = np.int64(pkt[3]) * 8
-        nitem = (np.int64(pkt[6]) << 8) | np.int64(pkt[7])
-        npayload = 0
-        for i in range(nitem):
-            o = 8 + 8 * i
-            if o + 8 > data[0].packet_size:
-                break
-            word = np.int64(0)
-            for k in range(8):
-                word = (word << 8) | np.int64(pkt[o + k])
-            if word < 0:  # immediate
-                continue
-            if (word >> addr_bits) == payload_id and word & ((1 << addr_bits) - 1) == 0:
-                npayload += 1
-            else:
-                npayload += 2
-        if npayload != 1:
-            stats[base + 3] += 1  # BAD_POINTER
+        if frame <= head - window:
+            stats[base + 9] += 1  # LATE
             return
-        if timestamp % step != 0:
-            stats[base + 4] += 1  # BAD_TIMESTAMP
-            return
-        if stream >= nstream:
-            stats[base + 5] += 1  # BAD_STREAM
-            return
-        chan = freq - chan0
-        if chan < 0 or chan >= nchan or chan % nchan_pkt != 0:
-            stats[base + 6] += 1  # BAD_CHANNEL
-            return
-        frame = timestamp // step
-        index = stream * ngroup + chan // nchan_pkt
-        if state[1] < 0:  # the first well-formed heap opens a provisional sequence
-            new_sequence(state, (frame + align - 1) // align * align, provisional)
-        start, head = state[2], state[3]
-        if state[1] == provisional:
-            if frame < start - nchunks or frame >= start + nchunks:
-                stats[base + (7 if frame < start else 8)] += 1  # BEFORE_START / OUT_OF_WINDOW
-                vote(state, frame, index)
-                return
-            if frame < start:
-                stats[base + 7] += 1  # BEFORE_START
-                return
-        else:
-            if frame < start:
-                stats[base + 7] += 1  # BEFORE_START
-                return
-            if frame <= head - window:
-                stats[base + 9] += 1  # LATE
-                return
-            if frame > head + ahead:
-                stats[base + 8] += 1  # OUT_OF_WINDOW
-                vote(state, frame, index)
-                return
         if frame > head + ahead:
-            stats[base + 8] += 1  # OUT_OF_WINDOW (near the provisional start: no vote)
+            stats[base + 8] += 1  # OUT_OF_WINDOW
+            _vote(state, frame, index, nheap)
             return
-        whole = items[5] == 0 and items[6] == heap_bytes
-        chunk = frame + state[4]
-        slot = chunk % nchunks
-        bitmap = numba.carray(intp_to_voidptr(state[7]), nchunks * nheap, dtype=np.uint8)
-        if state[tags + slot] != chunk:  # slot reused by a newer frame: forget the old one
-            state[tags + slot] = chunk
-            state[counts + slot] = 0
-            bitmap[slot * nheap:(slot + 1) * nheap] = 0
-        claim = bitmap[slot * nheap + index]
-        if claim == 2:
-            stats[base + 10] += 1  # DUPLICATE
-            return
-        if whole:
-            if claim == 1:
-                stats[base + 11] += 1  # DISPLACED (the partial heap loses its slot)
-            bitmap[slot * nheap + index] = 2
-            state[counts + slot] += 1
-            state[6] += 1
-            if state[counts + slot] == quorum:
-                if frame > head:
-                    state[3] = frame
-                if state[1] == provisional:
-                    state[1] = confirmed
-                    state[hist + 4 * ((state[14] - 1) % _NHISTORY) + 3] = confirmed
-        else:
-            bitmap[slot * nheap + index] = 1
-        stats[base + 12] += 1  # PLACED
-        if chunk > state[5]:
-            state[5] = chunk
-        data[0].chunk_id = chunk
-        data[0].heap_index = index
-        data[0].heap_offset = index * heap_bytes
+    if frame > head + ahead:
+        stats[base + 8] += 1  # OUT_OF_WINDOW (near the provisional start: no vote)
+        return
+    whole = items[5] == 0 and items[6] == heap_bytes
+    chunk = frame + state[_I_OFFSET]
+    slot = chunk % nchunks
+    bitmap = numba.carray(intp_to_voidptr(state[_I_BITMAP]), nchunks * nheap,
+                          dtype=np.uint8)
+    if state[tags + slot] != chunk:  # slot reused by a newer frame: forget the old one
+        state[tags + slot] = chunk
+        state[counts + slot] = 0
+        bitmap[slot * nheap:(slot + 1) * nheap] = 0
+    claim = bitmap[slot * nheap + index]
+    if claim == 2:
+        stats[base + 10] += 1  # DUPLICATE
+        return
+    if whole:
+        if claim == 1:
+            stats[base + 11] += 1  # DISPLACED (the partial heap loses its slot)
+        bitmap[slot * nheap + index] = 2
+        state[counts + slot] += 1
+        state[_I_ACCEPTED] += 1
+        if state[counts + slot] == quorum:
+            if frame > head:
+                state[_I_HEAD] = frame
+            if state[_I_STATUS] == _PROVISIONAL:
+                state[_I_STATUS] = _CONFIRMED
+                state[_HIST + 4 * ((state[_I_NEPOCH] - 1) % _NHISTORY) + 3] = _CONFIRMED
+    else:
+        bitmap[slot * nheap + index] = 1
+    stats[base + 12] += 1  # PLACED
+    if chunk > state[_I_MAXCHUNK]:
+        state[_I_MAXCHUNK] = chunk
+    data[0].chunk_id = chunk
+    data[0].heap_index = index
+    data[0].heap_offset = index * heap_bytes
 
-    return place
+
+@functools.cache
+def _place_cfunc() -> Any:
+    """The compiled callback: one for every layout (its parameters are in the state), compiled
+    on first use and cached on disk by numba."""
+    return numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
+                                  types.CPointer(types.int64)), nopython=True,
+                       cache=True)(_place)
 
 
 # ---------------------------------------------------------------------------- sources
@@ -613,9 +688,7 @@ class Capture:
         self.copy, self.idle_timeout = copy, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
         self._off = off = layout.offsets
-        self._state = np.zeros(off.size, np.int64)
-        self._state[off.tags:off.counts] = -1
-        self._state[[_State.STATUS, _State.MAXCHUNK]] = -1
+        self._state = layout.new_state()
         if start_timestamp is not None:
             first = -(-start_timestamp // layout.timestamp_step)
             start = -(-first // layout.align_frames) * layout.align_frames
