@@ -718,6 +718,10 @@ class Capture:
         self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
                                  0)
         self._stopped = False
+        # stop() ends the stream through this queue: a reader's end makes spead2 flush the
+        # frames under construction into the ring before it stops (stream.stop() drops them).
+        self._end = spead2.InprocQueue()
+        self.stream.add_inproc_reader(self._end)
         source.attach(self.stream)
 
     # ---- counters
@@ -756,7 +760,7 @@ class Capture:
         """Stop receiving; frames already under construction are still delivered."""
         if not self._stopped:
             self._stopped = True
-            self.stream.stop()
+            self._end.stop()
             close = getattr(self.source, "close", None)
             if close is not None:
                 close()
