@@ -843,6 +843,7 @@ class Capture:
                     self.stream.add_free_chunk(chunk)
         finally:
             self.stop()
+            self.stream.stop()  # the consumer is gone: nothing left to deliver to
 
 
 def capture_frames(source: Source, geometry: Geometry, **kw: Any) -> Capture:
