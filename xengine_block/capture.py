@@ -478,11 +478,11 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
         o = 8 + 8 * i
         if o + 8 > size:
             break
+        if pkt[o] & 0x80:  # immediate: only its top bit matters here
+            continue
         word = np.int64(0)
         for k in range(8):
             word = (word << 8) | np.int64(pkt[o + k])
-        if word < 0:  # immediate
-            continue
         if (word >> addr_bits) == _PAYLOAD_ID and word & ((1 << addr_bits) - 1) == 0:
             npayload += 1
         else:
