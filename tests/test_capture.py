@@ -283,6 +283,8 @@ def test_capture_block_rings_and_headers(tmp_path):
     assert np.array_equal(np.concatenate(sink.frames), frames)  # gulps of P=2, last one short
     assert np.concatenate(sink.masks).all()
     assert cap.capture_counters()["frames"] == 5 and cap.perf["frames"] == 5
+    # the recording's end-of-stream heap (no stream id) is counted; end of file ended it
+    assert cap.capture_counters()["stop_heaps"] == 1 and cap.stop_heaps_by_stream().sum() == 0
 
 
 def test_capture_block_resync_gives_two_sequences():

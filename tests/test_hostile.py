@@ -27,6 +27,8 @@ from xengine_block.spead import (
     UdpDatagramSink,
     descriptor_datagrams,
     frame_datagrams,
+    frame_heaps,
+    heap_datagrams,
     junk_datagram,
     raw_packet,
     stop_datagrams,
@@ -298,3 +300,17 @@ def test_duplicates_reordering_loss_and_late(seed):
     check_output(out, frames, 4, 15, present)
     assert c == zero_counters(heaps=len(present), missing=len(lost), frames=12, sequences=1,
                               packets=len(seq), duplicate=ndup, late=nlate)
+
+
+def test_multi_packet_heaps_are_exact():
+    """A sender with small packets (a heap in ~8 datagrams of 1200 bytes): heaps are placed
+    as their packets arrive, count toward the quorum, and no counter calls them bad."""
+    frames = make_frames(4, seed=13)
+    seq = []
+    for f in range(4):
+        for s, _, heap in frame_heaps(frames[f], G, T0 + f * STEP):
+            seq += heap_datagrams(heap, 1 + f * NHEAP + s, 1200)
+    out, c, _ = capture_udp(seq, len(seq))
+    check_output(out, frames, 4, 7, {(4 + f, s) for f in range(4) for s in range(NHEAP)})
+    assert len(seq) > 4 * NHEAP
+    assert c == zero_counters(heaps=4 * NHEAP, frames=4, sequences=1, packets=len(seq))

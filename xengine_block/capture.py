@@ -18,7 +18,7 @@ timestamp not a multiple of nspectra_pkt, unknown stream, wrong channel; then th
   base instead; a candidate reaching ``quorum`` distinct heaps in one frame before the
   provisional sequence is confirmed replaces it (its heaps are dropped as ``start_rejected``).
   So one outlier, or a few, cannot hold the start.
-- **Head.** The head is the newest frame with ``quorum`` distinct complete heaps, not the newest
+- **Head.** The head is the newest frame with ``quorum`` distinct heaps, not the newest
   heap: heaps up to ``max_ahead`` frames beyond it are placed; heaps further ahead are
   ``out_of_window`` (dropped, never followed) and vote; heaps ``window`` frames or more behind
   it are ``late``. spead2 keeps ``window + max_ahead`` chunks, so a heap aimed ahead can never
@@ -86,7 +86,7 @@ COUNTERS: dict[str, str] = {
                    "(extra payload pointers, addresses past the payload)",
     "bad_zero_length": "heaps with no payload at all (spead2 never offers them for placement)",
     "bad_unsized": "packets without a heap-size item (spead2 drops them; derived: packets - "
-                   "single-packet heaps - partial heaps, exact for one-packet heaps)",
+                   "packets of sized heaps, exact unless multi-packet heaps lose packets)",
     "bad_timestamp": "heaps whose timestamp is not a multiple of nspectra_pkt",
     "bad_stream": "heaps whose stream id is >= nstream",
     "bad_channel": "heaps whose first channel is not chan0 + k * nchan_pkt, k < nchan_group",
@@ -109,7 +109,8 @@ class _Stat(IntEnum):
 
     All but PLACED and PARTIAL are :data:`COUNTERS` of the same name; those two only serve
     derived counters. Every heap offered for placement is counted once in STOP_HEAPS ..
-    PLACED; PARTIAL counts, besides, those whose first packet is not the whole heap.
+    PLACED; PARTIAL counts, besides, the packets of heaps whose first packet is not the whole
+    heap (heap size / that packet's payload length, rounded up).
     """
 
     STOP_HEAPS = 0
@@ -139,10 +140,10 @@ class _State(IntEnum):
     STATS_BASE = 0  # index of the first custom stat in spead2's batch_stats
     STATUS = 1  # current sequence: -1 none yet, else an _Epoch status
     START = 2  # first frame of the current sequence
-    HEAD = 3  # newest frame holding a quorum of complete heaps (start - 1 before)
+    HEAD = 3  # newest frame holding a quorum of distinct heaps (start - 1 before)
     OFFSET = 4  # chunk id = frame + offset in the current sequence
     MAXCHUNK = 5  # largest chunk id placed so far (-1: none)
-    ACCEPTED = 6  # complete heaps placed in the current sequence
+    ACCEPTED = 6  # distinct heaps placed in the current sequence
     BITMAP = 7  # address of the uint8 [nchunks, nheap] slot claims (0 free, 1 partial, 2 whole)
     CAND_BITMAP = 8  # address of the uint8 [nchunks, nheap] candidate votes
     CAND_BASE = 9  # first frame of the candidate
@@ -223,8 +224,8 @@ class CaptureLayout:
     align : the first frame of a sequence is a multiple of ``align`` packet times (0: P).
     max_ahead : heaps more than this many frames ahead of the head are out of window
         (0: ``window // 2``, at least 1). spead2 keeps ``window + max_ahead`` frames.
-    quorum : distinct complete heaps of one frame that confirm a start, move the head and
-        count a candidate frame (0: a majority of the heaps of a frame). Lower it for arrays
+    quorum : distinct heaps of one frame that confirm a start, move the head and count a
+        candidate frame (0: a majority of the heaps of a frame). Lower it for arrays
         that run with fewer than half of their F-engines.
     resync_frames : candidate frames holding a quorum before the capture jumps (0: 2).
     """
@@ -455,8 +456,9 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     stats = numba.carray(intp_to_voidptr(data[0].batch_stats), base + _NSTAT, dtype=np.uint64)
     items = numba.carray(intp_to_voidptr(data[0].items), 7, dtype=np.int64)
     timestamp, stream, freq, length = items[0], items[1], items[2], items[3]
-    if length < 0 or items[6] != length:
-        stats[base + 13] += 1  # PARTIAL: not a one-packet heap (spead2's criterion)
+    if length < 0 or items[6] != length:  # PARTIAL: not a one-packet heap (spead2's criterion)
+        plen = items[6]  # count the packets it should have (all as long as this one)
+        stats[base + 13] += (length + plen - 1) // plen if length > 0 and plen > 0 else 1
     if items[4] == _STOP:
         stats[base + 0] += 1  # STOP_HEAPS
         if 0 <= stream < nstream:
@@ -540,10 +542,10 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     if claim == 2:
         stats[base + 10] += 1  # DUPLICATE
         return
-    if whole:
-        if claim == 1:
-            stats[base + 11] += 1  # DISPLACED (the partial heap loses its slot)
-        bitmap[slot * nheap + index] = 2
+    if whole and claim == 1:
+        stats[base + 11] += 1  # DISPLACED (the partial heap loses its slot)
+    bitmap[slot * nheap + index] = 2 if whole else 1
+    if claim == 0:  # a new slot: multi-packet heaps count too (their first packet is partial)
         state[counts + slot] += 1
         state[_I_ACCEPTED] += 1
         if state[counts + slot] == quorum:
@@ -552,8 +554,6 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
             if state[_I_STATUS] == _PROVISIONAL:
                 state[_I_STATUS] = _CONFIRMED
                 state[_HIST + 4 * ((state[_I_NEPOCH] - 1) % _NHISTORY) + 3] = _CONFIRMED
-    else:
-        bitmap[slot * nheap + index] = 1
     stats[base + 12] += 1  # PLACED
     if chunk > state[_I_MAXCHUNK]:
         state[_I_MAXCHUNK] = chunk
