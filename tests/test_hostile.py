@@ -5,11 +5,15 @@ Every case sends crafted SPEAD datagrams (spead2's packet generator for well-for
 asserts the exact output (each delivered heap equal to the data sent, missing heaps zero with
 mask 0) and every counter exactly. The capture never ends on traffic here: a watcher stops it
 once spead2 has decoded every datagram the kernel was given (bounded wait), so no test depends
-on an end-of-stream heap or on timing.
+on an end-of-stream heap or on timing; datagrams go out 8 at a time, each batch read by spead2
+before the next, so a small net.core.rmem_max cannot drop any.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
+import termios
 import threading
 import time
 
@@ -75,26 +79,34 @@ def raw_heap(cnt: int, frame: int, stream: int, payload: bytes, *, heap_length: 
 
 def capture_udp(datagrams: list[bytes], decodable: int, **kw) -> tuple[list[CapturedFrame],
                                                                          dict[str, int], Capture]:
-    """Send ``datagrams`` to a fresh capture on loopback; stop it once spead2 has decoded
-    ``decodable`` packets (or after 20 s, which then fails the exact ``packets`` count)."""
+    """Send ``datagrams`` to a fresh capture on loopback (a consumer thread iterating it);
+    stop it once spead2 has decoded ``decodable`` packets (or after 20 s, which then fails the
+    exact ``packets`` count), or when it ends by itself (an honoured stop heap)."""
     source = UdpSource("127.0.0.1", 0, buffer_size=4 << 20)
     source.bind()
     cap = Capture(source, G, copy=True, **kw)
+    out: list[CapturedFrame] = []
+    consumer = threading.Thread(target=lambda: out.extend(cap))
+    consumer.start()
     sink = UdpDatagramSink(port=source.port)
-    for d in datagrams:  # < 2 MB in all: fits the socket buffer, no pacing needed
-        sink.send(d)
+    pending = array.array("i", [0])
+    for i in range(0, len(datagrams), 8):  # <= 72 kB at a time: fits any receive buffer
+        for d in datagrams[i:i + 8]:
+            sink.send(d)
+        deadline = time.monotonic() + 5.0  # until spead2 has read them (or the capture ended)
+        while consumer.is_alive() and time.monotonic() < deadline:
+            fcntl.ioctl(source._sock.fileno(), termios.FIONREAD, pending)
+            if pending[0] == 0:
+                break
+            time.sleep(0.0005)
     sink.close()
-
-    def watch() -> None:
-        deadline = time.monotonic() + 20.0
-        while cap.stream.stats["packets"] < decodable and time.monotonic() < deadline:
-            time.sleep(0.005)
-        cap.stop()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    out = list(cap)
-    watcher.join()
+    deadline = time.monotonic() + 20.0
+    while (consumer.is_alive() and cap.stream.stats["packets"] < decodable
+           and time.monotonic() < deadline):
+        time.sleep(0.005)
+    cap.stop()
+    consumer.join(10.0)
+    assert not consumer.is_alive()
     return out, cap.counters(), cap
 
 
