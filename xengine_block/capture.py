@@ -182,7 +182,7 @@ _NHISTORY = 16
 @dataclass(frozen=True)
 class _Offsets:
     """Where the arrays of the state live: the sequence history, then per chunk slot its
-    chunk id and complete-heap count, the candidate's per-frame votes, stop heaps per stream."""
+    chunk id and distinct-heap count, the candidate's per-frame votes, stop heaps per stream."""
 
     nchunks: int
     nstream: int
@@ -458,7 +458,8 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     timestamp, stream, freq, length = items[0], items[1], items[2], items[3]
     if length < 0 or items[6] != length:  # PARTIAL: not a one-packet heap (spead2's criterion)
         plen = items[6]  # count the packets it should have (all as long as this one)
-        stats[base + 13] += (length + plen - 1) // plen if length > 0 and plen > 0 else 1
+        stats[base + 13] += np.uint64((length + plen - 1) // plen if length > 0 and plen > 0
+                                      else 1)
     if items[4] == _STOP:
         stats[base + 0] += 1  # STOP_HEAPS
         if 0 <= stream < nstream:
