@@ -5,6 +5,11 @@ to 127.0.0.1 at a series of rates; the capture (spead2 chunk stream + numba plac
 copy of every frame as CaptureBlock does into its ring) counts what arrives. Prints one JSON
 object: ``gbps`` (payload Gb/s) and ``heaps_per_s`` at the best lossless rate, ``lost`` there
 (0 unless no rate was lossless), and every trial. Shares the machine's cores with the sender.
+
+``inproc``: the capture's own cost without the network, the process CPU time per heap (spead2's
+receive thread + placement callback + the consumer) for heaps preloaded into an in-process
+queue, several repeats (CPU time is less disturbed by other load on a shared machine than
+wall time; compare medians of runs made one after the other).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import threading
 import time
 
 import numpy as np
+import spead2
 
-from xengine_block.capture import Capture, UdpSource
+from xengine_block.capture import Capture, InprocSource, UdpSource
 from xengine_block.geometry import Geometry
-from xengine_block.spead import udp_sender
+from xengine_block.spead import frame_datagrams, udp_sender
 
 
 def trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:
@@ -58,6 +64,33 @@ def trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:
             "heaps_per_s": round(c["heaps"] / elapsed), "counters": c}
 
 
+def inproc_cpu(g: Geometry, nframe: int, repeats: int) -> dict:
+    """CPU microseconds per heap to capture ``nframe`` frames from an in-process queue."""
+    frame = np.random.default_rng(1).integers(-128, 128, (1, *g.frame_shape), dtype=np.int8)
+    t0 = g.npacket * g.nspectra_pkt
+    step = g.npackets_per_frame
+
+    def once() -> float:
+        queue = spead2.InprocQueue()
+        for f in range(nframe):  # same payload, new timestamps and heap counters
+            for p in frame_datagrams(frame, g, t0 + f * g.nspectra_pkt, cnt0=1 + f * step):
+                queue.add_packet(p[3])
+        queue.stop()
+        cap = Capture(InprocSource(queue), g)
+        c0 = time.process_time()
+        for _ in cap:
+            pass
+        cpu = time.process_time() - c0
+        assert cap.counters()["heaps"] == nframe * step, cap.counters()
+        return cpu / (nframe * step) * 1e6
+
+    once()  # compile and warm up
+    runs = sorted(once() for _ in range(repeats))
+    return {"frames": nframe, "heaps": nframe * step,
+            "cpu_us_per_heap": [round(r, 3) for r in runs],
+            "median_cpu_us_per_heap": round(runs[len(runs) // 2], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nstream", type=int, default=256)
@@ -65,6 +98,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.5, help="data per trial")
     ap.add_argument("--rates", type=float, nargs="+", default=[1, 2, 4, 6, 8, 10, 12, 16, 24],
                     help="send rates to try, Gb/s, ascending (stops after two lossy ones)")
+    ap.add_argument("--inproc-frames", type=int, default=100,
+                    help="frames per in-process CPU-cost repeat")
+    ap.add_argument("--inproc-repeats", type=int, default=7)
     args = ap.parse_args()
     g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8)
     trials, best, lossy = [], None, 0
@@ -84,7 +120,9 @@ def main() -> None:
         "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes},
         "gbps": ref["gbps"], "heaps_per_s": ref["heaps_per_s"], "lost": ref["lost"],
         "best_lossless_rate_gbps": best["rate_gbps_requested"] if best else None,
-        "trials": trials, "runtime_s": round(time.perf_counter() - t_start, 1),
+        "trials": trials,
+        "inproc": inproc_cpu(g, args.inproc_frames, args.inproc_repeats),
+        "runtime_s": round(time.perf_counter() - t_start, 1),
     }, indent=1))
 
 

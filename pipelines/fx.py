@@ -230,8 +230,13 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
     if replay:
         send_all(sim, senders, nframe, 4, errors, stop=stop)
     with Pipeline(monitor_interval=a.monitor or None) as pipeline:
+        # UDP: fx's own single simulated sender on an explicit address; its end-of-stream heap
+        # is the only in-order end marker (a stop() after sending could lose datagrams still
+        # in the socket buffer), so this single-sender setup honours it. In-process and pcap
+        # captures end with their source (queue stopped, end of file) and ignore stop heaps.
         capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
-                               idle_timeout=10.0 if a.transport == "udp" else None)
+                               idle_timeout=10.0 if a.transport == "udp" else None,
+                               stop_on_end_heap=a.transport == "udp")
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
                                  geometry=g)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,

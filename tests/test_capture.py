@@ -78,7 +78,10 @@ def test_round_trip_equals_simulator(transport, tmp_path):
     if sender is not None:  # in-process and pcap: send first, then capture
         with sender:
             sender.send_frames(frames, t0)
-    cap = capture_frames(source, G, chan0=CHAN0, idle_timeout=10.0)
+    # UDP from one trusted sender: its end-of-stream heap may end the capture (the option);
+    # in-process and pcap captures end with their source (queue stopped, end of file).
+    cap = capture_frames(source, G, chan0=CHAN0, idle_timeout=10.0,
+                         stop_on_end_heap=transport == "udp")
     if sender is None:  # UDP: the stream is listening; send now (rate-limited, loopback)
         with udp_sender(G, port=source.port, chan0=CHAN0, rate_gbps=0.5) as udp:
             udp.send_frames(frames, t0)
@@ -88,9 +91,10 @@ def test_round_trip_equals_simulator(transport, tmp_path):
     assert np.array_equal(got, sim.samples(t0, nframe * 480))  # byte for byte
     assert all(f.mask.shape == (32, 2) and f.mask.all() for f in out)
     assert [f.new_sequence for f in out] == [True, False, False, False]
-    # descriptors + end-of-stream heap are the 2 metadata heaps
-    assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=2, frames=nframe,
-                                           sequences=1, packets=nframe * NHEAP + 2)
+    # the descriptors are the metadata heap; the end-of-stream heap is counted as a stop
+    assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=1, stop_heaps=1,
+                                           frames=nframe, sequences=1,
+                                           packets=nframe * NHEAP + 2)
 
 
 def crafted(cnt: int, timestamp: int, stream: int = 0, freq: int = CHAN0,
@@ -119,7 +123,8 @@ def hostile_traffic(frames: np.ndarray, t0: int, rng: np.random.Generator):
     keys = list(dg)
     dropped = {k for k in keys if rng.random() < 0.05}
     start = -(-first_id // G.npacket) * G.npacket  # first aligned frame
-    exp = zero_counters(metadata=2, frames=first_id + nframe - start, sequences=1)
+    exp = zero_counters(metadata=1, stop_heaps=1, frames=first_id + nframe - start,
+                        sequences=1)
     seq: list[bytes] = []
     ids = list(range(first_id, first_id + nframe))
     for block in [ids[i:i + 2] for i in range(0, nframe, 2)]:  # reorder within frame pairs
@@ -192,9 +197,9 @@ def test_hostile_traffic_exact(transport, tmp_path):
     counters = cap.counters()
     assert counters == exp
     stats = cap.stream.stats
-    judged = sum(counters[k] for k in ("metadata", "bad_size", "bad_timestamp", "bad_stream",
-                                       "bad_channel", "before_start", "out_of_window", "late",
-                                       "duplicate"))
+    judged = sum(counters[k] for k in ("stop_heaps", "metadata", "bad_size", "bad_pointer",
+                                       "bad_timestamp", "bad_stream", "bad_channel",
+                                       "before_start", "out_of_window", "late", "duplicate"))
     assert stats["rejected_heaps"] == judged  # every rejection counted exactly once
 
 
@@ -210,17 +215,19 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
         for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=1 + t):
             sink.send(pkt)
     sink.close()
-    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, window=4, resync_heaps=4,
-                         start_timestamp=0)
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, window=4, start_timestamp=0)
     out = list(cap)
-    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 1002, 1003, 1004, 1005]
-    assert [f.new_sequence for f in out] == [True, False, False, True, False, False, False]
-    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[1:]]))
+    # The jump is followed once two frames (1001, 1002) hold a quorum (33 of 64 heaps) while
+    # the old sequence is silent; the new sequence starts at the next aligned frame, 1004.
+    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 1004, 1005]
+    assert [f.new_sequence for f in out] == [True, False, False, True, False]
+    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[3:]]))
     c = cap.counters()
-    # 1 absurd + the first 3 heaps of frame 1001 are out of window; the 4th triggers the jump
-    # to a start at frame 1002, so frame 1001's remaining heaps are before the start.
-    assert (c["out_of_window"], c["before_start"], c["sequences"]) == (4, NHEAP - 3, 2)
-    assert (c["heaps"], c["missing"]) == (7 * NHEAP, 0)
+    # out of window: the absurd heap, frame 1001, 33 heaps of frame 1002 (the jump); the rest
+    # of 1002 and all of 1003 are before the new start.
+    assert (c["out_of_window"], c["before_start"], c["sequences"]) == (1 + NHEAP + 33,
+                                                                      NHEAP - 33 + NHEAP, 2)
+    assert (c["heaps"], c["missing"]) == (5 * NHEAP, 0)
 
 
 def test_parse_source():
@@ -276,6 +283,8 @@ def test_capture_block_rings_and_headers(tmp_path):
     assert np.array_equal(np.concatenate(sink.frames), frames)  # gulps of P=2, last one short
     assert np.concatenate(sink.masks).all()
     assert cap.capture_counters()["frames"] == 5 and cap.perf["frames"] == 5
+    # the recording's end-of-stream heap (no stream id) is counted; end of file ended it
+    assert cap.capture_counters()["stop_heaps"] == 1 and cap.stop_heaps_by_stream().sum() == 0
 
 
 def test_capture_block_resync_gives_two_sequences():
@@ -286,13 +295,13 @@ def test_capture_block_resync_gives_two_sequences():
         sender.send_frames(a, 0)
         sender.send_frames(b, 480 * 2000)
     with Pipeline() as p:
-        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4,
-                           resync_heaps=1, **SKY)
+        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4, **SKY)
         sink = Collect(cap)
         p.run()
-    assert [h[0]["time_tag"] for h in sink.headers] == [0, 480 * 2000]
-    assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960000.mask"]
-    assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b]))
+    # frames 2000 and 2001 carry the vote for the jump; the new sequence starts at 2002
+    assert [h[0]["time_tag"] for h in sink.headers] == [0, 480 * 2002]
+    assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960960.mask"]
+    assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b[2:]]))
     assert cap.capture_counters()["sequences"] == 2
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -142,8 +143,23 @@ def descriptor_datagrams(g: Geometry, cnt: int = 0) -> list[bytes]:
 
 
 def stop_datagrams(g: Geometry, cnt: int) -> list[bytes]:
-    """The end-of-stream heap's datagrams (receivers stop on it)."""
+    """The end-of-stream heap's datagrams (counted by the capture; it ends only a capture
+    that honours stop heaps, ``stop_on_end_heap=True``)."""
     return heap_datagrams(item_group(g).get_end(), cnt, max_packet_size(g))
+
+
+def raw_packet(items: Iterable[tuple[int, int, bool]], payload: bytes = b"") -> bytes:
+    """A SPEAD-64-48 packet written byte by byte: the 8-byte header, one pointer per
+    ``(id, value, immediate)`` (non-immediate: value = address), then ``payload``.
+
+    For hostile tests: it makes what spead2's sender refuses to (no heap-size item, payload
+    past the heap size, extra or misplaced payload pointers, zero-length heaps).
+    """
+    items = list(items)
+    bits = FLAVOUR.heap_address_bits
+    words = [(int(imm) << 63) | (item_id << bits) | value for item_id, value, imm in items]
+    return struct.pack(f">HBBxxH{len(words)}Q", 0x5304, (64 - bits) // 8, bits // 8,
+                       len(words), *words) + payload
 
 
 def junk_datagram(rng: np.random.Generator, size: int) -> bytes:
@@ -331,10 +347,15 @@ class _Transport(Protocol):
 
 
 class _StreamTransport:
-    """A spead2 send stream (UDP, in-process): heaps go out in order, blocking until sent."""
+    """A spead2 send stream (UDP, in-process): heaps go out in order, blocking until sent.
 
-    def __init__(self, stream: spead2.send.SyncStream) -> None:
-        self.stream = stream
+    ``queue``: an in-process queue to stop on close (the receiver's end of data: receivers do
+    not end on an end-of-stream heap unless told to).
+    """
+
+    def __init__(self, stream: spead2.send.SyncStream,
+                 queue: spead2.InprocQueue | None = None) -> None:
+        self.stream, self.queue = stream, queue
 
     def prepare(self, heaps: Sequence[spead2.send.Heap]) -> spead2.send.HeapReferenceList:
         return spead2.send.HeapReferenceList([spead2.send.HeapReference(h) for h in heaps])
@@ -344,6 +365,8 @@ class _StreamTransport:
 
     def close(self) -> None:
         self.stream = None
+        if self.queue is not None:
+            self.queue.stop()
 
 
 class _DatagramTransport:
@@ -401,10 +424,11 @@ def udp_sender(g: Geometry, *, address: str = DEFAULT_ADDRESS, port: int = DEFAU
 
 def inproc_sender(g: Geometry, queue: spead2.InprocQueue, *, chan0: int = 0,
                   batch: int = 1) -> FrameSender:
-    """Frames into an in-process queue (``capture`` reads it with ``InprocSource``)."""
+    """Frames into an in-process queue (``capture`` reads it with ``InprocSource``);
+    ``close()`` sends the end-of-stream heap and stops the queue (the capture's end)."""
     stream = spead2.send.InprocStream(spead2.ThreadPool(1), [queue],
                                       _stream_config(g, 0.0, batch))
-    return FrameSender(g, _StreamTransport(stream), chan0=chan0, batch=batch)
+    return FrameSender(g, _StreamTransport(stream, queue), chan0=chan0, batch=batch)
 
 
 def pcap_sender(g: Geometry, path: str | os.PathLike, *, chan0: int = 0,
