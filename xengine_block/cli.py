@@ -51,7 +51,7 @@ def _backends(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # Import modules that add subcommands (kept optional so a missing extra only hides them).
-    for module in ("quicklook", "reprocess", "record"):
+    for module in ("quicklook", "reprocess", "record", "service"):
         try:
             __import__(f"xengine_block.{module}")
         except ImportError:
@@ -74,4 +74,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Subcommand modules register into ``xengine_block.cli``, not into this ``__main__`` copy.
+    from xengine_block.cli import main as _package_main
+    sys.exit(_package_main())
