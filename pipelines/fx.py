@@ -29,6 +29,8 @@ from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
 from xengine_block.pipeline import Pipeline
 from xengine_block.recording import write_metadata
+from xengine_block.service.instances import channel_split
+from xengine_block.service.scaleout import run_scaleout
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
 log = logging.getLogger("fx")
@@ -56,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    metavar=("ALT", "AZ"), help="point source position at the start (deg)")
     p.add_argument("--noise", type=float, default=1.0, help="receiver noise rms per source rms")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sync-time", type=float, help="F-engine sync time, unix s (default: now)")
+    p.add_argument("--xengines", type=int, default=0,
+                   help="run N 'xengine correlate' processes, one channel group each (UDP), "
+                        "and join their files with 'xengine combine' (0: this process)")
     p.add_argument("--monitor", type=float, default=5.0, help="like_top interval (0: off)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -105,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
         if a.dumps < 1 or a.ninteg < 1:
             raise ValueError("--dumps and --ninteg must be >= 1")
+        if a.xengines and (a.transport != "udp" or a.record):
+            raise ValueError("--xengines runs over UDP only, without --record")
+        if a.xengines:
+            channel_split(g.nchan, g.nchan_pkt, a.xengines)
         choose_backend(a.backend, g)  # an unknown or unusable backend stops here
     except (ValueError, OSError, BackendUnavailable) as exc:
         print(f"fx: bad configuration: {exc}", file=sys.stderr)
@@ -112,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
     nframe = a.dumps * a.ninteg * g.npacket
-    sync = float(int(time.time()))
+    sync = a.sync_time if a.sync_time is not None else float(int(time.time()))
     chan_bw = a.fs_hz  # critically sampled filterbank
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
     sim = FEngineSimulator(array, g, **sky, sources=[PointSource.from_skycoord(
@@ -122,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
           f"P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine frames = {nframe} packet "
           f"times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), transport {a.transport}")
     print(f"fx: output in {out}")
+
+    if a.xengines:
+        return run_instances(a, g, sim, sky, nframe, out)
 
     senders = []
     replay = a.transport == "pcap"  # write the pcap first, then replay it through the capture
@@ -182,6 +195,31 @@ def main(argv: list[str] | None = None) -> int:
     print("capture:", " ".join(f"{k}={v}" for k, v in counters.items()))
     if chain.writer.dumps_written != a.dumps:
         print(f"fx: expected {a.dumps} dumps, wrote {chain.writer.dumps_written}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_instances(a: argparse.Namespace, g: Geometry, sim: FEngineSimulator,
+                  sky: dict[str, float], nframe: int, out: Path) -> int:
+    """--xengines N: N correlate processes fed over UDP, their files combined."""
+    errors: list[BaseException] = []
+    t0 = time.monotonic()
+    summary = run_scaleout(a.xengines, g, out=out, sky=sky, nframe=nframe,
+                           send=lambda senders: send_all(sim, senders, nframe, 4, errors),
+                           array=a.array, nant=a.nant, backend=a.backend, ninteg=a.ninteg,
+                           rate_gbps=a.rate_gbps, like_top_s=a.monitor)
+    if errors:
+        raise errors[0]
+    summary["elapsed_s"] = round(time.monotonic() - t0, 2)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for s in summary["instances"]:
+        print(f"fx: instance chan0={s['chan0']}: {s['dumps_written']} dumps, backend "
+              f"{s['backend']}, capture", " ".join(f"{k}={v}" for k, v in s["capture"].items()))
+    print(json.dumps({k: summary[k] for k in ("elapsed_s", "combined")}, indent=2))
+    short = [s["chan0"] for s in summary["instances"] if s["dumps_written"] != a.dumps]
+    if short:
+        print(f"fx: instances with chan0 {short} wrote fewer than {a.dumps} dumps",
               file=sys.stderr)
         return 1
     return 0

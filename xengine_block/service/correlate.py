@@ -116,16 +116,17 @@ class CorrelatorService:
         try:
             runner.start()
             self._wait(runner)
+            if errors:
+                raise errors[0]
+            # said before the default handlers return, so a late SIGTERM finds it said
+            summary = self.summary(time.monotonic() - t0)
+            self._say("summary", **summary)
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
             if self.metrics is not None:
                 self.metrics.close()
             self.source.close()
-        if errors:
-            raise errors[0]
-        summary = self.summary(time.monotonic() - t0)
-        self._say("summary", **summary)
         return summary
 
     def stop(self) -> None:
