@@ -27,21 +27,24 @@ class Progress:
     def _text(self) -> str:
         elapsed = time.monotonic() - self._t0
         unit = f" {self.unit}" if self.unit else ""
-        if self.total:
-            frac = min(self.done / self.total, 1.0)
-            count = f"{self.done:g}/{self.total:g}{unit} ({frac:.0%}) {elapsed:.0f} s"
-            if self.tty:
-                fill = int(frac * self.width)
-                return f"{self.what} [{'#' * fill}{'.' * (self.width - fill)}] {count}"
-            return f"{self.what}: {count}"
-        return f"{self.what}: {self.done:g}{unit} {elapsed:.0f} s"
+        if not self.total:
+            return f"{self.what}: {self.done:g}{unit} in {elapsed:.0f} s"
+        frac = min(self.done / self.total, 1.0)
+        eta = elapsed * (self.total - self.done) / self.done if self.done else float("nan")
+        count = f"[{self.done:g}/{self.total:g}]{unit} {frac:4.0%} {elapsed:.0f} s, ETA {eta:.0f} s"
+        if self.tty:
+            fill = int(frac * self.width)
+            return f"{self.what} {'#' * fill}{'.' * (self.width - fill)} {count}"
+        return f"{self.what}: {count}"
 
     def update(self, n: float = 1, note: str = "") -> None:
         self.done += n
         now = time.monotonic()
         if self.tty:
-            self.stream.write(f"\r{self._text()} {note}"[:200].ljust(80))
-            self.stream.flush()
+            if now - self._last >= 0.2 or (self.total and self.done >= self.total):
+                self.stream.write(f"\r{self._text()} {note}"[:200].ljust(80))
+                self.stream.flush()
+                self._last = now
         elif now - self._last >= self.interval_s:
             print(f"{self._text()} {note}".rstrip(), file=self.stream, flush=True)
             self._last = now
