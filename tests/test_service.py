@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -209,3 +210,10 @@ def test_restart_continues_into_new_files(tmp_path):
         files.append(summary["files"])
     assert files[0] and files[1] and not set(files[0]) & set(files[1])
     assert len(list((tmp_path / "out").glob("*.uvh5"))) == len(files[0]) + len(files[1])
+
+
+def test_deploy_doc_lists_every_key_with_its_flag():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    for k in KEYS:
+        flag = "--source" if k.name == "sources" else k.flag
+        assert f"| `{k.dotted}` | `{flag}` |" in doc, k.dotted

@@ -43,7 +43,12 @@ def _correlate(a: argparse.Namespace) -> int:
     except ServiceError as exc:
         print(f"xengine correlate: {exc}", file=sys.stderr)
         return 1
-    service.run()
+    from ..pipeline import PipelineError
+    try:
+        service.run()
+    except PipelineError as exc:  # files already written are complete and stay
+        print(f"xengine correlate: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
