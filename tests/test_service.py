@@ -217,3 +217,16 @@ def test_deploy_doc_lists_every_key_with_its_flag():
     for k in KEYS:
         flag = "--source" if k.name == "sources" else k.flag
         assert f"| `{k.dotted}` | `{flag}` |" in doc, k.dotted
+
+
+def test_readme_example_config_is_valid(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("# x0.toml\n")
+    text = readme[start:readme.index("```", start)]
+    cfg = load_config(write_text(tmp_path / "x0.toml", text))
+    assert cfg.geometry.nchan == 18 and cfg.sources[0].multicast and cfg.dumps_per_file >= 1
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
