@@ -80,3 +80,16 @@ def test_combine_refuses_overlapping_channels_and_overwrites_only_when_asked(tmp
     combine([tmp_path / "a"], tmp_path / "out", overwrite=True)
     assert np.array_equal(pyuvdata.UVData.from_file(out).data_array,
                           pyuvdata.UVData.from_file(single).data_array)
+
+
+def test_combine_command_line(tmp_path, single, capsys):
+    from xengine_block.cli import main
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / single.name).write_bytes(single.read_bytes())
+    assert main(["combine", str(tmp_path / "a"), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / single.name).exists()
+    assert main(["combine", str(tmp_path / "a"), str(tmp_path / "a"), "-o",
+                 str(tmp_path / "o2")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("xengine combine: ") and "hold the same channels" in err

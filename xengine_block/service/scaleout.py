@@ -69,7 +69,7 @@ def run_scaleout(n: int, g: Geometry, *, out: Path, sky: dict[str, float], nfram
         for p, (c0, nc) in zip(procs, splits, strict=True):
             sub = Geometry(nstream=g.nstream, nchan=nc, npacket=g.npacket)
             senders.append(ChannelSlice(udp_sender(sub, port=p.port, rate_gbps=rate_gbps / n,
-                                                   chan0=c0, sender_index=0), c0, nc))
+                                                   chan0=c0), c0, nc))
         send(senders)
         for p, (_, nc) in zip(procs, splits, strict=True):
             p.wait_packets(nframe * g.nstream * (nc // g.nchan_pkt))
