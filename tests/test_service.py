@@ -136,9 +136,12 @@ def test_startup_errors_are_one_clear_line(tmp_path, problem):
 
 def send(frames: np.ndarray, g: Geometry, port: int, time_tag: int = 0, pace_s: float = 0.002,
          extra: list[bytes] = ()) -> int:
-    """An independent sender: prebuilt datagrams over a plain socket; returns packets sent."""
-    datagrams = [d for *_, d in frame_datagrams(frames, g, time_tag)] + list(extra)
+    """An independent sender: prebuilt datagrams over a plain socket; returns packets sent.
+
+    ``extra`` datagrams go right after the first frame's (inside the reorder window)."""
+    datagrams = [d for *_, d in frame_datagrams(frames, g, time_tag)]
     per_frame = g.nstream * g.nchan // g.nchan_pkt
+    datagrams[per_frame:per_frame] = list(extra)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for i, d in enumerate(datagrams):
             s.sendto(d, ("127.0.0.1", port))
