@@ -37,6 +37,8 @@ from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
 from xengine_block.pipeline import Pipeline, PipelineError
 from xengine_block.recording import finish_metadata, write_metadata
+from xengine_block.service.instances import channel_split
+from xengine_block.service.scaleout import run_scaleout
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
 log = logging.getLogger("fx")
@@ -76,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=at.nonnegative_number, default=1.0,
                    help="receiver noise rms per source rms")
     p.add_argument("--seed", type=at.seed, default=1)
+    p.add_argument("--sync-time", type=at.positive_number,
+                   help="F-engine sync time, unix s (default: now)")
+    p.add_argument("--xengines", type=at.nonnegative_int, default=0,
+                   help="run N 'xengine correlate' processes, one channel group each (UDP), "
+                        "and join their files with 'xengine combine' (0: this process)")
     p.add_argument("--monitor", type=at.nonnegative_number, default=5.0,
                    help="like_top interval (0: off)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -98,6 +105,13 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
+    if a.xengines:
+        if a.transport != "udp" or a.record:
+            raise UsageError("--xengines", "runs over UDP only, without --record")
+        try:
+            channel_split(g.nchan, g.nchan_pkt, a.xengines)
+        except ValueError as exc:
+            raise UsageError("--xengines", str(exc)) from None
     try:
         choose_backend(a.backend, g)  # an unusable backend stops here
     except BackendUnavailable as exc:
@@ -162,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     with usage_errors(parser):
         array, g = check_config(a)
         source: Source | None = None
-        if a.transport == "udp":
+        if a.transport == "udp" and not a.xengines:  # the instances bind their own ports
             source = UdpSource(a.address, a.port)
             try:
                 source.bind()  # before any directory, and before the F-engines send
@@ -194,7 +208,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
     nframe = a.dumps * a.ninteg * g.npacket
-    sync = float(int(time.time()))
+    sync = a.sync_time if a.sync_time is not None else float(int(time.time()))
     chan_bw = a.fs_hz  # critically sampled filterbank
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
     sim = FEngineSimulator(array, g, **sky, sources=[PointSource.from_skycoord(
@@ -204,6 +218,9 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
           f"P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine frames = {nframe} packet "
           f"times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), transport {a.transport}")
     print(f"fx: output in {out}")
+
+    if a.xengines:
+        return run_instances(a, g, sim, sky, nframe, out)
 
     senders = []
     replay = a.transport == "pcap"  # write the pcap first, then replay it through the capture
@@ -291,6 +308,31 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
         return 0
     if chain.writer.dumps_written != a.dumps:
         print(f"fx: expected {a.dumps} dumps, wrote {chain.writer.dumps_written}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_instances(a: argparse.Namespace, g: Geometry, sim: FEngineSimulator,
+                  sky: dict[str, float], nframe: int, out: Path) -> int:
+    """--xengines N: N correlate processes fed over UDP, their files combined."""
+    errors: list[BaseException] = []
+    t0 = time.monotonic()
+    summary = run_scaleout(a.xengines, g, out=out, sky=sky, nframe=nframe,
+                           send=lambda senders: send_all(sim, senders, nframe, 4, errors),
+                           array=a.array, nant=a.nant, backend=a.backend, ninteg=a.ninteg,
+                           rate_gbps=a.rate_gbps, like_top_s=a.monitor)
+    if errors:
+        raise errors[0]
+    summary["elapsed_s"] = round(time.monotonic() - t0, 2)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for s in summary["instances"]:
+        print(f"fx: instance chan0={s['chan0']}: {s['dumps_written']} dumps, backend "
+              f"{s['backend']}, capture", " ".join(f"{k}={v}" for k, v in s["capture"].items()))
+    print(json.dumps({k: summary[k] for k in ("elapsed_s", "combined")}, indent=2))
+    short = [s["chan0"] for s in summary["instances"] if s["dumps_written"] != a.dumps]
+    if short:
+        print(f"fx: instances with chan0 {short} wrote fewer than {a.dumps} dumps",
               file=sys.stderr)
         return 1
     return 0

@@ -65,7 +65,7 @@ def _backends(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # Import modules that add subcommands (kept optional so a missing extra only hides them).
-    for module in ("quicklook", "reprocess", "record"):
+    for module in ("quicklook", "reprocess", "record", "service"):
         try:
             __import__(f"xengine_block.{module}")
         except ImportError:

@@ -309,12 +309,10 @@ class Block:
 
     def reserve_spans(self, stack: ExitStack, oseqs: list[WriteSequence],
                       igulp_nframes: list[int]) -> list[WriteSpan]:
-        t0 = time.perf_counter()
         ogulp_nframes = self._define_output_nframes(igulp_nframes)
-        ospans = [stack.enter_context(oseq.reserve(n))
-                  for oseq, n in zip(oseqs, ogulp_nframes, strict=True)]
-        self.counters.add(reserve_s=time.perf_counter() - t0)
-        return ospans
+        with self.counters.timing("reserve_s"):
+            return [stack.enter_context(oseq.reserve(n))
+                    for oseq, n in zip(oseqs, ogulp_nframes, strict=True)]
 
     @staticmethod
     def commit_spans(ospans: list[WriteSpan],
@@ -365,9 +363,9 @@ class SourceBlock(Block):
         self._check_shutdown()
         with ExitStack() as ospan_stack:
             ospans = self.reserve_spans(ospan_stack, oseqs, [])
-            t0 = time.perf_counter()
-            committed = self.commit_spans(ospans, self.on_data(ireader, ospans))
-            self.counters.add(process_s=time.perf_counter() - t0, frames=committed[0],
+            with self.counters.timing("process_s"):
+                committed = self.commit_spans(ospans, self.on_data(ireader, ospans))
+            self.counters.add(frames=committed[0],
                               bytes=sum(s.commit_nframe * s.frame_nbyte for s in ospans))
         return 0 not in committed
 
@@ -447,13 +445,12 @@ class MultiTransformBlock(Block):
         """Process one gulp per input at ``offsets``; False at the end of any input sequence."""
         self._check_shutdown()
         with ExitStack() as ispan_stack:
-            t0 = time.perf_counter()
             try:
-                ispans = [ispan_stack.enter_context(iseq.acquire(o, n))
-                          for iseq, o, n in zip(iseqs, offsets, igulps, strict=True)]
+                with self.counters.timing("acquire_s"):
+                    ispans = [ispan_stack.enter_context(iseq.acquire(o, n))
+                              for iseq, o, n in zip(iseqs, offsets, igulps, strict=True)]
             except EndOfDataStop:
                 return False
-            self.counters.add(acquire_s=time.perf_counter() - t0)
             nskip = [s.nframe_skipped for s in ispans]
             if any(nskip):
                 islices = [slice(o, o + n) for o, n in zip(offsets, nskip, strict=True)]
@@ -462,16 +459,16 @@ class MultiTransformBlock(Block):
                 return True
             with ExitStack() as ospan_stack:
                 ospans = self.reserve_spans(ospan_stack, oseqs, [s.nframe for s in ispans])
-                t0 = time.perf_counter()
-                ostrides = self._on_data(ispans, ospans)
-                nover = [s.nframe_overwritten for s in ispans] if not self.guarantee else []
-                if any(nover):
-                    self.counters.add(skipped=max(nover))
-                if any(nover) and ospans:  # the input changed under on_data: replace its output
-                    ostrides = self._on_skip([slice(s.frame_offset, s.frame_offset + n)
-                                              for s, n in zip(ispans, nover, strict=True)], ospans)
-                self.commit_spans(ospans, ostrides)
-                self.counters.add(process_s=time.perf_counter() - t0)
+                with self.counters.timing("process_s"):
+                    ostrides = self._on_data(ispans, ospans)
+                    nover = [s.nframe_overwritten for s in ispans] if not self.guarantee else []
+                    if any(nover):
+                        self.counters.add(skipped=max(nover))
+                    if any(nover) and ospans:  # the input changed under on_data: replace it
+                        ostrides = self._on_skip([slice(s.frame_offset, s.frame_offset + n)
+                                                  for s, n in zip(ispans, nover, strict=True)],
+                                                 ospans)
+                    self.commit_spans(ospans, ostrides)
             self.counters.add(frames=ispans[0].nframe,
                               bytes=sum(s.nframe * s.frame_nbyte for s in ispans))
         return True
@@ -479,9 +476,9 @@ class MultiTransformBlock(Block):
     def _skip(self, islices: list[slice], oseqs: list[WriteSequence], nskip: list[int]) -> None:
         with ExitStack() as ospan_stack:
             ospans = self.reserve_spans(ospan_stack, oseqs, nskip)
-            t0 = time.perf_counter()
-            self.commit_spans(ospans, self._on_skip(islices, ospans))
-            self.counters.add(process_s=time.perf_counter() - t0, skipped=max(nskip))
+            with self.counters.timing("process_s"):
+                self.commit_spans(ospans, self._on_skip(islices, ospans))
+            self.counters.add(skipped=max(nskip))
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
         """Same as the inputs (Bifrost), or the first input's for every output if counts differ."""

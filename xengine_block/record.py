@@ -25,6 +25,7 @@ from .argtypes import UsageError
 from .array import ArrayDescription, ArrayError, default_array
 from .cli import command
 from .geometry import Geometry
+from .progress import Progress
 from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 
@@ -73,8 +74,10 @@ class Recorder:
         log.info("recording to %s", path)
         return PcapWriter(path, dst=("127.0.0.1", self.port)), 0
 
-    def run(self, *, duration: float | None = None, idle_timeout: float | None = None) -> None:
-        """Record until ``stop()``, ``duration`` seconds, or ``idle_timeout`` without packets."""
+    def run(self, *, duration: float | None = None, idle_timeout: float | None = None,
+            progress: Progress | None = None) -> None:
+        """Record until ``stop()``, ``duration`` seconds, or ``idle_timeout`` without packets;
+        ``progress`` counts the megabytes written."""
         step = self.geometry.npacket * self.geometry.nspectra_pkt
         t_end = None if duration is None else time.monotonic() + duration
         last = time.monotonic()
@@ -106,6 +109,9 @@ class Recorder:
                 writer.send(data)
                 size += len(data) + 58  # pcap record + Ethernet/IP/UDP headers
                 self.packets += 1
+                if progress is not None:
+                    progress.update(len(data) / 1e6, f"{self.packets} packets, "
+                                                     f"{len(self.files)} files")
         finally:
             writer.close()
             finish_metadata(self.files[-1])
@@ -158,9 +164,10 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError("--port", f"cannot receive on {a.address}:{a.port}: "
                                    f"{exc.strerror or exc}") from None
     print(f"recording {a.address}:{rec.port} into {a.out} (Ctrl-C stops)")
-    try:
-        rec.run(duration=a.duration, idle_timeout=a.idle_timeout)
-    except KeyboardInterrupt:
-        pass
+    with Progress("record", unit="MB") as progress:
+        try:
+            rec.run(duration=a.duration, idle_timeout=a.idle_timeout, progress=progress)
+        except KeyboardInterrupt:
+            pass
     print(f"{rec.packets} packets in {len(rec.files)} files")
     return 0

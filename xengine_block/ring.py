@@ -184,6 +184,15 @@ class Ring:
         return self._span
 
     @property
+    def fill(self) -> float:
+        """Fraction of the ring its slowest guaranteed reader has yet to release (0 without
+        guaranteed readers): near 1 the writer is about to wait (monitoring)."""
+        with self._cond:
+            if not self._span or not self._guarantees:
+                return 0.0
+            return min(1.0, (self._head - min(g.offset for g in self._guarantees)) / self._span)
+
+    @property
     def contiguous_bytes(self) -> int:
         """Longest span (bytes) that can be reserved or acquired as one view."""
         return self._ghost

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .progress import Progress
+
 
 @dataclass(frozen=True)
 class Task:
@@ -56,30 +58,24 @@ def run_one(task: Task, fn: Callable[[Task], dict[str, Any]]) -> Result:
         return Result(task, ok=False, error=detail, seconds=time.monotonic() - t0)
 
 
-class Progress:
-    """One status line: done/total, rate in tasks/s and bytes/s of input, and ETA."""
+class TaskProgress:
+    """Tasks done of all, with the input rate (a bar on a terminal, lines in a log)."""
 
     def __init__(self, tasks: list[Task], stream: TextIO | None = sys.stderr) -> None:
-        self.total = len(tasks)
-        self.total_bytes = sum(_size(t.input) for t in tasks)
-        self.done = self.done_bytes = 0
-        self.stream = stream
+        self.bar = None if stream is None else Progress("reprocess", len(tasks),
+                                                        unit="files", stream=stream)
+        self.done_bytes = 0
         self.t0 = time.monotonic()
 
     def update(self, result: Result) -> None:
-        self.done += 1
         self.done_bytes += _size(result.task.input)
-        if self.stream is None:
+        if self.bar is None:
             return
-        dt = max(time.monotonic() - self.t0, 1e-9)
-        rate = self.done_bytes / dt
-        left = (self.total_bytes - self.done_bytes) / rate if rate > 0 else float("nan")
+        rate = self.done_bytes / max(time.monotonic() - self.t0, 1e-9)
         state = "skip" if result.skipped else ("ok" if result.ok else "FAILED")
-        self.stream.write(f"\r[{self.done}/{self.total}] {rate / 1e6:7.1f} MB/s  "
-                          f"ETA {left:6.1f} s  {state}: {result.task.input.name:40.40s}")
-        if self.done == self.total:
-            self.stream.write("\n")
-        self.stream.flush()
+        self.bar.update(1, f"{rate / 1e6:7.1f} MB/s  {state}: {result.task.input.name:40.40s}")
+        if self.bar.done == self.bar.total:
+            self.bar.close()
 
 
 def _size(path: Path) -> int:
@@ -95,7 +91,7 @@ def run_tasks(tasks: Iterable[Task], fn: Callable[[Task], dict[str, Any]], *,
     """Run every task; locally, on an existing cluster (``scheduler``) or a LocalCluster of
     ``workers`` processes. ``fn`` must be picklable (a module-level function or a partial)."""
     tasks = list(tasks)
-    bar = Progress(tasks, progress)
+    bar = TaskProgress(tasks, progress)
     if scheduler is None and not workers:
         results = []
         for t in tasks:

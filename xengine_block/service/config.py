@@ -1,0 +1,331 @@
+"""``xengine correlate`` configuration: one TOML file, each key overridable by a flag.
+
+Every key is declared once in :data:`KEYS` (section, name, parser, default, help); the TOML
+reader, the command-line flags and docs/deploy.md's table all come from it. Parsers are argparse
+``type=`` functions (they take the flag's text, or the TOML value) and raise
+:class:`argparse.ArgumentTypeError` with a short reason; :func:`load_config` adds the key's name,
+so every error is one line naming the key. The whole configuration, cross-key rules included
+(geometry, array, backend), is checked before anything is bound or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..array import ArrayDescription, default_array
+from ..backends import BackendUnavailable, choose_backend
+from ..geometry import Geometry
+
+
+class ConfigError(ValueError):
+    """A bad configuration key; ``key`` is its dotted name (``capture.chan0``)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+
+
+# ---- argparse type functions (flag text or TOML value -> value) -----------------------------
+
+def _number(value: Any, kind: type) -> Any:
+    what = "an integer" if kind is int else "a number"
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    elif kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    elif kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[Any], int]:
+    """An integer in [low, high]."""
+    def parse(value: Any) -> int:
+        v = _number(value, int)
+        if v < low or (high is not None and v > high):
+            span = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be an integer {span}, got {v}")
+        return v
+    parse.__name__ = f"int >= {low}"
+    return parse
+
+
+def positive_float(value: Any) -> float:
+    """A finite number > 0."""
+    v = _number(value, float)
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {v}")
+    return v
+
+
+def non_negative_float(value: Any) -> float:
+    """A finite number >= 0."""
+    v = _number(value, float)
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {v}")
+    return v
+
+
+def text(value: Any) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise argparse.ArgumentTypeError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def path(value: Any) -> Path:
+    """A path (relative paths in a config file are relative to the file)."""
+    return Path(text(value))
+
+
+def ipv4(value: Any) -> str:
+    """A dotted IPv4 address."""
+    try:
+        return str(ipaddress.IPv4Address(text(value)))
+    except ipaddress.AddressValueError:
+        raise argparse.ArgumentTypeError(f"expected an IPv4 address, got {value!r}") from None
+
+
+def boolean(value: Any) -> bool:
+    """true/false (TOML booleans, or the words on the command line)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.lower() in ("true", "yes", "1")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class UdpEndpoint:
+    """``udp://ADDRESS:PORT``: a unicast bind address or a multicast group to join."""
+
+    address: str
+    port: int
+
+    @property
+    def multicast(self) -> bool:
+        return ipaddress.IPv4Address(self.address).is_multicast
+
+    def __str__(self) -> str:
+        return f"udp://{self.address}:{self.port}"
+
+
+def udp_endpoint(value: Any) -> UdpEndpoint:
+    """``udp://ADDRESS:PORT`` (port 0: any free port, for tests)."""
+    s = text(value)
+    host, sep, port = s.removeprefix("udp://").rpartition(":")
+    if not s.startswith("udp://") or not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected udp://ADDRESS:PORT, got {s!r}")
+    return UdpEndpoint(ipv4(host), int_at_least(0, 65535)(port))
+
+
+def udp_endpoints(value: Any) -> tuple[UdpEndpoint, ...]:
+    """One ``udp://`` source or a list of them (TOML array; one per flag, repeatable)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise argparse.ArgumentTypeError("expected at least one udp://ADDRESS:PORT")
+    return tuple(udp_endpoint(v) for v in items)
+
+
+# ---- the keys ------------------------------------------------------------------------------
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Key:
+    section: str  # "" for top-level keys
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.name}" if self.section else self.name
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("", "array", path, None, "array TOML file (docs/capture.md); default: the MWA layout"),
+    Key("", "nant", int_at_least(1, 128), None, "without 'array': the first NANT MWA tiles"),
+    Key("band", "sync_time", non_negative_float, REQUIRED, "F-engine sync time, unix seconds"),
+    Key("band", "fs_hz", positive_float, REQUIRED, "spectra per second per channel"),
+    Key("band", "freq0_hz", positive_float, REQUIRED, "centre frequency of the band's channel 0"),
+    Key("band", "chan_bw_hz", positive_float, None, "channel width (default: fs_hz)"),
+    Key("capture", "sources", udp_endpoints, REQUIRED,
+        "udp://ADDRESS:PORT, one or more (a multicast group is joined on 'interface')"),
+    Key("capture", "interface", ipv4, None, "IPv4 address of the NIC that joins multicast groups"),
+    Key("capture", "chan0", int_at_least(0), 0, "this instance's first channel in the band"),
+    Key("capture", "nchan", int_at_least(1), 9, "channels of this instance (multiple of 9)"),
+    Key("capture", "npacket", int_at_least(1), 136, "packets per X-engine frame (P)"),
+    Key("capture", "window", int_at_least(1), 8, "reorder window, frames"),
+    Key("capture", "buffer_bytes", int_at_least(1 << 16), 64 << 20,
+        "socket receive buffer per source (capped by net.core.rmem_max)"),
+    Key("correlator", "backend", text, "auto", "correlator backend or 'auto'"),
+    Key("correlator", "ninteg", int_at_least(1), 1, "X-engine frames per dump"),
+    Key("output", "directory", path, REQUIRED, "output directory (created if missing)"),
+    Key("output", "prefix", text, "xengine_", "file name prefix"),
+    Key("output", "dumps_per_file", int_at_least(1), None, "start a new file every N dumps"),
+    Key("output", "seconds_per_file", positive_float, None,
+        "start a new file every S seconds of data (rounded to whole dumps)"),
+    Key("output", "quicklook", boolean, False, "also write a quick-look PNG per dump"),
+    Key("monitor", "metrics_port", int_at_least(0, 65535), None,
+        "Prometheus endpoint port (0: any free port; absent: off)"),
+    Key("monitor", "metrics_address", ipv4, "127.0.0.1",
+        "address the metrics endpoint binds (0.0.0.0 for every interface)"),
+    Key("monitor", "like_top_s", non_negative_float, 10.0, "like_top line interval (0: off)"),
+)
+KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+assert len(KEYS_BY_NAME) == len(KEYS), "key names must be unique (they are flag names)"
+SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS if k.section))
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """A validated configuration; ``values`` holds every key by name (defaults filled in)."""
+
+    values: dict[str, Any]
+    array: ArrayDescription
+    geometry: Geometry
+    source_file: Path | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def sky(self) -> dict[str, float]:
+        """The capture's header fields for this instance (freq0 of its first channel)."""
+        v = self.values
+        return {"sync_time": v["sync_time"], "fs_hz": v["fs_hz"],
+                "freq0_hz": v["freq0_hz"] + v["chan0"] * v["chan_bw_hz"],
+                "chan_bw_hz": v["chan_bw_hz"]}
+
+    @property
+    def dump_seconds(self) -> float:
+        g = self.geometry
+        return self.values["ninteg"] * g.npacket * g.nspectra_pkt / self.values["fs_hz"]
+
+    @property
+    def dumps_per_file(self) -> int | None:
+        """Rotation in dumps (``seconds_per_file`` rounded to whole dumps, at least one)."""
+        v = self.values
+        if v["seconds_per_file"] is not None:
+            return max(1, round(v["seconds_per_file"] / self.dump_seconds))
+        return v["dumps_per_file"]
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per key (default None: the config file's value, else the key's default)."""
+    for k in KEYS:
+        if k.name == "sources":
+            p.add_argument("--source", dest="sources", action="append", type=udp_endpoint,
+                           metavar="udp://ADDR:PORT",
+                           help=f"[{k.dotted}] {k.help}; repeat for more (replaces the file's)")
+        elif k.parse is boolean:
+            p.add_argument(k.flag, dest=k.name, type=boolean, metavar="true|false",
+                           help=f"[{k.dotted}] {k.help}")
+        else:
+            p.add_argument(k.flag, dest=k.name, type=k.parse, metavar=k.name.upper(),
+                           help=f"[{k.dotted}] {k.help}")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The file's keys by name; unknown sections and keys (typos) are errors."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("(file)", f"not valid TOML: {exc}") from None
+    out: dict[str, Any] = {}
+    for name, value in doc.items():
+        if isinstance(value, dict):
+            if name not in SECTIONS:
+                raise ConfigError(name, f"unknown section; expected one of {list(SECTIONS)}")
+            for kname, kvalue in value.items():
+                key = KEYS_BY_NAME.get(kname)
+                if key is None or key.section != name:
+                    raise ConfigError(f"{name}.{kname}", "unknown key")
+                out[kname] = kvalue
+        else:
+            key = KEYS_BY_NAME.get(name)
+            if key is None or key.section:
+                where = f" (it belongs in [{key.section}])" if key else ""
+                raise ConfigError(name, f"unknown key{where}")
+            out[name] = value
+    return out
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
+    """Read, merge flag ``overrides`` (already parsed; None = not given), validate everything.
+
+    Raises :class:`ConfigError` naming the first bad key; ``OSError`` if the file is unreadable.
+    """
+    raw = read_toml(path) if path is not None else {}
+    values: dict[str, Any] = {}
+    for k in KEYS:
+        if k.name in raw:
+            try:
+                values[k.name] = k.parse(raw[k.name])
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(k.dotted, str(exc)) from None
+        else:
+            values[k.name] = k.default
+    for name, value in (overrides or {}).items():
+        if value is not None and name in KEYS_BY_NAME:
+            values[name] = tuple(value) if name == "sources" else value
+    for k in KEYS:
+        if values[k.name] is REQUIRED:
+            raise ConfigError(k.dotted, f"is required (or give {k.flag})")
+    base = Path(path).parent if path is not None else Path.cwd()
+    for name in ("array", "directory"):
+        if values[name] is not None and not values[name].is_absolute():
+            values[name] = base / values[name]
+    if values["chan_bw_hz"] is None:
+        values["chan_bw_hz"] = values["fs_hz"]
+    return ServiceConfig(values, *_derived(values), source_file=Path(path) if path else None)
+
+
+def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry]:
+    """Cross-key rules: array, geometry, backend, rotation, multicast interface."""
+    if v["array"] is not None and v["nant"] is not None:
+        raise ConfigError("nant", "give either 'array' or 'nant', not both")
+    try:
+        array = ArrayDescription.from_toml(v["array"]) if v["array"] else default_array(v["nant"])
+    except (ValueError, OSError) as exc:
+        raise ConfigError("array", str(exc)) from None
+    try:
+        geometry = Geometry(nstream=array.nstream, nchan=v["nchan"], npacket=v["npacket"])
+    except ValueError as exc:
+        field = next((k for k in ("nchan", "npacket") if k in str(exc)), "nchan")
+        raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
+    try:
+        choose_backend(v["backend"], geometry)
+    except (BackendUnavailable, KeyError, ValueError) as exc:
+        raise ConfigError("correlator.backend", str(exc).strip("'\"")) from None
+    if v["dumps_per_file"] is not None and v["seconds_per_file"] is not None:
+        raise ConfigError("output.seconds_per_file", "give dumps_per_file or seconds_per_file, "
+                                                     "not both")
+    sources = v["sources"]
+    if len(set(sources)) != len(sources):
+        raise ConfigError("capture.sources", "lists a source twice")
+    if any(s.multicast for s in sources) and v["interface"] is None:
+        raise ConfigError("capture.interface", "is required to join a multicast group "
+                                               "(the IPv4 address of the receiving NIC)")
+    return array, geometry

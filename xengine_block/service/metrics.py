@@ -1,0 +1,131 @@
+"""Prometheus metrics of a running correlator, read at scrape time from the counters the
+pipeline already keeps (nothing is counted twice).
+
+Names follow Prometheus conventions (``xengine_<thing>_<unit>_total`` for counters):
+
+- ``xengine_capture_<name>_total``: every capture counter of ``capture.COUNTERS`` with its
+  description, read generically, so a counter added there appears here.
+- ``xengine_block_<counter>_total{block=...}``: every per-block counter of
+  ``monitor.BLOCK_COUNTERS`` (``acquire_s`` becomes ``acquire_seconds``...); take
+  ``rate(xengine_block_frames_total[1m])`` for frame rates and ``rate(..._seconds_total)`` for
+  the acquire/process/reserve shares. ``xengine_block_frame_rate_hertz`` is the rate since the
+  previous scrape, for a quick look without PromQL.
+- ``xengine_ring_fill_ratio{ring=...}``: how full each ring is for its slowest guaranteed reader.
+- ``xengine_dumps_written_total``, ``xengine_output_bytes_written_total``,
+  ``xengine_output_files_total``; ``xengine_backend_info{backend, reason}`` = 1;
+  ``xengine_start_time_seconds``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..capture import COUNTERS as CAPTURE_COUNTERS
+from ..monitor import BLOCK_COUNTERS
+
+NAMESPACE = "xengine"
+
+
+def metric_name(counter: str) -> str:
+    """A counter's name with its unit spelled out (``acquire_s`` -> ``acquire_seconds``)."""
+    return counter[:-2] + "_seconds" if counter.endswith("_s") else counter
+
+
+class CorrelatorCollector(Collector):
+    """Reads a running service's capture, blocks, rings and writer on each scrape."""
+
+    def __init__(self, capture: Any, chain: Any, blocks: list[Any]) -> None:
+        self.capture, self.chain, self.blocks = capture, chain, blocks
+        self.start_time = time.time()
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, float]] = {}  # block -> (time, frames)
+
+    def capture_counters(self) -> dict[str, int]:
+        return self.capture.capture_counters()
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.capture_counters()
+        for name, help_ in CAPTURE_COUNTERS.items():
+            m = CounterMetricFamily(f"{NAMESPACE}_capture_{name}", help_)
+            m.add_metric([], counters.get(name, 0))
+            yield m
+
+        samples = [(b.name, *b.counters.sample()) for b in self.blocks]
+        for c in BLOCK_COUNTERS:
+            m = CounterMetricFamily(f"{NAMESPACE}_block_{metric_name(c.name)}", c.description,
+                                    labels=["block"])
+            for name, _, values in samples:
+                m.add_metric([name], values[c.name])
+            yield m
+        rate = GaugeMetricFamily(f"{NAMESPACE}_block_frame_rate_hertz",
+                                 "frames per second since the previous scrape", labels=["block"])
+        with self._lock:
+            for name, t, values in samples:
+                t0, f0 = self._last.get(name, (t, values["frames"]))
+                rate.add_metric([name], (values["frames"] - f0) / (t - t0) if t > t0 else 0.0)
+                self._last[name] = (t, values["frames"])
+        yield rate
+
+        fill = GaugeMetricFamily(f"{NAMESPACE}_ring_fill_ratio", "fraction of the ring its "
+                                 "slowest guaranteed reader has yet to release", labels=["ring"])
+        for b in self.blocks:
+            for ring in b.orings:
+                fill.add_metric([ring.name], ring.fill)
+        yield fill
+
+        writer = self.chain.writer
+        m = CounterMetricFamily(f"{NAMESPACE}_dumps_written", "dumps appended to UVH5 files")
+        m.add_metric([], writer.dumps_written)
+        yield m
+        files = list(writer.files)
+        m = CounterMetricFamily(f"{NAMESPACE}_output_files", "UVH5 files opened")
+        m.add_metric([], len(files))
+        yield m
+        m = CounterMetricFamily(f"{NAMESPACE}_output_bytes_written",
+                                "bytes in the UVH5 files written so far")
+        m.add_metric([], output_bytes(files))
+        yield m
+
+        backend = self.chain.xengine.backend
+        m = GaugeMetricFamily(f"{NAMESPACE}_backend_info", "the correlator backend in use (1)",
+                              labels=["backend", "reason"])
+        if backend is not None:
+            m.add_metric([backend.name, getattr(backend, "choice_reason", "")], 1)
+        yield m
+        m = GaugeMetricFamily(f"{NAMESPACE}_start_time_seconds", "unix time the service started")
+        m.add_metric([], self.start_time)
+        yield m
+
+
+def output_bytes(files: list[Any]) -> int:
+    """Bytes in ``files`` now (a file being written counts what is on disk)."""
+    total = 0
+    for f in files:
+        try:
+            total += f.stat().st_size
+        except OSError:  # renamed or removed by an operator: not ours to count
+            pass
+    return total
+
+
+class MetricsServer:
+    """The HTTP endpoint (``/metrics``) on its own registry, in a daemon thread."""
+
+    def __init__(self, collector: Collector, port: int, address: str = "127.0.0.1") -> None:
+        from prometheus_client import start_http_server
+
+        self.registry = CollectorRegistry()
+        self.registry.register(collector)
+        self._server, self._thread = start_http_server(port, address, registry=self.registry)
+        self.port = self._server.server_port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
