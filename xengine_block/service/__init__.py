@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import argtypes
 from ..cli import command
 from .config import KEYS, add_flags
 
@@ -52,10 +53,19 @@ def _correlate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _existing(text: str) -> Path:
+    """An existing file or directory (combine takes both)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file or directory")
+    return path
+
+
 def _combine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", type=Path, nargs="+",
+    p.add_argument("inputs", type=_existing, nargs="+",
                    help="instances' UVH5 files, or directories holding them")
-    p.add_argument("-o", "--out", type=Path, required=True, help="output directory")
+    p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
+                   help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
