@@ -5,6 +5,11 @@ Every size in the project (packet bytes, ring frames, NPU buffers, output triang
 packet, 480 spectra per packet laid out as 60 coarse x (re, im) x 8 fine, NPU tiles of
 8N x 8M streams with N=8, M=4, T=15 on a 4 x 8 array, P packets per NPU integration.
 
+Samples are complex int8 (``sample_bits=8``) or complex int4 (``sample_bits=4``, Bifrost's ``ci4``:
+one byte per complex sample, two two's-complement nibbles in -8..7, real part in the high nibble
+unless ``nibble_order="re_low"``). A ci4 packet is ``[chan][coarse][fine]`` bytes (the reim axis
+folds into the byte), half the bytes of ci8; the int32 bound on P follows from the value range.
+
 Invalid combinations raise :class:`GeometryError` naming the field and the limit, before any work.
 """
 
@@ -12,11 +17,28 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+#: Bits per real or imaginary part a geometry may carry: complex int8 (ci8) and int4 (ci4).
+SAMPLE_BITS = (8, 4)
+#: Which nibble of a ci4 byte holds the real part: "re_high" (Bifrost's ci4, CASPER and LWA
+#: F-engines) or "re_low" (Bifrost's ``byte_reverse``).
+NIBBLE_ORDERS = ("re_high", "re_low")
+
+
+def max_product(sample_bits: int = 8) -> int:
+    """Largest magnitude of one product term: the most negative value squared ((-128)^2, (-8)^2)."""
+    return 1 << (2 * (sample_bits - 1))
+
+
+def max_complex_term(sample_bits: int = 8) -> int:
+    """Largest magnitude of re or im of one complex product term (a_re*b_re + a_im*b_im with
+    every value the most negative one): 2^15 for ci8, 2 * 8 * 8 = 128 for ci4."""
+    return 2 * max_product(sample_bits)
+
+
 #: Largest magnitude of one int8 x int8 product term: (-128) * (-128).
-MAX_PRODUCT = 1 << 14
-#: Largest magnitude of the real or imaginary part of one complex product term
-#: (a_re*b_re + a_im*b_im with every value -128).
-MAX_COMPLEX_TERM = 2 * MAX_PRODUCT
+MAX_PRODUCT = max_product(8)
+#: Largest magnitude of the real or imaginary part of one complex int8 product term.
+MAX_COMPLEX_TERM = max_complex_term(8)
 INT32_MAX = (1 << 31) - 1
 #: Largest SPEAD payload we accept: a 9000-byte jumbo frame less IP/UDP/SPEAD headers.
 MAX_PAYLOAD_BYTES = 8800
@@ -28,9 +50,10 @@ class GeometryError(ValueError):
     """A geometry field is out of range; the message names the field and the limit."""
 
 
-def max_spectra_int32() -> int:
-    """Most spectra an int32 accumulator can hold for every legal input (all -128)."""
-    return INT32_MAX // MAX_COMPLEX_TERM
+def max_spectra_int32(sample_bits: int = 8) -> int:
+    """Most spectra an int32 accumulator can hold for every legal input (all -128, or all -8:
+    65,280 spectra for ci8, 16,777,215 for ci4)."""
+    return INT32_MAX // max_complex_term(sample_bits)
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,8 @@ class Geometry:
     npacket : P, packets (ring frames) per NPU integration / X-engine output frame.
     tile_n, tile_m, tile_t : NPU kernel tiling N, M, T (one call = 8T samples).
     rows, cols : NPU compute-tile array.
+    sample_bits : 8 (complex int8, ``ci8``) or 4 (complex int4, ``ci4``: one byte per sample).
+    nibble_order : ci4 only: ``"re_high"`` (real part in the high nibble) or ``"re_low"``.
     """
 
     nstream: int = 256
@@ -59,6 +84,8 @@ class Geometry:
     tile_t: int = 15
     rows: int = 4
     cols: int = 8
+    sample_bits: int = 8
+    nibble_order: str = "re_high"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,6 +98,13 @@ class Geometry:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise GeometryError(f"{name} must be a positive integer, got {value!r}")
+        if (not isinstance(self.sample_bits, int) or isinstance(self.sample_bits, bool)
+                or self.sample_bits not in SAMPLE_BITS):
+            raise GeometryError(f"sample_bits must be one of {SAMPLE_BITS} (ci8 or ci4), "
+                                f"got {self.sample_bits!r}")
+        if self.nibble_order not in NIBBLE_ORDERS:
+            raise GeometryError(f"nibble_order must be one of {NIBBLE_ORDERS}, "
+                                f"got {self.nibble_order!r}")
         if self.nstream % 2:
             raise GeometryError(
                 f"nstream must be even (two polarisations per antenna), got {self.nstream}")
@@ -82,12 +116,14 @@ class Geometry:
                 f"nfine must be {BLOCK} (the kernel's 8x8 sample blocks), got {self.nfine}")
         if self.payload_bytes > MAX_PAYLOAD_BYTES:
             raise GeometryError(
-                f"packet payload nchan_pkt*ncoarse*2*nfine = {self.payload_bytes} bytes exceeds "
+                f"packet payload nchan_pkt*ncoarse*nfine*2*sample_bits/8 = {self.payload_bytes} "
+                f"bytes exceeds "
                 f"the limit of {MAX_PAYLOAD_BYTES} bytes")
         if self.npacket > self.max_npacket:
             raise GeometryError(
                 f"npacket P={self.npacket} can overflow int32: P * {self.nspectra_pkt} spectra * "
-                f"{MAX_COMPLEX_TERM} must be <= {INT32_MAX}, so P <= {self.max_npacket}")
+                f"{max_complex_term(self.sample_bits)} ({self.sample_bits}-bit samples) must be "
+                f"<= {INT32_MAX}, so P <= {self.max_npacket}")
         if self.tile_n % 2:
             raise GeometryError(
                 f"tile_n N must be even (the kernel handles two rows of A at once), "
@@ -108,14 +144,33 @@ class Geometry:
         return self.ncoarse * self.nfine
 
     @property
+    def ci4(self) -> bool:
+        """True for 4-bit samples (one byte per complex sample)."""
+        return self.sample_bits == 4
+
+    @property
+    def sample_range(self) -> tuple[int, int]:
+        """(min, max) of a real or imaginary part: (-128, 127) or (-8, 7)."""
+        half = 1 << (self.sample_bits - 1)
+        return -half, half - 1
+
+    @property
     def payload_bytes(self) -> int:
-        """Bytes of one packet payload: [chan][coarse][reim][fine] int8."""
-        return self.nchan_pkt * self.ncoarse * 2 * self.nfine
+        """Bytes of one packet payload: nchan_pkt * 480 * 2 * sample_bits / 8 (8640 or 4320)."""
+        return self.nchan_pkt * self.chan_bytes
 
     @property
     def chan_bytes(self) -> int:
         """Bytes of one channel's samples in one packet (contiguous)."""
-        return self.ncoarse * 2 * self.nfine
+        return self.ncoarse * self.nfine * 2 * self.sample_bits // 8
+
+    @property
+    def packet_shape(self) -> tuple[int, ...]:
+        """One payload: ci8 ``[chan][coarse][reim][fine]`` int8, ci4 ``[chan][coarse][fine]``
+        bytes (re and im in one byte)."""
+        if self.ci4:
+            return (self.nchan_pkt, self.ncoarse, self.nfine)
+        return (self.nchan_pkt, self.ncoarse, 2, self.nfine)
 
     @property
     def nchan_group(self) -> int:
@@ -128,9 +183,24 @@ class Geometry:
         return self.nchan * self.chan_bytes
 
     @property
-    def frame_shape(self) -> tuple[int, int, int, int, int]:
-        """One ring frame: [stream][chan][coarse][reim][fine] int8."""
+    def frame_shape(self) -> tuple[int, ...]:
+        """One ring frame: ci8 ``[stream][chan][coarse][reim][fine]`` int8, ci4
+        ``[stream][chan][coarse][fine]`` bytes (held in int8 arrays as well)."""
+        if self.ci4:
+            return (self.nstream, self.nchan, self.ncoarse, self.nfine)
         return (self.nstream, self.nchan, self.ncoarse, 2, self.nfine)
+
+    @property
+    def frame_dtype(self) -> str:
+        """Ring ``_tensor`` dtype of a frame: ``i8`` (re, im in the reim axis) or ``ci4``."""
+        return "ci4" if self.ci4 else "i8"
+
+    @property
+    def frame_labels(self) -> list[str]:
+        """Ring ``_tensor`` labels of the frame axes after ``time``."""
+        if self.ci4:
+            return ["stream", "freq", "coarse", "fine"]
+        return ["stream", "freq", "coarse", "reim", "fine"]
 
     @property
     def frame_bytes(self) -> int:
@@ -148,8 +218,9 @@ class Geometry:
 
     @property
     def max_npacket(self) -> int:
-        """Largest P for which int32 accumulation is exact for every input (136 for seed)."""
-        return max_spectra_int32() // self.nspectra_pkt
+        """Largest P for which int32 accumulation is exact for every input: 136 for the seed
+        (ci8), 34,952 for ci4 (|x| <= 8: one term's re or im is at most 2*8*8 = 128)."""
+        return max_spectra_int32(self.sample_bits) // self.nspectra_pkt
 
     # ---------------------------------------------------------------- output
     @property
@@ -234,24 +305,26 @@ class Geometry:
         return self.nchan_pkt * self.npu_block * self.npu_block * 2 * 4
 
     # ---------------------------------------------------------------- helpers
-    def replace(self, **changes: int) -> Geometry:
+    def replace(self, **changes: int | str) -> Geometry:
         """A copy with some fields changed (validated)."""
         return Geometry(**{**asdict(self), **changes})
 
-    def to_dict(self) -> dict[str, int]:
-        """JSON-friendly fields (for ring headers)."""
+    def to_dict(self) -> dict[str, int | str]:
+        """JSON-friendly fields (for ring headers and recording sidecars)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> Geometry:
-        return cls(**{k: int(v) for k, v in d.items() if k in cls.__dataclass_fields__})
+        """Inverse of :meth:`to_dict`; dicts written before ci4 (no sample_bits) are ci8."""
+        return cls(**{k: v if k == "nibble_order" else int(v)
+                      for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 #: The seed design: 256 streams, 9 channels, P = 136.
 SEED = Geometry()
 
 
-def small_test_geometry(**changes: int) -> Geometry:
+def small_test_geometry(**changes: int | str) -> Geometry:
     """A small but structurally complete geometry for fast tests.
 
     N=2, M=1, T=15 on a 2 x 4 array gives 32-stream NPU blocks; 2 channels per packet.

@@ -4,13 +4,75 @@ Natural samples are ``x[stream, chan, spectrum, reim]`` int8 (re, im pairs; comp
 numpy dtype). A ring frame is one packet time for all streams:
 ``[stream][chan][coarse][reim][fine]`` int8, i.e. per channel 8 real parts then the same 8
 imaginary parts, 60 times. Every conversion is a reshape plus one transpose: no Python loops.
+
+4-bit input (``ci4``, ``Geometry.sample_bits == 4``): a frame is ``[stream][chan][coarse][fine]``
+bytes, each byte one complex sample as two two's-complement nibbles (-8..7), the real part in the
+high nibble (``nibble_order="re_high"``, Bifrost's ``ci4``) or the low one (``"re_low"``). The
+frames are held in int8 arrays like ci8 ones (raw bytes). Natural samples stay int8 ``[..., 2]``
+with values in -8..7. :func:`pack_ci4` / :func:`unpack_ci4` are the one place that knows the
+nibbles; everything else (F-engine, backends, Bifrost adapter) goes through them or their tables.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from .geometry import Geometry
+from .geometry import NIBBLE_ORDERS, Geometry
+
+
+@lru_cache(maxsize=8)
+def ci4_tables(nibble_order: str = "re_high", dtype: str = "int8") -> tuple[np.ndarray, ...]:
+    """(re, im) lookup tables of 256 entries: the parts of byte value ``b`` as ``dtype``.
+
+    A table lookup is how the CPU paths unpack inside their own layout pass (the ``cpu``
+    backend looks bytes up straight into its float32 scratch).
+    """
+    if nibble_order not in NIBBLE_ORDERS:
+        raise ValueError(f"nibble_order must be one of {NIBBLE_ORDERS}, got {nibble_order!r}")
+    b = np.arange(256, dtype=np.uint8)
+    high = (b.view(np.int8) >> 4).astype(dtype)  # arithmetic shift sign-extends the nibble
+    low = ((b << 4).view(np.int8) >> 4).astype(dtype)
+    re, im = (high, low) if nibble_order == "re_high" else (low, high)
+    re.flags.writeable = im.flags.writeable = False
+    return re, im
+
+
+def pack_ci4(x: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
+    """Natural int ``[..., 2]`` (re, im) in -8..7 -> ci4 bytes ``[...]`` (int8 array)."""
+    if nibble_order not in NIBBLE_ORDERS:
+        raise ValueError(f"nibble_order must be one of {NIBBLE_ORDERS}, got {nibble_order!r}")
+    x = np.asarray(x)
+    if x.shape[-1:] != (2,) or x.dtype.kind not in "iu":
+        raise ValueError(f"ci4 packing needs integer [..., 2] (re, im); got {x.dtype} {x.shape}")
+    if x.size and (x.min() < -8 or x.max() > 7):
+        raise ValueError(f"ci4 values must be in -8..7; got {x.min()}..{x.max()}")
+    u = x.astype(np.uint8) & 0xF
+    re, im = u[..., 0], u[..., 1]
+    high, low = (re, im) if nibble_order == "re_high" else (im, re)
+    return ((high << 4) | low).view(np.int8)
+
+
+def unpack_ci4(b: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
+    """ci4 bytes ``[...]`` (int8 or uint8) -> natural int8 ``[..., 2]`` (re, im) in -8..7."""
+    re, im = ci4_tables(nibble_order)
+    u = np.asarray(b).view(np.uint8)
+    return np.stack([re[u], im[u]], axis=-1)
+
+
+def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None) -> np.ndarray:
+    """ci4 frames ``[n, S, C, coarse, fine]`` -> the ci8 layout ``[n, S, C, coarse, 2, fine]``
+    int8 (one pass: each byte is looked up twice, written once as re and once as im)."""
+    if not g.ci4:
+        raise ValueError("unpack_frames needs a ci4 geometry (sample_bits=4)")
+    f = as_frames(frames, g).view(np.uint8)
+    if out is None:
+        out = np.empty((f.shape[0], *f.shape[1:4], 2, f.shape[4]), np.int8)
+    re, im = ci4_tables(g.nibble_order)
+    np.take(re, f, out=out[..., 0, :], mode="wrap")
+    np.take(im, f, out=out[..., 1, :], mode="wrap")
+    return out
 
 
 def _check_natural(x: np.ndarray, g: Geometry) -> int:
@@ -27,23 +89,29 @@ def _check_natural(x: np.ndarray, g: Geometry) -> int:
 
 
 def natural_to_frames(x: np.ndarray, g: Geometry) -> np.ndarray:
-    """``x[S, C, nspec, 2]`` -> frames ``[nframe, S, C, coarse, reim, fine]`` (new array)."""
+    """``x[S, C, nspec, 2]`` -> frames ``[nframe, S, C, coarse, reim, fine]`` (new array);
+    for ci4 ``[nframe, S, C, coarse, fine]`` packed bytes (values must be in -8..7)."""
     nframe = _check_natural(x, g)
     v = x.reshape(g.nstream, g.nchan, nframe, g.ncoarse, g.nfine, 2)
+    if g.ci4:  # s c f coarse fine -> f s c coarse fine
+        return np.ascontiguousarray(pack_ci4(v, g.nibble_order).transpose(2, 0, 1, 3, 4))
     # axes: s c f coarse fine reim -> f s c coarse reim fine
     return np.ascontiguousarray(v.transpose(2, 0, 1, 3, 5, 4))
 
 
 def frames_to_natural(frames: np.ndarray, g: Geometry) -> np.ndarray:
-    """Frames ``[nframe, S, C, coarse, reim, fine]`` -> ``x[S, C, nspec, 2]`` (new array)."""
+    """Frames (``g.frame_shape``, ci8 or ci4) -> ``x[S, C, nspec, 2]`` int8 (new array)."""
     frames = as_frames(frames, g)
     nframe = frames.shape[0]
+    if g.ci4:
+        frames = unpack_frames(frames, g)
     v = frames.transpose(1, 2, 0, 3, 5, 4)  # s c f coarse fine reim
     return np.ascontiguousarray(v).reshape(g.nstream, g.nchan, nframe * g.nspectra_pkt, 2)
 
 
 def as_frames(frames: np.ndarray, g: Geometry) -> np.ndarray:
-    """View any contiguous int8 buffer of whole frames as ``[nframe, S, C, coarse, 2, fine]``."""
+    """View any contiguous int8 buffer of whole frames as ``[nframe, *g.frame_shape]``
+    (``[nframe, S, C, coarse, 2, fine]``; ci4 ``[nframe, S, C, coarse, fine]``)."""
     if frames.dtype != np.int8:
         raise ValueError(f"frames must be int8, got {frames.dtype}")
     if frames.size % g.frame_bytes:

@@ -11,7 +11,7 @@ import logging
 import math
 from typing import Any
 
-from ..backends import backend_class, get_backend
+from ..backends import get_backend, make_backend
 from ..backends.base import Backend
 from ..geometry import Geometry
 from ..integration import valid_counts
@@ -67,7 +67,7 @@ class XEngineBlock(MultiTransformBlock):
 
     def _make_backend(self, g: Geometry) -> Backend:
         if self.backend_options:
-            backend = backend_class(self.backend_name)(g, **self.backend_options)
+            backend = make_backend(self.backend_name, g, **self.backend_options)
             backend.choice_reason = (f"requested by name with options "
                                      f"{sorted(self.backend_options)}")
         else:
