@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .array import ArrayDescription, default_array
 from .cli import command
-from .geometry import Geometry
+from .geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
 from .recording import write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 
@@ -122,6 +122,10 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nant", type=int, help="first N antennas of the default array")
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
+    p.add_argument("--bits", type=parse_sample_bits, default=8,
+                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
+    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
+                   help="ci4: which nibble holds the real part")
     p.add_argument("--chan0", type=int, default=0)
     p.add_argument("--sync-time", type=float, required=True, help="unix time of spectrum 0")
     p.add_argument("--fs-hz", type=float, required=True)
@@ -132,7 +136,8 @@ def _args(p: argparse.ArgumentParser) -> None:
 @command("record", "record live SPEAD F-engine traffic into pcap files with sidecars", _args)
 def _main(a: argparse.Namespace) -> int:
     array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+    g = Geometry(nstream=array.nstream, nchan=a.nchan, npacket=a.npacket, sample_bits=a.bits,
+                 nibble_order=a.nibble_order)
     sky = {"sync_time": a.sync_time, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz,
            "chan_bw_hz": a.chan_bw_hz}
     rec = Recorder(a.out, array, g, sky=sky, chan0=a.chan0, address=a.address, port=a.port,
