@@ -315,3 +315,11 @@ def test_fx_ci4_exact_against_the_packets_it_sent(tmp_path):
             for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:
                 s1, s2 = 2 * a1 + p1, 2 * a2 + p2
                 assert np.array_equal(uv.get_data(a1, a2, pol)[d], k[:, s2, s1]), (d, a1, a2)
+    # reprocessing the recording (ci4 sidecar) gives the same visibilities
+    from xengine_block.reprocess import ReprocessOptions, reprocess_file
+    from xengine_block.tasks import Task
+
+    task = Task(pcap, tmp_path / "again.uvh5")
+    reprocess_file(task, ReprocessOptions(ninteg=2))
+    again = pyuvdata.UVData.from_file(task.partial, file_type="uvh5")
+    assert np.array_equal(again.data_array, uv.data_array)
