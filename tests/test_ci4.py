@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def nibble(v: int) -> int:
-    """Two's-complement value of a 4-bit field (independent of layout.ci4_tables)."""
+    """Two's-complement value of a 4-bit field (independent of layout.unpack_ci4_planes)."""
     return v - 16 if v >= 8 else v
 
 

@@ -192,3 +192,26 @@ def run(backend: str = "auto", nstream: int = 256, nchan: int = 9, npacket: int 
     if b.name == "native":
         result["native"] = native_details(frames, g, repeat, peak_tops=amx)
     return result
+
+
+def run_ci4(backend: str, ci8: dict, repeat: int = 2, seed: int = 0) -> dict:
+    """``backend`` on ci4 frames of the geometry ``ci8`` (a :func:`run` result) measured, in
+    the same run: rate, exactness, fraction of the same int8 peak and the ratio to ci8."""
+    g = Geometry(nstream=ci8["S"], nchan=ci8["nchan"], npacket=ci8["P"], sample_bits=4)
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(-128, 128, size=(g.npacket, *g.frame_shape), dtype=np.int8)
+    b = get_backend(backend, g)
+    try:
+        b.correlate(frames[:1])  # warm-up
+        t, out = _best_time(lambda: b.correlate(frames), repeat)
+    finally:
+        b.close()
+    msps = g.npacket * g.nspectra_pkt * g.nchan / t / 1e6
+    useful = triangle_int8_tops(msps, g.nstream)
+    peak = ci8.get("machine_amx_int8_tops")
+    return {"backend": b.name, "backend_reason": getattr(b, "choice_reason", ""),
+            "payload_bytes": g.payload_bytes, "msps": msps, "seconds": t,
+            "exact": bool(np.array_equal(out, exact_oracle(frames, g))),
+            "int8_tops_triangle_useful": useful,
+            "fraction_of_int8_peak": useful / peak if peak else None,
+            "ratio_to_ci8": msps / ci8["msps"]}

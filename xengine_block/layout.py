@@ -9,34 +9,36 @@ imaginary parts, 60 times. Every conversion is a reshape plus one transpose: no 
 bytes, each byte one complex sample as two two's-complement nibbles (-8..7), the real part in the
 high nibble (``nibble_order="re_high"``, Bifrost's ``ci4``) or the low one (``"re_low"``). The
 frames are held in int8 arrays like ci8 ones (raw bytes). Natural samples stay int8 ``[..., 2]``
-with values in -8..7. :func:`pack_ci4` / :func:`unpack_ci4` are the one place that knows the
-nibbles; everything else (F-engine, backends, Bifrost adapter) goes through them or their tables.
+with values in -8..7. :func:`pack_ci4` and :func:`unpack_ci4_planes` (with its wrappers
+:func:`unpack_ci4`, :func:`unpack_frames`) are the one place that knows the nibbles; everything
+else (F-engine, backends, Bifrost adapter) goes through them.
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 import numpy as np
 
 from .geometry import NIBBLE_ORDERS, Geometry
 
 
-@lru_cache(maxsize=8)
-def ci4_tables(nibble_order: str = "re_high", dtype: str = "int8") -> tuple[np.ndarray, ...]:
-    """(re, im) lookup tables of 256 entries: the parts of byte value ``b`` as ``dtype``.
+def unpack_ci4_planes(b: np.ndarray, re: np.ndarray, im: np.ndarray,
+                      nibble_order: str = "re_high", scratch: np.ndarray | None = None) -> None:
+    """Write the real and imaginary parts of ci4 bytes ``b`` into ``re`` and ``im`` (any
+    numeric dtype, any strides, ``b``'s shape): the one unpacking kernel of the project.
 
-    A table lookup is how the CPU paths unpack inside their own layout pass (the ``cpu``
-    backend looks bytes up straight into its float32 scratch).
+    Two arithmetic shifts of the byte as int8 sign-extend the nibbles: ``b >> 4`` is the high
+    one, ``(b << 4) >> 4`` the low one; numpy casts straight into the outputs, so a caller's
+    layout pass (int8 frames, the ``cpu`` backend's float32 scratch) is the only pass over the
+    data. ``scratch``: an int8 array of ``b``'s shape for ``b << 4`` (else one is allocated).
     """
     if nibble_order not in NIBBLE_ORDERS:
         raise ValueError(f"nibble_order must be one of {NIBBLE_ORDERS}, got {nibble_order!r}")
-    b = np.arange(256, dtype=np.uint8)
-    high = (b.view(np.int8) >> 4).astype(dtype)  # arithmetic shift sign-extends the nibble
-    low = ((b << 4).view(np.int8) >> 4).astype(dtype)
-    re, im = (high, low) if nibble_order == "re_high" else (low, high)
-    re.flags.writeable = im.flags.writeable = False
-    return re, im
+    s = np.asarray(b).view(np.int8)
+    high, low = (re, im) if nibble_order == "re_high" else (im, re)
+    four = np.int8(4)
+    np.right_shift(s, four, out=high, casting="unsafe")
+    shifted = np.left_shift(s, four, out=scratch)
+    np.right_shift(shifted, four, out=low, casting="unsafe")
 
 
 def pack_ci4(x: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
@@ -56,22 +58,21 @@ def pack_ci4(x: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
 
 def unpack_ci4(b: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
     """ci4 bytes ``[...]`` (int8 or uint8) -> natural int8 ``[..., 2]`` (re, im) in -8..7."""
-    re, im = ci4_tables(nibble_order)
-    u = np.asarray(b).view(np.uint8)
-    return np.stack([re[u], im[u]], axis=-1)
+    b = np.asarray(b)
+    out = np.empty((*b.shape, 2), np.int8)
+    unpack_ci4_planes(b, out[..., 0], out[..., 1], nibble_order)
+    return out
 
 
 def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None) -> np.ndarray:
     """ci4 frames ``[n, S, C, coarse, fine]`` -> the ci8 layout ``[n, S, C, coarse, 2, fine]``
-    int8 (one pass: each byte is looked up twice, written once as re and once as im)."""
+    int8 (one pass over the bytes, see :func:`unpack_ci4_planes`)."""
     if not g.ci4:
         raise ValueError("unpack_frames needs a ci4 geometry (sample_bits=4)")
-    f = as_frames(frames, g).view(np.uint8)
+    f = as_frames(frames, g)
     if out is None:
         out = np.empty((f.shape[0], *f.shape[1:4], 2, f.shape[4]), np.int8)
-    re, im = ci4_tables(g.nibble_order)
-    np.take(re, f, out=out[..., 0, :], mode="wrap")
-    np.take(im, f, out=out[..., 1, :], mode="wrap")
+    unpack_ci4_planes(f, out[..., 0, :], out[..., 1, :], g.nibble_order)
     return out
 
 
