@@ -323,3 +323,19 @@ def test_fx_ci4_exact_against_the_packets_it_sent(tmp_path):
     reprocess_file(task, ReprocessOptions(ninteg=2))
     again = pyuvdata.UVData.from_file(task.partial, file_type="uvh5")
     assert np.array_equal(again.data_array, uv.data_array)
+
+
+def test_xengine_record_bits_option(tmp_path, capsys):
+    from xengine_block.cli import main
+
+    common = ["record", "-o", str(tmp_path / "rec"), "--port", "0", "--nant", "2",
+              "--duration", "0.2", "--sync-time", "0", "--fs-hz", "1", "--freq0-hz", "1",
+              "--chan-bw-hz", "1"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(common + ["--bits", "3"])
+    assert exit_info.value.code == 2
+    assert "sample bits must be one of 8, 4" in capsys.readouterr().err
+    assert not (tmp_path / "rec").exists()
+    assert main(common + ["--bits", "4", "--nibble-order", "re_low"]) == 0
+    g = read_metadata(tmp_path / "rec" / "rec0000.pcap").geometry
+    assert (g.sample_bits, g.nibble_order, g.payload_bytes) == (4, "re_low", 4320)
