@@ -114,7 +114,10 @@ def test_frame_layout_is_chan_coarse_fine_bytes(order):
         assert decode(int(u[f, s, c, k, j]), order) == tuple(x[s, c, n].tolist())
     assert np.array_equal(frames_to_natural(frames, g), x)
     g8 = g.replace(sample_bits=8)
-    assert np.array_equal(unpack_frames(frames, g), natural_to_frames(x, g8))
+    expected = natural_to_frames(x, g8)
+    assert np.array_equal(unpack_frames(frames, g), expected)
+    strided = np.zeros((*expected.shape[:-1], 16), np.int8)[..., ::2]  # not contiguous
+    assert np.array_equal(unpack_frames(frames, g, out=strided), expected)
 
 
 # ------------------------------------------------------------------------------ backends

@@ -9,12 +9,16 @@ imaginary parts, 60 times. Every conversion is a reshape plus one transpose: no 
 bytes, each byte one complex sample as two two's-complement nibbles (-8..7), the real part in the
 high nibble (``nibble_order="re_high"``, Bifrost's ``ci4``) or the low one (``"re_low"``). The
 frames are held in int8 arrays like ci8 ones (raw bytes). Natural samples stay int8 ``[..., 2]``
-with values in -8..7. :func:`pack_ci4` and :func:`unpack_ci4_planes` (with its wrappers
-:func:`unpack_ci4`, :func:`unpack_frames`) are the one place that knows the nibbles; everything
-else (F-engine, backends, Bifrost adapter) goes through them.
+with values in -8..7. :func:`pack_ci4`, :func:`unpack_ci4_planes` (any output planes, e.g. the
+``cpu`` backend's float32 scratch) and :func:`unpack_frames` (whole frames, the NPU host path)
+are the one place that knows the nibbles; everything else (F-engine, backends, Bifrost
+adapter) goes through them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -64,15 +68,53 @@ def unpack_ci4(b: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=1)
+def _unpack_rows() -> Callable[[np.ndarray, np.ndarray, int], None]:
+    """The compiled row kernel (numba, imported and compiled on first use, cached on disk).
+
+    ``kernel(src, out, high_part)``: 8 ci4 bytes (one uint64 ``src[m]``) -> the 8 high nibbles
+    to ``out[m, high_part]`` and the 8 low ones to ``out[m, 1 - high_part]``, each
+    sign-extended to a byte: SIMD within a register, so every byte lane is independent of the
+    others (and of the byte order).
+    """
+    import numba
+
+    @numba.njit(nogil=True, cache=True)
+    def kernel(src: np.ndarray, out: np.ndarray, high_part: int) -> None:  # pragma: no cover
+        nib = np.uint64(0x0F0F0F0F0F0F0F0F)
+        lsb = np.uint64(0x0101010101010101)
+        ext = np.uint64(0xF0)  # per lane: nibble bit 3 set -> fill the lane's high 4 bits
+        four, three = np.uint64(4), np.uint64(3)
+        for m in range(src.shape[0]):
+            x = src[m]
+            hi = (x >> four) & nib
+            lo = x & nib
+            out[m, high_part] = hi | (((hi >> three) & lsb) * ext)
+            out[m, 1 - high_part] = lo | (((lo >> three) & lsb) * ext)
+
+    return kernel
+
+
 def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None) -> np.ndarray:
     """ci4 frames ``[n, S, C, coarse, fine]`` -> the ci8 layout ``[n, S, C, coarse, 2, fine]``
-    int8 (one pass over the bytes, see :func:`unpack_ci4_planes`)."""
+    int8, in one pass over the bytes.
+
+    ``nfine`` is 8, so each (coarse) row of 8 samples is one uint64 and becomes two (8 real
+    parts, 8 imaginary parts): :func:`_unpack_rows`, measured here at ~5 GB/s of ci4 in, about
+    a plain copy of the unpacked bytes (numpy ufuncs on 8-byte rows ran ~0.1 GB/s). Outputs
+    that are not contiguous take :func:`unpack_ci4_planes`.
+    """
     if not g.ci4:
         raise ValueError("unpack_frames needs a ci4 geometry (sample_bits=4)")
     f = as_frames(frames, g)
     if out is None:
         out = np.empty((f.shape[0], *f.shape[1:4], 2, f.shape[4]), np.int8)
-    unpack_ci4_planes(f, out[..., 0, :], out[..., 1, :], g.nibble_order)
+    rows = np.ascontiguousarray(f).view(np.uint64).reshape(-1)
+    if out.flags.c_contiguous and out.flags.aligned and rows.flags.aligned:
+        _unpack_rows()(rows, out.view(np.uint64).reshape(-1, 2),
+                       0 if g.nibble_order == "re_high" else 1)
+    else:
+        unpack_ci4_planes(f, out[..., 0, :], out[..., 1, :], g.nibble_order)
     return out
 
 
