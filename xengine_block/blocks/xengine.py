@@ -1,6 +1,7 @@
 """XEngineBlock: capture frames + presence mask in, one packed-triangle frame per P packets out.
 
-Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` and its presence
+Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` (or ``ci4
+[-1, S, C, coarse, fine]`` bytes, from the geometry in the header) and its presence
 mask ring ``u8 [-1, S]`` (or ``[-1, S, G]``). Outputs: visibilities ``ci32 [-1, C, nbaseline]``
 (DESIGN.md sections 3 and 5) and the exact valid spectra per baseline ``i64 [-1, G, nbaseline]``.
 """
