@@ -28,7 +28,7 @@ from .geometry import NIBBLE_ORDERS, Geometry
 def unpack_ci4_planes(b: np.ndarray, re: np.ndarray, im: np.ndarray,
                       nibble_order: str = "re_high", scratch: np.ndarray | None = None) -> None:
     """Write the real and imaginary parts of ci4 bytes ``b`` into ``re`` and ``im`` (any
-    numeric dtype, any strides, ``b``'s shape): the one unpacking kernel of the project.
+    numeric dtype, any strides, ``b``'s shape).
 
     Two arithmetic shifts of the byte as int8 sign-extend the nibbles: ``b >> 4`` is the high
     one, ``(b << 4) >> 4`` the low one; numpy casts straight into the outputs, so a caller's

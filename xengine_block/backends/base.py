@@ -100,9 +100,9 @@ class HostUnpack(Backend):
         """Unpack ci4 frames ``f`` (at most the device's P) into an int8 input for the device."""
         dg = self.device.geometry
         lend = getattr(self.device, "input_buffer", None)
-        if lend is not None:
+        if lend is not None and f.shape[0]:
             from ..npu.blockpairs import frames_are_input
-            if frames_are_input(dg):
+            if frames_are_input(dg):  # every buffer lent must then be correlated: it is
                 return unpack_frames(f, self.geometry, out=lend()[:f.shape[0]])
         if self._scratch is None:
             self._scratch = np.empty((dg.npacket, *dg.frame_shape), np.int8)
