@@ -10,6 +10,9 @@ object: ``gbps`` (payload Gb/s) and ``heaps_per_s`` at the best lossless rate, `
 receive thread + placement callback + the consumer) for heaps preloaded into an in-process
 queue, several repeats (CPU time is less disturbed by other load on a shared machine than
 wall time; compare medians of runs made one after the other).
+
+``--bits 4`` sends ci4 packets (4.3 kB): ``msps`` (complex samples per second captured, all
+streams and channels) is the number to compare with ci8, which carries half the samples per byte.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import spead2
 
 from xengine_block.capture import Capture, InprocSource, UdpSource
-from xengine_block.geometry import Geometry
+from xengine_block.geometry import Geometry, parse_sample_bits
 from xengine_block.spead import frame_datagrams, udp_sender
 
 
@@ -95,6 +98,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nstream", type=int, default=256)
     ap.add_argument("--nchan", type=int, default=9)
+    ap.add_argument("--bits", type=parse_sample_bits, default=8,
+                    help="bits per re/im part: 8 (ci8) or 4 (ci4)")
     ap.add_argument("--seconds", type=float, default=1.5, help="data per trial")
     ap.add_argument("--rates", type=float, nargs="+", default=[1, 2, 4, 6, 8, 10, 12, 16, 24],
                     help="send rates to try, Gb/s, ascending (stops after two lossy ones)")
@@ -102,7 +107,7 @@ def main() -> None:
                     help="frames per in-process CPU-cost repeat")
     ap.add_argument("--inproc-repeats", type=int, default=7)
     args = ap.parse_args()
-    g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8)
+    g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8, sample_bits=args.bits)
     trials, best, lossy = [], None, 0
     t_start = time.perf_counter()
     for rate in args.rates:
@@ -117,8 +122,10 @@ def main() -> None:
     ref = best or min(trials, key=lambda t: t["lost"])
     print(json.dumps({
         "benchmark": "capture_loopback_udp",
-        "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes},
+        "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes,
+                     "sample_bits": g.sample_bits},
         "gbps": ref["gbps"], "heaps_per_s": ref["heaps_per_s"], "lost": ref["lost"],
+        "msps": round(ref["heaps_per_s"] * g.nchan_pkt * g.nspectra_pkt / 1e6, 1),
         "best_lossless_rate_gbps": best["rate_gbps_requested"] if best else None,
         "trials": trials,
         "inproc": inproc_cpu(g, args.inproc_frames, args.inproc_repeats),

@@ -1,12 +1,14 @@
 """Correlator throughput at the seed geometry; prints one JSON object.
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
+    python benchmarks/bench_correlator.py --bits 4   # also ci4 input, next to ci8, same run
 """
 
 import argparse
 import json
 
 from xengine_block import benchmarking
+from xengine_block.geometry import parse_sample_bits
 
 
 def main() -> None:
@@ -16,9 +18,13 @@ def main() -> None:
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--bits", type=parse_sample_bits, default=8,
+                   help="4: also measure ci4 input (key 'ci4') next to ci8 in the same run")
     a = p.parse_args()
-    print(json.dumps(benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat),
-                     indent=2))
+    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat)
+    if a.bits == 4:
+        result["ci4"] = benchmarking.run_ci4(a.backend, result, a.repeat)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ UVH5 + quick-look PNG, in a new output directory.
     python pipelines/fx.py                      # 128 MWA tiles (256 streams), 9 channels
     python pipelines/fx.py --nant 16 --dumps 4 --transport inproc --backend cpu
     python pipelines/fx.py --record packets.pcap   # also keep every packet sent
+    python pipelines/fx.py --bits 4             # 4-bit (ci4) F-engines: half the packet bytes
 
 The F-engines run in a thread of this process and send over UDP loopback (or an in-process
 queue, or a pcap file that the capture then replays). Everything after the capture is the same
@@ -34,7 +35,7 @@ from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, Source, UdpSource
 from xengine_block.chain import correlator_chain
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
-from xengine_block.geometry import Geometry
+from xengine_block.geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
 from xengine_block.pipeline import Pipeline, PipelineError
 from xengine_block.recording import finish_metadata, write_metadata
 from xengine_block.service.instances import channel_split
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nchan", type=at.positive_int, default=9, help="channels (multiple of 9)")
     p.add_argument("--npacket", type=at.positive_int, default=136,
                    help="packets per X-engine frame (P)")
+    p.add_argument("--bits", type=parse_sample_bits, default=8,
+                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
+    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
+                   help="ci4: which nibble of a byte holds the real part")
     p.add_argument("--ninteg", type=at.positive_int, default=1, help="X-engine frames per dump")
     p.add_argument("--dumps", type=at.positive_int, default=3,
                    help="dumps (integrations) to produce")
@@ -100,14 +105,17 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
     except (ArrayError, OSError) as exc:
         raise UsageError("--array" if a.array else "--nant", str(exc)) from None
     g = at.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
-                     "npacket": "--npacket"},
-                    nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+                     "npacket": "--npacket", "sample_bits": "--bits"},
+                    nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,
+                    sample_bits=a.bits, nibble_order=a.nibble_order)
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
     if a.xengines:
         if a.transport != "udp" or a.record:
             raise UsageError("--xengines", "runs over UDP only, without --record")
+        if g.sample_bits != 8:
+            raise UsageError("--xengines", "the correlate instances take 8-bit input only")
         try:
             channel_split(g.nchan, g.nchan_pkt, a.xengines)
         except ValueError as exc:
@@ -213,10 +221,11 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
     sim = FEngineSimulator(array, g, **sky, sources=[PointSource.from_skycoord(
                                icrs_at_altaz(array, sync, *a.source_alt_az))],
-                           noise_sigma=a.noise, gain=8.0, seed=a.seed, direction_interval=8)
+                           noise_sigma=a.noise, seed=a.seed, direction_interval=8)
     print(f"fx: {array.nant} antennas ({g.nstream} streams) x {g.nchan} channels, "
-          f"P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine frames = {nframe} packet "
-          f"times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), transport {a.transport}")
+          f"{g.sample_bits}-bit samples, P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine "
+          f"frames = {nframe} packet times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), "
+          f"transport {a.transport}")
     print(f"fx: output in {out}")
 
     if a.xengines:

@@ -192,3 +192,27 @@ def run(backend: str = "auto", nstream: int = 256, nchan: int = 9, npacket: int 
     if b.name == "native":
         result["native"] = native_details(frames, g, repeat, peak_tops=amx)
     return result
+
+
+def run_ci4(backend: str, ci8: dict, repeat: int = 2, seed: int = 0) -> dict:
+    """``backend`` on ci4 frames of the geometry of ``ci8`` (a :func:`run` result), measured in
+    the same run: rate, exactness, the ratio to ci8 and the fraction of the same int8 peak
+    (the ci8 fraction times that ratio: the useful ops per sample are the same)."""
+    g = Geometry(nstream=ci8["S"], nchan=ci8["nchan"], npacket=ci8["P"], sample_bits=4)
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(-128, 128, size=(g.npacket, *g.frame_shape), dtype=np.int8)
+    b = get_backend(backend, g)
+    try:
+        b.correlate(frames[:1])  # warm-up
+        t, out = _best_time(lambda: b.correlate(frames), repeat)
+    finally:
+        b.close()
+    msps = g.npacket * g.nspectra_pkt * g.nchan / t / 1e6
+    ratio = msps / ci8["msps"]
+    fraction = ci8.get("fraction_of_int8_peak")  # same S: useful ops scale with the rate
+    return {"backend": b.name, "backend_reason": getattr(b, "choice_reason", ""),
+            "payload_bytes": g.payload_bytes, "msps": msps, "seconds": t,
+            "exact": bool(np.array_equal(out, exact_oracle(frames, g))),
+            "int8_tops_triangle_useful": triangle_int8_tops(msps, g.nstream),
+            "fraction_of_int8_peak": fraction * ratio if fraction is not None else None,
+            "ratio_to_ci8": ratio}

@@ -654,7 +654,7 @@ class CapturedFrame(NamedTuple):
     """One delivered frame."""
 
     time_tag: int  # spectrum index of its first spectrum
-    frame: np.ndarray  # int8 [S, C, coarse, 2, fine]
+    frame: np.ndarray  # int8 geometry.frame_shape ([S, C, coarse, 2, fine]; ci4 no reim axis)
     mask: np.ndarray  # uint8 [S] or [S, G]: 1 where the heap arrived
     new_sequence: bool  # first frame of a sequence (start, or after a resynchronisation)
 
@@ -872,10 +872,10 @@ def capture_headers(layout: CaptureLayout, array: ArrayDescription, *, time_tag:
               "chan_bw_hz": chan_bw_hz, "nstream": g.nstream, "geometry": g.to_dict(),
               "array": array.to_dict()}
     frames = dict(common, name=name, _tensor={
-        "dtype": "i8", "shape": [-1, *g.frame_shape],
-        "labels": ["time", "stream", "freq", "coarse", "reim", "fine"],
-        "scales": [tscale, None, [freq0_hz, chan_bw_hz], None, None, None],
-        "units": ["s", None, "Hz", None, None, None]})
+        "dtype": g.frame_dtype, "shape": [-1, *g.frame_shape],
+        "labels": ["time", *g.frame_labels],
+        "scales": [tscale, None, [freq0_hz, chan_bw_hz]] + [None] * (len(g.frame_shape) - 2),
+        "units": ["s", None, "Hz"] + [None] * (len(g.frame_shape) - 2)})
     mask_axes = ["time", "stream"] + (["chan_group"] if len(layout.mask_shape) == 2 else [])
     mask = dict(common, name=f"{name}.mask", _tensor={
         "dtype": "u8", "shape": [-1, *layout.mask_shape], "labels": mask_axes,

@@ -1,5 +1,5 @@
-"""F-engine simulator: channelised complex-int8 voltages of every stream for a sky of point
-sources plus receiver noise (DESIGN.md section 3 fixes the signal model).
+"""F-engine simulator: channelised complex-int8 (or int4) voltages of every stream for a sky of
+point sources plus receiver noise (DESIGN.md section 3 fixes the signal model).
 
 Antenna k at ENU position r_k hears a source in direction s (ENU unit vector at that time)
 delayed by ``tau_k = -(r_k . s) / c`` (the nearer antenna hears it first); its channel value at
@@ -11,7 +11,9 @@ Each source emits a complex Gaussian signal per channel and spectrum; an unpolar
 independent, equal-power X and Y signals (so <XY> = 0, as for a real unpolarised source); a
 ``polarised`` one sends the same realisation to X and Y (100 % linearly polarised, XY = XX).
 Each stream adds its own complex Gaussian receiver noise. The sum is scaled by ``gain``,
-rounded and clipped to [-128, 127] (-128 is legal and produced).
+rounded and clipped to [-128, 127] (-128 is legal and produced), or for a ci4 geometry to
+[-8, 7] (the default gain is then 2 instead of 8: rms about 3 levels, a usual 4-bit setting)
+and packed into ci4 bytes by ``layout`` in the geometry's nibble order.
 
 Noise and source signals are Gaussian by inverse CDF on 2^16 equiprobable levels (16 random
 bits per value through a table): mean 0, rms 1 within 1e-5, tails cut at 4.3 sigma. numpy's
@@ -39,6 +41,8 @@ from .layout import natural_to_frames
 
 #: Speed of light in vacuum, m/s.
 C_LIGHT = 299792458.0
+#: Quantiser gain by sample bits: rms about 11 levels of 127 (ci8), about 3 of 7 (ci4).
+DEFAULT_GAIN = {8: 8.0, 4: 2.0}
 
 _FRAMES = ("icrs", "altaz")
 
@@ -158,7 +162,8 @@ class FEngineSimulator:
         ``freq0_hz + c * chan_bw_hz``.
     sources : point sources.
     noise_sigma : rms of each of re, im of the receiver noise (before gain).
-    gain : quantiser gain (output level per unit of input).
+    gain : quantiser gain (output level per unit of input); default ``DEFAULT_GAIN`` for the
+        geometry's sample bits.
     seed : random seed (with the packet time, seeds every packet's generator).
     direction_interval : packet times over which source directions are held fixed.
     """
@@ -166,12 +171,14 @@ class FEngineSimulator:
     def __init__(self, array: ArrayDescription, geometry: Geometry, *, sync_time: float,
                  fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                  sources: Sequence[PointSource] = (), noise_sigma: float = 1.0,
-                 gain: float = 8.0, seed: int = 0, direction_interval: int = 1) -> None:
+                 gain: float | None = None, seed: int = 0, direction_interval: int = 1) -> None:
         if array.nstream != geometry.nstream:
             raise ValueError(f"array has {array.nstream} streams ({array.nant} antennas), "
                              f"geometry.nstream is {geometry.nstream}")
         if not fs_hz > 0 or not chan_bw_hz > 0:
             raise ValueError(f"fs_hz and chan_bw_hz must be > 0, got {fs_hz}, {chan_bw_hz}")
+        if gain is None:
+            gain = DEFAULT_GAIN[geometry.sample_bits]
         if noise_sigma < 0 or not gain > 0:
             raise ValueError(f"noise_sigma must be >= 0 and gain > 0, got {noise_sigma}, {gain}")
         if not isinstance(direction_interval, int) or direction_interval < 1:
@@ -266,15 +273,17 @@ class FEngineSimulator:
         return v
 
     def _quantise(self, v: np.ndarray, out: np.ndarray) -> None:
-        """Scale, round, clip to [-128, 127] and store into int8 ``out`` ([..., 2] re, im)."""
+        """Scale, round, clip to [-128, 127] (ci4: [-8, 7]) and store into int8 ``out``
+        ([..., 2] re, im)."""
         f = v.view(np.float32).reshape(v.shape + (2,))
         f *= np.float32(self.gain)
         np.rint(f, out=f)
-        np.clip(f, -128, 127, out=f)
+        np.clip(f, *self.geometry.sample_range, out=f)
         out[...] = f
 
     def samples(self, start_spectrum: int, nspectra: int) -> np.ndarray:
-        """Natural samples ``[S, C, nspectra, 2]`` int8 from spectrum ``start_spectrum``."""
+        """Natural samples ``[S, C, nspectra, 2]`` int8 from spectrum ``start_spectrum`` (values
+        within the geometry's ``sample_range``)."""
         first, nframe = self._check_range(start_spectrum, nspectra)
         g = self.geometry
         out = np.empty((g.nstream, g.nchan, nspectra, 2), np.int8)
@@ -286,7 +295,8 @@ class FEngineSimulator:
         return out
 
     def frames(self, start_spectrum: int, nframe: int) -> np.ndarray:
-        """Ring frames ``[nframe, S, C, coarse, 2, fine]`` int8 from ``start_spectrum``."""
+        """Ring frames ``[nframe, *geometry.frame_shape]`` int8 from ``start_spectrum`` (ci4:
+        packed bytes)."""
         g = self.geometry
         first, _ = self._check_range(start_spectrum, nframe * g.nspectra_pkt)
         out = np.empty((nframe, *g.frame_shape), np.int8)

@@ -5,6 +5,11 @@ Every size in the project (packet bytes, ring frames, NPU buffers, output triang
 packet, 480 spectra per packet laid out as 60 coarse x (re, im) x 8 fine, NPU tiles of
 8N x 8M streams with N=8, M=4, T=15 on a 4 x 8 array, P packets per NPU integration.
 
+Samples are complex int8 (``sample_bits=8``) or complex int4 (``sample_bits=4``, Bifrost's ``ci4``:
+one byte per complex sample, two two's-complement nibbles in -8..7, real part in the high nibble
+unless ``nibble_order="re_low"``). A ci4 packet is ``[chan][coarse][fine]`` bytes (the reim axis
+folds into the byte), half the bytes of ci8; the int32 bound on P follows from the value range.
+
 Invalid combinations raise :class:`GeometryError` naming the field and the limit, before any work.
 """
 
@@ -15,11 +20,28 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+#: Bits per real or imaginary part a geometry may carry: complex int8 (ci8) and int4 (ci4).
+SAMPLE_BITS = (8, 4)
+#: Which nibble of a ci4 byte holds the real part: "re_high" (Bifrost's ci4, CASPER and LWA
+#: F-engines) or "re_low" (Bifrost's ``byte_reverse``).
+NIBBLE_ORDERS = ("re_high", "re_low")
+
+
+def max_product(sample_bits: int = 8) -> int:
+    """Largest magnitude of one product term: the most negative value squared ((-128)^2, (-8)^2)."""
+    return 1 << (2 * (sample_bits - 1))
+
+
+def max_complex_term(sample_bits: int = 8) -> int:
+    """Largest magnitude of re or im of one complex product term (a_re*b_re + a_im*b_im with
+    every value the most negative one): 2^15 for ci8, 2 * 8 * 8 = 128 for ci4."""
+    return 2 * max_product(sample_bits)
+
+
 #: Largest magnitude of one int8 x int8 product term: (-128) * (-128).
-MAX_PRODUCT = 1 << 14
-#: Largest magnitude of the real or imaginary part of one complex product term
-#: (a_re*b_re + a_im*b_im with every value -128).
-MAX_COMPLEX_TERM = 2 * MAX_PRODUCT
+MAX_PRODUCT = max_product(8)
+#: Largest magnitude of the real or imaginary part of one complex int8 product term.
+MAX_COMPLEX_TERM = max_complex_term(8)
 INT32_MAX = (1 << 31) - 1
 #: Largest SPEAD payload we accept: a 9000-byte jumbo frame less IP/UDP/SPEAD headers.
 MAX_PAYLOAD_BYTES = 8800
@@ -47,9 +69,21 @@ class GeometryError(ValueError):
         self.field = field
 
 
-def max_spectra_int32() -> int:
-    """Most spectra an int32 accumulator can hold for every legal input (all -128)."""
-    return INT32_MAX // MAX_COMPLEX_TERM
+def parse_sample_bits(text: str) -> int:
+    """argparse ``type=`` for ``--bits``: 8 (ci8) or 4 (ci4), else one clear line."""
+    import argparse
+
+    if text.strip() not in {str(b) for b in SAMPLE_BITS}:
+        raise argparse.ArgumentTypeError(
+            f"sample bits must be one of {', '.join(map(str, SAMPLE_BITS))} "
+            f"(complex int8 or int4), got {text!r}")
+    return int(text)
+
+
+def max_spectra_int32(sample_bits: int = 8) -> int:
+    """Most spectra an int32 accumulator can hold for every legal input (all -128, or all -8:
+    65,280 spectra for ci8, 16,777,215 for ci4)."""
+    return INT32_MAX // max_complex_term(sample_bits)
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,8 @@ class Geometry:
     npacket : P, packets (ring frames) per NPU integration / X-engine output frame.
     tile_n, tile_m, tile_t : NPU kernel tiling N, M, T (one call = 8T samples).
     rows, cols : NPU compute-tile array.
+    sample_bits : 8 (complex int8, ``ci8``) or 4 (complex int4, ``ci4``: one byte per sample).
+    nibble_order : ci4 only: ``"re_high"`` (real part in the high nibble) or ``"re_low"``.
     """
 
     nstream: int = 256
@@ -78,6 +114,8 @@ class Geometry:
     tile_t: int = 15
     rows: int = 4
     cols: int = 8
+    sample_bits: int = 8
+    nibble_order: str = "re_high"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -90,6 +128,13 @@ class Geometry:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise GeometryError(f"{name} must be a positive integer, got {value!r}", name)
+        if (not isinstance(self.sample_bits, int) or isinstance(self.sample_bits, bool)
+                or self.sample_bits not in SAMPLE_BITS):
+            raise GeometryError(f"sample_bits must be one of {SAMPLE_BITS} (ci8 or ci4), "
+                                f"got {self.sample_bits!r}", "sample_bits")
+        if self.nibble_order not in NIBBLE_ORDERS:
+            raise GeometryError(f"nibble_order must be one of {NIBBLE_ORDERS}, "
+                                f"got {self.nibble_order!r}", "nibble_order")
         if self.nstream % 2:
             raise GeometryError(
                 f"nstream must be even (two polarisations per antenna), got {self.nstream}",
@@ -104,13 +149,14 @@ class Geometry:
                 "nfine")
         if self.payload_bytes > MAX_PAYLOAD_BYTES:
             raise GeometryError(
-                f"packet payload nchan_pkt*ncoarse*2*nfine = {self.payload_bytes} bytes exceeds "
+                f"packet payload nchan_pkt*ncoarse*nfine*2*sample_bits/8 = {self.payload_bytes} "
+                f"bytes exceeds "
                 f"the limit of {MAX_PAYLOAD_BYTES} bytes")
         if self.npacket > self.max_npacket:
             raise GeometryError(
                 f"npacket P={self.npacket} can overflow int32: P * {self.nspectra_pkt} spectra * "
-                f"{MAX_COMPLEX_TERM} must be <= {INT32_MAX}, so P <= {self.max_npacket}",
-                "npacket")
+                f"{max_complex_term(self.sample_bits)} ({self.sample_bits}-bit samples) must be "
+                f"<= {INT32_MAX}, so P <= {self.max_npacket}", "npacket")
         if self.tile_n % 2:
             raise GeometryError(
                 f"tile_n N must be even (the kernel handles two rows of A at once), "
@@ -138,14 +184,33 @@ class Geometry:
         return self.ncoarse * self.nfine
 
     @property
+    def ci4(self) -> bool:
+        """True for 4-bit samples (one byte per complex sample)."""
+        return self.sample_bits == 4
+
+    @property
+    def sample_range(self) -> tuple[int, int]:
+        """(min, max) of a real or imaginary part: (-128, 127) or (-8, 7)."""
+        half = 1 << (self.sample_bits - 1)
+        return -half, half - 1
+
+    @property
     def payload_bytes(self) -> int:
-        """Bytes of one packet payload: [chan][coarse][reim][fine] int8."""
-        return self.nchan_pkt * self.ncoarse * 2 * self.nfine
+        """Bytes of one packet payload: nchan_pkt * 480 * 2 * sample_bits / 8 (8640 or 4320)."""
+        return self.nchan_pkt * self.chan_bytes
 
     @property
     def chan_bytes(self) -> int:
         """Bytes of one channel's samples in one packet (contiguous)."""
-        return self.ncoarse * 2 * self.nfine
+        return self.ncoarse * self.nfine * 2 * self.sample_bits // 8
+
+    @property
+    def packet_shape(self) -> tuple[int, ...]:
+        """One payload: ci8 ``[chan][coarse][reim][fine]`` int8, ci4 ``[chan][coarse][fine]``
+        bytes (re and im in one byte)."""
+        if self.ci4:
+            return (self.nchan_pkt, self.ncoarse, self.nfine)
+        return (self.nchan_pkt, self.ncoarse, 2, self.nfine)
 
     @property
     def nchan_group(self) -> int:
@@ -158,9 +223,24 @@ class Geometry:
         return self.nchan * self.chan_bytes
 
     @property
-    def frame_shape(self) -> tuple[int, int, int, int, int]:
-        """One ring frame: [stream][chan][coarse][reim][fine] int8."""
+    def frame_shape(self) -> tuple[int, ...]:
+        """One ring frame: ci8 ``[stream][chan][coarse][reim][fine]`` int8, ci4
+        ``[stream][chan][coarse][fine]`` bytes (held in int8 arrays as well)."""
+        if self.ci4:
+            return (self.nstream, self.nchan, self.ncoarse, self.nfine)
         return (self.nstream, self.nchan, self.ncoarse, 2, self.nfine)
+
+    @property
+    def frame_dtype(self) -> str:
+        """Ring ``_tensor`` dtype of a frame: ``i8`` (re, im in the reim axis) or ``ci4``."""
+        return "ci4" if self.ci4 else "i8"
+
+    @property
+    def frame_labels(self) -> list[str]:
+        """Ring ``_tensor`` labels of the frame axes after ``time``."""
+        if self.ci4:
+            return ["stream", "freq", "coarse", "fine"]
+        return ["stream", "freq", "coarse", "reim", "fine"]
 
     @property
     def frame_bytes(self) -> int:
@@ -178,8 +258,9 @@ class Geometry:
 
     @property
     def max_npacket(self) -> int:
-        """Largest P for which int32 accumulation is exact for every input (136 for seed)."""
-        return max_spectra_int32() // self.nspectra_pkt
+        """Largest P for which int32 accumulation is exact for every input: 136 for the seed
+        (ci8), 34,952 for ci4 (|x| <= 8: one term's re or im is at most 2*8*8 = 128)."""
+        return max_spectra_int32(self.sample_bits) // self.nspectra_pkt
 
     # ---------------------------------------------------------------- output
     @property
@@ -264,23 +345,27 @@ class Geometry:
         return self.nchan_pkt * self.npu_block * self.npu_block * 2 * 4
 
     # ---------------------------------------------------------------- helpers
-    def replace(self, **changes: int) -> Geometry:
+    def replace(self, **changes: int | str) -> Geometry:
         """A copy with some fields changed (validated)."""
         return Geometry(**{**asdict(self), **changes})
 
-    def to_dict(self) -> dict[str, int]:
-        """JSON-friendly fields (for ring headers)."""
+    def to_dict(self) -> dict[str, int | str]:
+        """JSON-friendly fields (for ring headers and recording sidecars)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Geometry:
-        """Inverse of ``to_dict``; absent fields take their defaults, and a value that is not
-        an integer (32.7, "32", true) is refused rather than truncated."""
+        """Inverse of ``to_dict``; absent fields take their defaults (dicts written before ci4,
+        without sample_bits, are ci8), and a value that is not an integer (32.7, "32", true) is
+        refused rather than truncated."""
         if not isinstance(d, Mapping):
             raise GeometryError(f"geometry must be a mapping of fields, got {type(d).__name__}")
-        fields = {}
+        fields: dict[str, Any] = {}
         for k, v in d.items():
             if k not in cls.__dataclass_fields__:
+                continue
+            if k == "nibble_order":
+                fields[k] = v  # a string, checked by the constructor
                 continue
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise GeometryError(f"{k} must be an integer, got {v!r}", k)
@@ -292,7 +377,7 @@ class Geometry:
 SEED = Geometry()
 
 
-def small_test_geometry(**changes: int) -> Geometry:
+def small_test_geometry(**changes: int | str) -> Geometry:
     """A small but structurally complete geometry for fast tests.
 
     N=2, M=1, T=15 on a 2 x 4 array gives 32-stream NPU blocks; 2 channels per packet.

@@ -24,7 +24,7 @@ from . import argtypes
 from .argtypes import UsageError
 from .array import ArrayDescription, ArrayError, default_array
 from .cli import command
-from .geometry import Geometry
+from .geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
 from .progress import Progress
 from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
@@ -138,6 +138,10 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="first N antennas of the default array")
     p.add_argument("--nchan", type=argtypes.positive_int, default=9)
     p.add_argument("--npacket", type=argtypes.positive_int, default=136)
+    p.add_argument("--bits", type=parse_sample_bits, default=8,
+                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
+    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
+                   help="ci4: which nibble holds the real part")
     p.add_argument("--chan0", type=argtypes.nonnegative_int, default=0)
     p.add_argument("--sync-time", type=argtypes.nonnegative_number, required=True,
                    help="unix time of spectrum 0")
@@ -154,7 +158,8 @@ def _main(a: argparse.Namespace) -> int:
         raise UsageError("--array" if a.array else "--nant", str(exc)) from None
     g = argtypes.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
                            "npacket": "--npacket"},
-                          nstream=array.nstream, nchan=a.nchan, npacket=a.npacket)
+                          nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,
+                          sample_bits=a.bits, nibble_order=a.nibble_order)
     sky = {"sync_time": a.sync_time, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz,
            "chan_bw_hz": a.chan_bw_hz}
     try:  # binds before it creates the directory

@@ -2,12 +2,16 @@
 
 K[c, j, k] = sum_n x[j, c, n] * conj(x[k, c, n]):
 re = sum(a_re*b_re + a_im*b_im), im = sum(a_im*b_re - a_re*b_im) with a = x_j, b = x_k.
+Natural samples are int8 pairs for both ci8 and ci4 input (ci4 values lie in -8..7);
+:func:`reference_frames` takes ring frames of either.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .geometry import Geometry
+from .layout import frames_to_natural
 from .triangle import pack_triangle
 
 
@@ -25,3 +29,8 @@ def reference_triangle(x: np.ndarray) -> np.ndarray:
     """Natural int8 samples -> packed upper triangle int64 ``[C, nbaseline, 2]``."""
     re, im = reference_full(x)
     return pack_triangle(re, im, out_dtype=np.int64)
+
+
+def reference_frames(frames: np.ndarray, g: Geometry) -> np.ndarray:
+    """Ring frames of ``g`` (ci8 or ci4) -> packed upper triangle int64 ``[C, nbaseline, 2]``."""
+    return reference_triangle(frames_to_natural(frames, g))

@@ -57,6 +57,8 @@ DTYPES: dict[str, tuple[np.dtype, int]] = {
     **{f"u{b}": (np.dtype(f"uint{b}"), 1) for b in (8, 16, 32, 64)},
     **{f"f{b}": (np.dtype(f"float{b}"), 1) for b in (16, 32, 64)},
     **{f"ci{b}": (np.dtype(f"int{b}"), 2) for b in (8, 16, 32, 64)},
+    # Bifrost's ci4: one byte per complex sample (two nibbles), held as raw int8 bytes.
+    "ci4": (np.dtype(np.int8), 1),
     "cf32": (np.dtype(np.complex64), 1),
     "cf64": (np.dtype(np.complex128), 1),
 }

@@ -11,6 +11,9 @@ frequency    0x4103  first channel of the packet (absolute channel number)
 payload      0x4300  ``[chan][coarse][reim][fine]`` int8, ``payload_bytes`` bytes
 ===========  ======  ==========================================================
 
+A ci4 geometry (``sample_bits=4``) sends ``[chan][coarse][fine]`` bytes, each one complex sample
+as two two's-complement nibbles (real part high by default): 4320 bytes for the seed's packet.
+
 The three immediates are 48-bit (flavour SPEAD-64-48) and every packet repeats them
 (``repeat_pointers``), so a receiver can place a heap from any of its packets. Packets carry a
 whole heap (``max_packet_size`` = payload + :data:`PACKET_OVERHEAD`; 8640 + 128 bytes fits a
@@ -66,6 +69,9 @@ STREAM_ID = ItemSpec(0x4101, "stream_id", "stream s = 2 * antenna + pol (0 = X, 
 FREQUENCY = ItemSpec(0x4103, "frequency", "first channel of the heap (absolute channel number)")
 PAYLOAD = ItemSpec(0x4300, "payload",
                    "complex int8 voltages [chan][coarse][reim][fine]: 8 real then 8 imag parts")
+#: The payload's description for ci4 geometries (the nibble order is the geometry's).
+PAYLOAD_CI4 = ("complex int4 voltages [chan][coarse][fine]: one byte per sample, two's-complement "
+               "nibbles, real part in the {} nibble")
 #: The items in heap order.
 ITEMS = (TIMESTAMP, STREAM_ID, FREQUENCY, PAYLOAD)
 
@@ -80,8 +86,13 @@ def item_group(g: Geometry) -> spead2.send.ItemGroup:
     ig = spead2.send.ItemGroup(flavour=FLAVOUR)
     for spec in ITEMS[:3]:
         ig.add_item(spec.id, spec.name, spec.description, shape=(), format=_IMMEDIATE)
-    ig.add_item(PAYLOAD.id, PAYLOAD.name, PAYLOAD.description,
-                shape=(g.nchan_pkt, g.ncoarse, 2, g.nfine), dtype=np.int8)
+    if g.ci4:
+        order = "high" if g.nibble_order == "re_high" else "low"
+        ig.add_item(PAYLOAD.id, PAYLOAD.name, PAYLOAD_CI4.format(order),
+                    shape=g.packet_shape, dtype=np.uint8)
+    else:
+        ig.add_item(PAYLOAD.id, PAYLOAD.name, PAYLOAD.description,
+                    shape=g.packet_shape, dtype=np.int8)
     return ig
 
 
@@ -294,7 +305,7 @@ class FrameSender:
         self._descriptors_sent = True
 
     def send_frames(self, frames: np.ndarray, time_tag: int) -> None:
-        """Send frames ``[n, S, C, coarse, 2, fine]`` starting at spectrum ``time_tag``."""
+        """Send frames ``[n, *g.frame_shape]`` starting at spectrum ``time_tag``."""
         g = self.geometry
         if time_tag % g.nspectra_pkt:
             raise ValueError(f"time_tag {time_tag} is not a multiple of {g.nspectra_pkt}")

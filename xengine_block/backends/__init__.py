@@ -10,7 +10,7 @@ import importlib
 import logging
 
 from ..geometry import Geometry
-from .base import Backend, BackendUnavailable
+from .base import Backend, BackendUnavailable, HostUnpack, device_geometry
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,20 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
+def _availability(cls: type[Backend], geometry: Geometry | None) -> tuple[bool, str]:
+    """``cls.availability`` for the geometry it would run (int8-only devices: the ci8 twin)."""
+    if geometry is not None and geometry.ci4 and cls.unpacks_ci4_on_host:
+        usable, reason = cls.availability(device_geometry(geometry))
+        return usable, f"{reason}; ci4 unpacked on the host"
+    return cls.availability(geometry)
+
+
 def availability(geometry: Geometry | None = None) -> dict[str, tuple[bool, str]]:
     """name -> (usable, reason) for every registered backend (for ``geometry`` if given)."""
     result = {}
     for name in REGISTRY:
         try:
-            result[name] = backend_class(name).availability(geometry)
+            result[name] = _availability(backend_class(name), geometry)
         except ImportError as exc:  # optional dependency missing
             result[name] = (False, f"import failed: {exc}")
     return result
@@ -45,7 +53,7 @@ def availability(geometry: Geometry | None = None) -> dict[str, tuple[bool, str]
 def choose_backend(name: str = "auto", geometry: Geometry | None = None) -> tuple[str, str]:
     """Resolve ``auto`` to a backend name, for ``geometry`` if given; returns (name, reason)."""
     if name != "auto":
-        usable, reason = backend_class(name).availability(geometry)
+        usable, reason = _availability(backend_class(name), geometry)
         if not usable:
             raise BackendUnavailable(f"backend {name!r} is unavailable: {reason}")
         return name, f"requested by name ({reason})"
@@ -61,14 +69,23 @@ def choose_backend(name: str = "auto", geometry: Geometry | None = None) -> tupl
     return ranked[0], reason
 
 
+def make_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
+    """Instantiate backend ``name`` (not ``auto``) for ``geometry``: ci4 on an int8-only device
+    (NPU, emulator) comes wrapped in :class:`HostUnpack`."""
+    cls = backend_class(name)
+    if geometry.ci4 and cls.unpacks_ci4_on_host:
+        return HostUnpack(cls, geometry, **kwargs)
+    return cls(geometry, **kwargs)
+
+
 def get_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
     """Instantiate a backend by name (or ``auto``), logging the choice and the reason."""
     chosen, reason = choose_backend(name, geometry)
     log.info("correlator backend %s: %s", chosen, reason)
-    backend = backend_class(chosen)(geometry, **kwargs)
+    backend = make_backend(chosen, geometry, **kwargs)
     backend.choice_reason = reason
     return backend
 
 
-__all__ = ["Backend", "BackendUnavailable", "REGISTRY", "availability", "backend_class",
-           "choose_backend", "get_backend"]
+__all__ = ["Backend", "BackendUnavailable", "HostUnpack", "REGISTRY", "availability",
+           "backend_class", "choose_backend", "get_backend", "make_backend"]

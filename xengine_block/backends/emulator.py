@@ -26,6 +26,8 @@ class EmulatorBackend(Backend):
 
     name = "emulator"
     priority = 1
+    #: The device reads int8 frames: ci4 is unpacked on the host (backends.base.HostUnpack).
+    unpacks_ci4_on_host = True
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:

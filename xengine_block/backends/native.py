@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 ISAS = ("amx", "avx512vnni", "avx2", "scalar")
 #: Paths ``auto`` may choose (scalar C is slower than numpy BLAS, so "cpu" wins over it).
 AUTO_ISAS = ISAS[:-1]
+#: Why a ci4 geometry is declined until the extension reads 4-bit frames itself.
+CI4_PENDING = "this build of the native extension reads ci8 frames only (no ci4 entry point)"
 #: Comma-separated ISA names to treat as unavailable.
 DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
 
@@ -105,6 +107,8 @@ class NativeBackend(Backend):
     def __init__(self, geometry: Geometry, isa: str = "auto", nthreads: int | None = None,
                  chunk_ksteps: int = 0) -> None:
         super().__init__(geometry)
+        if getattr(geometry, "sample_bits", 8) != 8:
+            raise BackendUnavailable(CI4_PENDING)
         self._ext = _extension()
         self.isa, self.isa_reason = select_isa(isa)
         level = logging.WARNING if isa == "auto" and "fell back" in self.isa_reason else (
@@ -115,6 +119,8 @@ class NativeBackend(Backend):
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
+        if geometry is not None and getattr(geometry, "sample_bits", 8) != 8:
+            return False, CI4_PENDING
         try:
             _, reason = select_isa("auto")
         except BackendUnavailable as exc:

@@ -183,6 +183,8 @@ class NpuBackend(Backend, BlockPairExecutor):
 
     name = "npu"
     priority = 100
+    #: The device reads int8 frames: ci4 is unpacked on the host (backends.base.HostUnpack).
+    unpacks_ci4_on_host = True
 
     def __init__(self, geometry: Geometry, *, xrt: Any = None,
                  build_dir: str | os.PathLike | None = None, nring: int = 4,

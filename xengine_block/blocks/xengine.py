@@ -1,6 +1,7 @@
 """XEngineBlock: capture frames + presence mask in, one packed-triangle frame per P packets out.
 
-Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` and its presence
+Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` (or ``ci4
+[-1, S, C, coarse, fine]`` bytes, from the geometry in the header) and its presence
 mask ring ``u8 [-1, S]`` (or ``[-1, S, G]``). Outputs: visibilities ``ci32 [-1, C, nbaseline]``
 (DESIGN.md sections 3 and 5) and the exact valid spectra per baseline ``i64 [-1, G, nbaseline]``.
 """
@@ -11,7 +12,7 @@ import logging
 import math
 from typing import Any
 
-from ..backends import backend_class, get_backend
+from ..backends import get_backend, make_backend
 from ..backends.base import Backend
 from ..geometry import Geometry
 from ..integration import valid_counts
@@ -67,7 +68,7 @@ class XEngineBlock(MultiTransformBlock):
 
     def _make_backend(self, g: Geometry) -> Backend:
         if self.backend_options:
-            backend = backend_class(self.backend_name)(g, **self.backend_options)
+            backend = make_backend(self.backend_name, g, **self.backend_options)
             backend.choice_reason = (f"requested by name with options "
                                      f"{sorted(self.backend_options)}")
         else:
