@@ -8,10 +8,11 @@ from typing import Any
 from ..pipeline import Block, SinkBlock
 from ..quicklook import quicklook_triangle
 from ..ring import Ring
+from .base import BlockLogic
 from .headers import channel_freqs
 
 
-class QuicklookBlock(SinkBlock):
+class QuicklookLogic(BlockLogic):
     """Keeps the latest visibility frame; renders ``{directory}/{prefix}{sequence}.png``."""
 
     def __init__(self, vis: Block | Ring, *, directory: str | Path, prefix: str = "quicklook_",
@@ -25,7 +26,10 @@ class QuicklookBlock(SinkBlock):
         self.hdr, self._last, self._seq = iseq.header, None, iseq.name
 
     def on_data(self, ispan: Any) -> None:
-        self._last = ispan.data[-1].copy()
+        self._last = self.array(ispan)[-1].copy()
+
+    def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
+        return []  # shows the latest dump; lost ones are counted (lost_frames)
 
     def on_sequence_end(self, iseq: Any) -> None:
         if self._last is None:
@@ -37,3 +41,7 @@ class QuicklookBlock(SinkBlock):
                  f"{self.hdr.get('nspectra')} spectra, backend {self.hdr.get('xengine_backend')}")
         self.images.append(quicklook_triangle(path, self._last, channel_freqs(self.hdr),
                                               self.hdr["geometry"]["nstream"], title))
+
+
+class QuicklookBlock(QuicklookLogic, SinkBlock):
+    __doc__ = QuicklookLogic.__doc__
