@@ -23,11 +23,10 @@ from pathlib import Path
 
 from xengine_block.array import ArrayDescription, default_array
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, UdpSource
-from xengine_block.chain import correlator_chain
+from xengine_block.capture import InprocSource, PcapSource, UdpSource
+from xengine_block.chain import RUNTIMES, correlator_chain, runtime
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
-from xengine_block.pipeline import Pipeline
 from xengine_block.recording import write_metadata
 from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
 
@@ -57,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--noise", type=float, default=1.0, help="receiver noise rms per source rms")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--monitor", type=float, default=5.0, help="like_top interval (0: off)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="ours",
+                   help="pipeline runtime: ours, or real Bifrost (docs/bifrost.md)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.dumps < 1 or a.ninteg < 1:
             raise ValueError("--dumps and --ninteg must be >= 1")
         choose_backend(a.backend, g)  # an unknown or unusable backend stops here
-    except (ValueError, OSError, BackendUnavailable) as exc:
+        rt = runtime(a.runtime)
+    except (ValueError, OSError, BackendUnavailable, ImportError) as exc:
         print(f"fx: bad configuration: {exc}", file=sys.stderr)
         return 2
     out = a.out or new_output_dir()
@@ -147,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if replay:
         send_all(sim, senders, nframe, 4, errors)
-    with Pipeline(monitor_interval=a.monitor or None) as pipeline:
-        capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
-                               idle_timeout=10.0 if a.transport == "udp" else None)
+    with rt.Pipeline(monitor_interval=a.monitor or None) as pipeline:
+        capture = rt.CaptureBlock(source, g, array, **sky, start_timestamp=0,
+                                  idle_timeout=10.0 if a.transport == "udp" else None)
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
-                                 geometry=g)
+                                 geometry=g, runtime_name=a.runtime)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving))
         if not replay:
