@@ -36,3 +36,12 @@ def bifrost_or_skip():
                         pytrace=False)
         pytest.skip(f"real Bifrost not importable ({exc})", allow_module_level=True)
     return xb
+
+
+@pytest.fixture(params=["ours", "bifrost"])
+def rt(request):
+    """Each runtime in turn (tests/runtimes.py); Bifrost skipped with the reason where it does
+    not import."""
+    from .runtimes import OURS, bifrost_runtime
+
+    return OURS if request.param == "ours" else bifrost_runtime()

@@ -13,7 +13,6 @@ import threading
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 import xengine_block.pipeline as ours
 from xengine_block import blocks
@@ -32,12 +31,6 @@ def bifrost_runtime() -> SimpleNamespace:
                            SinkBlock=bfp.SinkBlock,
                            arr=lambda span: xb.as_ours(span.data, str(span.dtype)),
                            **{n: getattr(xb, n) for n in blocks.__all__})
-
-
-@pytest.fixture(params=["ours", "bifrost"])
-def rt(request) -> SimpleNamespace:
-    """Each runtime in turn (Bifrost: skipped with the reason where it does not import)."""
-    return OURS if request.param == "ours" else bifrost_runtime()
 
 
 def array_source(rt: SimpleNamespace, outputs: list[tuple[dict, np.ndarray]], gulp: int):

@@ -18,7 +18,7 @@ from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_triangle
 
 from .conftest import random_frames
-from .runtimes import array_source, collector, rt  # noqa: F401 - rt is a fixture
+from .runtimes import array_source, collector
 
 pytestmark = pytest.mark.timeout(120)
 
