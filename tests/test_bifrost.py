@@ -8,10 +8,12 @@ and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
 
 from __future__ import annotations
 
+import ctypes
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -212,3 +214,61 @@ def test_docs_example_user_source_block_runs(tmp_path):
                        timeout=90, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "exact:" in r.stdout
+
+
+def run_npu(tmp_path: Path, xrt) -> tuple[Any, list, np.ndarray, Geometry]:
+    from xengine_block.geometry import small_test_geometry
+    from xengine_block.npu.simdevice import write_simulated_build
+
+    g = small_test_geometry()  # S == npu_block, one channel group: frames are the NPU input
+    write_simulated_build(tmp_path, g)
+    nfull = 7
+    frames = random_frames(g, nfull * g.npacket, seed=3)
+    mask = np.ones((len(frames), g.nstream), np.uint8)
+    with BF.Pipeline() as p:
+        src = array_source(BF, capture_like(g, frames, mask), g.npacket)
+        x = xb.XEngineBlock(src, backend="npu", geometry=g,
+                            backend_options={"xrt": xrt, "build_dir": tmp_path, "nring": 2})
+        vis = collector(BF, x.orings[0])
+        p.run()
+    x.backend.close()
+    for k, got in enumerate(vis.out):
+        sl = slice(k * g.npacket, (k + 1) * g.npacket)
+        assert np.array_equal(got, reference_triangle(frames_to_natural(frames[sl], g))), k
+    assert len(vis.out) == nfull
+    return x, vis.out, frames, g
+
+
+def test_npu_reads_bifrost_ring_memory_through_user_pointer_bos(tmp_path):
+    """Simulated device (plan emulator on separate device copies) with user-pointer BOs: every
+    gulp runs on sub-buffers of the Bifrost ring's own memory, nothing is copied."""
+    from xengine_block.npu.simdevice import SimulatedBo, SimulatedDevice, SimulatedXrt
+
+    class UserPtrBo(SimulatedBo):
+        """``bo(device, userptr, size, group)``: host side is the user's memory."""
+
+        def __init__(self, device, nbytes, flags, group=None):
+            if isinstance(device, SimulatedDevice) and isinstance(flags, int):
+                address, size = nbytes, flags
+                super().__init__(device, size, SimulatedBo.host_only, group)
+                self.host = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(address))
+                self.device.xrt.count("userptr_bos")
+            else:
+                super().__init__(device, nbytes, flags, group)
+
+    class UserPtrXrt(SimulatedXrt):
+        bo = UserPtrBo
+
+    xrt = UserPtrXrt()
+    x, _, _, _ = run_npu(tmp_path, xrt)
+    assert xrt.counters["userptr_bos"] == 1
+    assert x.backend.stats["zero_copy_calls"] == 7 and x.backend.stats["copied_calls"] == 0
+
+
+def test_npu_without_user_pointer_bos_copies_and_says_why(tmp_path, caplog):
+    from xengine_block.npu.simdevice import SimulatedXrt
+
+    caplog.set_level("INFO")
+    x, _, _, _ = run_npu(tmp_path, SimulatedXrt())  # its bo() takes no user pointers
+    assert x.backend.stats["zero_copy_calls"] == 0 and x.backend.stats["copied_calls"] == 7
+    assert "refused a user-pointer buffer object" in caplog.text

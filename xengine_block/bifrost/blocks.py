@@ -29,6 +29,9 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
         and have the backend map that memory as user-pointer buffer objects, where XRT allows."""
         adopt = getattr(self.backend, "adopt_host_memory", None)
         if adopt is None or not getattr(self.backend, "zero_copy", False):
+            if adopt is not None:  # an NPU backend that cannot read these frames in place
+                log.info("%s: frames are copied into NPU buffers: frame layout differs from "
+                         "the NPU input (S != npu_block or several channel groups)", self.name)
             return False
         ring = self.irings[0]
         if self._ring_holds_memory():
@@ -48,8 +51,7 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
                  ring.name)
         return True
 
-    def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
-        out = super().on_sequence(iseqs)
+    def on_data(self, ispans: list, ospans: list) -> list[int]:
         mem = getattr(self, "_ring_memory", None)
         if mem is not None and ring_memory(self.irings[0]) != mem:
             # The ring grew (a reader or writer asked for more): its old memory is gone.
@@ -57,7 +59,7 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
                         self.name)
             self.backend.forget_host_memory(mem[0])
             self._ring_memory = None
-        return out
+        return super().on_data(ispans, ospans)
 
 
 class IntegrateBlock(BifrostBlock, IntegrateLogic, bfp.MultiTransformBlock):
