@@ -9,6 +9,7 @@ and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from .runtimes import OURS, array_source, bifrost_runtime, collector
 
 xb = bifrost_or_skip()
 BF = bifrost_runtime()
+from bifrost.proclog import load_by_pid  # noqa: E402 - Bifrost imports only after the skip
+
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validates UVH5 files")
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +64,9 @@ def test_xengine_on_bifrost_exact_against_reference():
         vis, valid = collector(BF, x.orings[0]), collector(BF, x.orings[1])
         p.run()
     assert vis.hdr["_tensor"]["dtype"] == "ci32" and len(vis.out) == 4
+    logs = load_by_pid(os.getpid())  # what Bifrost's like_top.py shows
+    assert logs[x.name.split("/")[-1]]["perf"]["process_time"] > 0
+    assert x.perf["frames"] == 8 and x.perf["process_s"] > 0
     j, k = np.triu_indices(g.nstream)  # row-major upper triangle: reorder to b = k(k+1)/2 + j
     order = np.lexsort((j, k))
     j, k = j[order], k[order]
