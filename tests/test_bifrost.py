@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +279,35 @@ def test_npu_without_user_pointer_bos_copies_and_says_why(tmp_path, caplog):
     x, _, _, _ = run_npu(tmp_path, SimulatedXrt())  # its bo() takes no user pointers
     assert x.backend.stats["zero_copy_calls"] == 0 and x.backend.stats["copied_calls"] == 7
     assert "refused a user-pointer buffer object" in caplog.text
+
+
+def test_sigterm_stops_bifrost_pipeline_cleanly(tmp_path):
+    script = """
+import contextlib, time
+import xengine_block.bifrost as xb
+bfp = xb.bf.pipeline
+class Endless(bfp.SourceBlock):
+    def create_reader(self, name):
+        return contextlib.nullcontext(None)
+    def on_sequence(self, reader, name):
+        return [{"name": name, "_tensor": {"dtype": "u8", "shape": [-1, 4]}}]
+    def on_data(self, reader, ospans):
+        time.sleep(0.01)
+        return [1]
+class Sink(bfp.SinkBlock):
+    def on_sequence(self, iseq):
+        print("running", flush=True)
+    def on_data(self, ispan):
+        pass
+with xb.Pipeline() as p:
+    Sink(Endless(["s"], gulp_nframe=1))
+    p.run()
+print("stopped:", p.stop_reason, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "running"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped: SIGTERM received" in out
