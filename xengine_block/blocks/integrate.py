@@ -69,8 +69,10 @@ class IntegrateLogic(BlockLogic):
         return [vis, valid]
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
-        # a frame can close the dump before its own and its own; lost frames close theirs
-        n = max(input_nframes) // self.ninteg + 2
+        # n frames complete at most ceil(n / ninteg) dumps, plus one left open before a gap.
+        # No more: Bifrost's writer reserving more than its readers' rings hold beyond their
+        # gulp deadlocks lockstep readers (one input waits for data, the other holds space).
+        n = -(-max(input_nframes) // self.ninteg) + 1
         return [n, n]
 
     def _add(self, frame: int, vis: np.ndarray, valid: np.ndarray, outs: tuple, n: int) -> int:
