@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 def as_ours(data: np.ndarray, dtype: str) -> np.ndarray:
     """A Bifrost span's data viewed in our convention (``ring.DTYPES``): complex integers as
     an integer axis of 2 (re, im); single-byte complex types (``ci4``) as their bytes."""
-    base, ncomp = DTYPES[dtype]
+    base, ncomp = _our_dtype(dtype)
     a = np.asarray(data)  # bifrost.ndarray -> plain ndarray view
     if a.dtype != base:
         a = a.view(base)
@@ -62,12 +62,19 @@ def as_ours(data: np.ndarray, dtype: str) -> np.ndarray:
     return a
 
 
+def _our_dtype(dtype: str) -> tuple[np.dtype, int]:
+    if dtype not in DTYPES:
+        raise ValueError(f"Bifrost span dtype {dtype!r} is not one this package reads "
+                         f"({', '.join(sorted(DTYPES))})")
+    return DTYPES[dtype]
+
+
 def span_array(span: Any) -> np.ndarray:
     """:func:`as_ours` of ``span.data`` (an empty array for an empty span: Bifrost gives those
     to lockstep readers when one input was overtaken)."""
     dtype = str(span.dtype)
     if span.nframe == 0:
-        base, ncomp = DTYPES[dtype]
+        base, ncomp = _our_dtype(dtype)
         return np.empty((0, *span.tensor["frame_shape"], *((2,) if ncomp == 2 else ())), base)
     return as_ours(span.data, dtype)
 
