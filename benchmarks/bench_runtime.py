@@ -175,10 +175,12 @@ def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="native", help="correlator backend (default native)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     a = ap.parse_args()
     configs = [("S=32", Geometry(nstream=32, nchan=9, npacket=136), 24, 2),
+               # small gulps: the blocks' per-gulp Python cost weighs most here
+               ("S=32 P=8", Geometry(nstream=32, nchan=9, npacket=8), 300, 2),
                ("S=256", Geometry(nstream=256, nchan=9, npacket=136), 4, 2)]
     if a.quick:
         configs = [("S=32", Geometry(nstream=32, nchan=9, npacket=8), 4, 2)]
