@@ -313,3 +313,13 @@ print("stopped:", p.stop_reason, flush=True)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "stopped: SIGTERM received" in out
+
+
+def test_fx_runtime_bifrost(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "pipelines" / "fx.py"), "--runtime",
+                        "bifrost", "--nant", "8", "--npacket", "4", "--dumps", "2",
+                        "--transport", "pcap", "--backend", "cpu", "--monitor", "0",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (f,) = tmp_path.glob("xengine_*.uvh5")
+    assert pyuvdata.UVData.from_file(f).Ntimes == 2
