@@ -34,7 +34,7 @@ def bifrost_or_skip():
         if os.environ.get(REQUIRE_BIFROST_ENV):
             pytest.fail(f"{REQUIRE_BIFROST_ENV} is set but Bifrost does not import: {exc}",
                         pytrace=False)
-        pytest.skip(f"real Bifrost not importable ({exc})", allow_module_level=True)
+        pytest.skip(str(exc), allow_module_level=True)
     return xb
 
 
