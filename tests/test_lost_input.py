@@ -97,3 +97,34 @@ def test_xengine_unguaranteed_one_output_per_gulp(rt):
     assert x.lost_frames > 0, "the test must lose input"
     assert used + x.lost_frames >= nframe  # frames read but overwritten meanwhile: both
     assert x.nodata_outputs == sum(1 for c in valid.out if not c.any())
+
+
+def test_writer_unguaranteed_writes_lost_dumps_as_no_data(rt, tmp_path):
+    pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads UVH5")
+    from xengine_block.array import default_array
+
+    g = Geometry(nstream=8, nchan=9, npacket=1)
+    ndump = 12
+    vis = np.zeros((ndump, g.nchan, g.nbaseline, 2), np.int64)
+    vis[..., 0] = (np.arange(ndump) + 1)[:, None, None]  # dump d holds d + 1
+    valid = np.full((ndump, 1, g.nbaseline), 480, np.int64)
+    hdr = dict(HDR, name="d", time_tag=0, nspectra=480, chan0=0, nchan=g.nchan,
+               nstream=g.nstream, geometry=g.to_dict(), gulp_nframe=1,
+               array=default_array(g.nstream // 2).to_dict())
+    with rt.Pipeline() as p:
+        src = array_source(rt, [
+            (dict(hdr, _tensor={"dtype": "ci64", "shape": [-1, g.nchan, g.nbaseline]}), vis),
+            (dict(hdr, name="d.valid", _tensor={"dtype": "i64", "shape": [-1, 1, g.nbaseline]}),
+             valid)], gulp=1)
+        w = slow_first_gulp(rt.UVH5WriterBlock, src)(src, directory=tmp_path, guarantee=False)
+        p.run()
+    uv = pyuvdata.UVData.from_file(w.files[0])
+    assert uv.Ntimes == ndump  # every dump once, lost ones included
+    data = uv.get_data(0, 1, "xx").real  # [time, chan]
+    nsamples, flags = uv.get_nsamples(0, 1, "xx"), uv.get_flags(0, 1, "xx")
+    lost = nsamples[:, 0] == 0
+    assert lost.any() and not lost.all()
+    assert np.all(flags[lost]) and not flags[~lost].any() and np.all(nsamples[~lost] == 1)
+    assert np.all(data[lost] == 0)
+    assert np.array_equal(data[~lost], np.repeat(np.flatnonzero(~lost)[:, None] + 1, g.nchan, 1))
+    assert w.lost_frames == lost.sum() == w.nodata_outputs

@@ -46,6 +46,7 @@ class BlockLogic:
 
     def _on_sequence(self, iseqs: list[Any]) -> Any:
         self._ipos = [0] * len(iseqs)  # next input frame not yet seen, per input
+        self._counted = 0  # lost frames before this one are counted
         self._data_ospans: list[Any] | None = None
         self._data_commit: Any = None
         return super()._on_sequence(iseqs)
@@ -53,7 +54,9 @@ class BlockLogic:
     def _on_data(self, ispans: list[Any], ospans: list[Any]) -> Any:
         commit = super()._on_data(ispans, ospans)
         self._data_ospans, self._data_commit = ospans, commit
-        self._ipos = [max(p, s.frame_offset + s.nframe)
+        # (an empty span's frame_offset is where the writer is, not what was read: its
+        # frames came as a skip report, which moved the position already)
+        self._ipos = [max(p, s.frame_offset + s.nframe) if s.nframe else p
                       for p, s in zip(self._ipos, ispans, strict=True)]
         return commit
 
@@ -64,7 +67,10 @@ class BlockLogic:
         lost = [slice(p, p + max(sl.stop - sl.start, 0))
                 for p, sl in zip(self._ipos, islices, strict=True)]
         self._ipos = [sl.stop for sl in lost]
-        self.lost_frames += max((sl.stop - sl.start for sl in lost), default=0)
+        frames = lost_frames_any(lost)  # count each frame once, whichever input lost it
+        if frames:
+            self.lost_frames += max(frames.stop - max(frames.start, self._counted), 0)
+            self._counted = max(self._counted, frames.stop)
         return self.on_skip(lost, ospans)
 
     def on_skip(self, lost: list[slice], ospans: list[Any]) -> list[int]:
@@ -74,10 +80,10 @@ class BlockLogic:
 
 def lost_frames_any(lost: list[slice]) -> range:
     """Frames lost on at least one input (lockstep inputs are lost together or apart)."""
-    starts = [sl.start for sl in lost if sl.stop > sl.start]
-    if not starts:
+    spans = [sl for sl in lost if sl.stop > sl.start]
+    if not spans:
         return range(0)
-    return range(min(starts), max(sl.stop for sl in lost))
+    return range(min(sl.start for sl in spans), max(sl.stop for sl in spans))
 
 
 def common_frames(ispans: list[Any]) -> tuple[int, int]:

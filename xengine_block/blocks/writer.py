@@ -22,7 +22,7 @@ from ..integration import counts_per_channel
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
 from ..uvh5 import SiteInfo, UVH5Writer
-from .base import BlockLogic, lost_frames_any
+from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class UVH5WriterLogic(BlockLogic):
         self.hdr = iseqs[0].header
         require_keys(self.hdr, WRITER_KEYS, self.name)
         self.t0 = iseqs[0].time_tag
+        self._next = 0  # next dump to write (those before it were written or lost)
         self.nspectra = int(self.hdr["nspectra"])
         self.site = site_info(ArrayDescription.from_dict(self.hdr["array"]))
         if self.site.nant * 2 != self.hdr["geometry"]["nstream"]:
@@ -101,11 +102,20 @@ class UVH5WriterLogic(BlockLogic):
 
     def on_data(self, ispans: list, ospans: list) -> list[int]:
         vis_in, valid_in = self.array(ispans[0]), self.array(ispans[1])
-        for i in range(ispans[0].nframe):
-            time_tag = self.t0 + (ispans[0].frame_offset + i) * self.nspectra
+        lo, hi = common_frames(ispans)  # lockstep inputs overtaken apart: lost, not mixed
+        for f in range(max(lo, self._next), hi):
+            self._next = f + 1
+            time_tag = self.t0 + f * self.nspectra
             if self._writer is None:
                 self._writer = self._open(time_tag)
-            vis, valid = vis_in[i], valid_in[i]
+            vis = vis_in[f - ispans[0].frame_offset]
+            valid = valid_in[f - ispans[1].frame_offset]
+            if not self.guarantee:  # copy, then check the writer did not come back meanwhile
+                vis, valid = vis.copy(), valid.copy()
+                if self.overwritten(ispans):
+                    vis, valid = np.zeros_like(vis), np.zeros_like(valid)
+                    self.lost_frames += 1
+                    self.nodata_outputs += 1
             if valid.shape[0] > 1:  # per channel group -> per channel
                 valid = counts_per_channel(valid, self.geometry)
             if self.channels is not None:
@@ -122,6 +132,9 @@ class UVH5WriterLogic(BlockLogic):
     def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
         """Lost dumps are written as no data, so the file's times stay complete."""
         for frame in lost_frames_any(lost):
+            if frame < self._next:  # already written (lost on another input too)
+                continue
+            self._next = frame + 1
             time_tag = self.t0 + frame * self.nspectra
             if self._writer is None:
                 self._writer = self._open(time_tag)

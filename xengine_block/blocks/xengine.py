@@ -182,7 +182,10 @@ class XEngineLogic(BlockLogic):
                 valid[...] = valid_counts(mask, self.geometry)
             else:
                 valid[...] = (hi - lo) * self.geometry.nspectra_pkt
-        if hi <= lo or self.overwritten(ispans):
+        if hi > lo and self.overwritten(ispans):
+            self.lost_frames += hi - lo  # read while the writer came back: not trusted
+            hi = lo
+        if hi <= lo:
             self._no_data(ospans)
         self._slot = ispans[0].frame_offset // self.gulp_nframe
         return [1, 1]
