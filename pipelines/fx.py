@@ -27,16 +27,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from xengine_block import argtypes as at
 from xengine_block.argtypes import UsageError, usage_errors
 from xengine_block.array import ArrayDescription, ArrayError, default_array
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture import CaptureBlock, InprocSource, PcapSource, Source, UdpSource
-from xengine_block.chain import correlator_chain
+from xengine_block.capture import InprocSource, PcapSource, Source, UdpSource
+from xengine_block.chain import RUNTIMES, correlator_chain, runtime
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
-from xengine_block.pipeline import Pipeline, PipelineError
+from xengine_block.pipeline import PipelineError
 from xengine_block.recording import finish_metadata, write_metadata
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and join their files with 'xengine combine' (0: this process)")
     p.add_argument("--monitor", type=at.nonnegative_number, default=5.0,
                    help="like_top interval (0: off)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="ours",
+                   help="pipeline runtime: ours, or real Bifrost (docs/bifrost.md)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -98,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
+def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any]:
     """Everything that needs several options or a file; UsageError names the option."""
     try:
         array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
@@ -124,12 +127,16 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
         choose_backend(a.backend, g)  # an unusable backend stops here
     except BackendUnavailable as exc:
         raise UsageError("--backend", str(exc)) from None
+    try:
+        rt = runtime(a.runtime)
+    except ImportError as exc:
+        raise UsageError("--runtime", f"cannot use {a.runtime}: {exc} (docs/bifrost.md)") from None
     if a.out is None:  # the default run-* directory goes under fx_out
         try:
             at.output_dir("fx_out")
         except argparse.ArgumentTypeError as exc:
             raise UsageError("--out", f"default fx_out/run-*: {exc}") from None
-    return array, g
+    return array, g, rt
 
 
 def new_output_dir(base: Path = Path("fx_out")) -> Path:
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # A bad option stops here, before any thread, socket or file exists.
     with usage_errors(parser):
-        array, g = check_config(a)
+        array, g, rt = check_config(a)
         source: Source | None = None
         if a.transport == "udp" and not a.xengines:  # the instances bind their own ports
             source = UdpSource(a.address, a.port)
@@ -203,15 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():  # signals reach only that one
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _run(a, array, g, source, stop, signals)
+        return _run(a, array, g, rt, source, stop, signals)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
 
-def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: Source | None,
-         stop: threading.Event, signals: list[str]) -> int:
-    """The run after every check passed: ``source`` is the bound UDP source (udp transport),
+def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
+         source: Source | None, stop: threading.Event, signals: list[str]) -> int:
+    """The run after every check passed: ``rt`` the runtime's blocks (chain.runtime),
+    ``source`` is the bound UDP source (udp transport),
     ``stop`` is set by a signal, whose names ``signals`` collects."""
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -255,16 +263,16 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
     t0 = time.monotonic()
     if replay:
         send_all(sim, senders, nframe, 4, errors, stop=stop)
-    with Pipeline(monitor_interval=a.monitor or None) as pipeline:
+    with rt.Pipeline(monitor_interval=a.monitor or None) as pipeline:
         # UDP: fx's own single simulated sender on an explicit address; its end-of-stream heap
         # is the only in-order end marker (a stop() after sending could lose datagrams still
         # in the socket buffer), so this single-sender setup honours it. In-process and pcap
         # captures end with their source (queue stopped, end of file) and ignore stop heaps.
-        capture = CaptureBlock(source, g, array, **sky, start_timestamp=0,
-                               idle_timeout=10.0 if a.transport == "udp" else None,
-                               stop_on_end_heap=a.transport == "udp")
+        capture = rt.CaptureBlock(source, g, array, **sky, start_timestamp=0,
+                                  idle_timeout=10.0 if a.transport == "udp" else None,
+                                  stop_on_end_heap=a.transport == "udp")
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
-                                 geometry=g)
+                                 geometry=g, runtime_name=a.runtime)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving,
                                          stop))
@@ -285,7 +293,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, source: So
     if failure is not None:  # the block and what failed (e.g. the file and errno)
         print(f"fx: {failure}", file=sys.stderr)
         return 1
-    if pipeline.stop_signal is not None:
+    if getattr(pipeline, "stop_signal", None) is not None:  # ours; Bifrost's takes no signal
         signals.insert(0, signal.Signals(pipeline.stop_signal).name)
     stopped_by = signals[0] if signals else None
     if errors and stopped_by is None:

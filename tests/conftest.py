@@ -16,3 +16,32 @@ def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+#: Set (e.g. by .ci/run, where Bifrost is built from the vendored tarball) to make a missing
+#: Bifrost a test failure instead of a skip.
+REQUIRE_BIFROST_ENV = "XENGINE_REQUIRE_BIFROST"
+
+
+def bifrost_or_skip():
+    """``xengine_block.bifrost`` (real Bifrost), or skip the module with the reason; fail
+    instead where ``$XENGINE_REQUIRE_BIFROST`` is set."""
+    import os
+
+    try:
+        import xengine_block.bifrost as xb
+    except ImportError as exc:
+        if os.environ.get(REQUIRE_BIFROST_ENV):
+            pytest.fail(f"{REQUIRE_BIFROST_ENV} is set but Bifrost does not import: {exc}",
+                        pytrace=False)
+        pytest.skip(str(exc), allow_module_level=True)
+    return xb
+
+
+@pytest.fixture(params=["ours", "bifrost"])
+def rt(request):
+    """Each runtime in turn (tests/runtimes.py); Bifrost skipped with the reason where it does
+    not import."""
+    from .runtimes import OURS, bifrost_runtime
+
+    return OURS if request.param == "ours" else bifrost_runtime()

@@ -5,10 +5,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from .blocks import IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
 from .geometry import Geometry
 from .pipeline import Block
+
+#: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
+RUNTIMES = ("ours", "bifrost")
+
+
+def runtime(name: str = "ours") -> Any:
+    """``Pipeline``, ``CaptureBlock`` and the chain's blocks of runtime ``name`` (same
+    constructor arguments in both). ImportError if Bifrost is asked for and not installed."""
+    if name == "bifrost":
+        from . import bifrost
+        return bifrost
+    if name != "ours":
+        raise ValueError(f"runtime must be one of {RUNTIMES}, got {name!r}")
+    from .capture import CaptureBlock
+    from .pipeline import Pipeline
+    return SimpleNamespace(Pipeline=Pipeline, CaptureBlock=CaptureBlock, XEngineBlock=XEngineBlock,
+                           IntegrateBlock=IntegrateBlock, UVH5WriterBlock=UVH5WriterBlock,
+                           QuicklookBlock=QuicklookBlock)
 
 
 @dataclass
@@ -32,17 +52,19 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
                      overwrite: bool = False, quicklook: bool = True,
                      filename: str | Path | None = None,
                      channels: list[int] | None = None,
-                     geometry: Geometry | None = None) -> Chain:
+                     geometry: Geometry | None = None, runtime_name: str = "ours") -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).
+    ``runtime_name``: "ours" or "bifrost" (the current pipeline must be that runtime's).
     """
-    x = XEngineBlock(capture, backend=backend, geometry=geometry)
-    integ = IntegrateBlock(x, ninteg=ninteg)
-    writer = UVH5WriterBlock(integ, directory=directory, prefix=prefix,
-                             dumps_per_file=dumps_per_file, overwrite=overwrite,
-                             filename=filename, channels=channels)
-    look = QuicklookBlock(integ.orings[0], directory=directory) if quicklook else None
+    rt = runtime(runtime_name)
+    x = rt.XEngineBlock(capture, backend=backend, geometry=geometry)
+    integ = rt.IntegrateBlock(x, ninteg=ninteg)
+    writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
+                                dumps_per_file=dumps_per_file, overwrite=overwrite,
+                                filename=filename, channels=channels)
+    look = rt.QuicklookBlock(integ.orings[0], directory=directory) if quicklook else None
     return Chain(x, integ, writer, look)

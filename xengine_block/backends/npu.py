@@ -56,6 +56,7 @@ Everything pyxrt comes through ``xrt`` (default: ``import pyxrt``); tests pass
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import threading
@@ -209,6 +210,7 @@ class NpuBackend(Backend, BlockPairExecutor):
         #: ``copied_calls`` (frames copied into a ring entry's BOs).
         self.stats: Counter[str] = Counter(zero_copy_calls=0, in_place_calls=0, copied_calls=0)
         self._host_bos: dict[int, _HostBo] = {}  # by start address
+        self._adopted: dict[int, np.ndarray] = {}  # adopt_host_memory's views, by address
         x = self._xrt
         states = x.ert_cmd_state
         self._completed = states.ERT_CMD_STATE_COMPLETED
@@ -290,6 +292,35 @@ class NpuBackend(Backend, BlockPairExecutor):
         weakref.finalize(array, _forget_host_bo, self._host_bos, self._lock, start, bo)
         self.stats["host_bytes"] += nbytes
         return array
+
+    def adopt_host_memory(self, address: int, nbytes: int) -> str | None:
+        """Map existing host memory (e.g. a Bifrost ring's buffer, allocated in C) as one
+        user-pointer input BO (``pyxrt.bo(device, userptr, size, group)``), so frames lying
+        there take :meth:`correlate`'s zero-copy path as :meth:`allocate_host` memory does.
+
+        Returns None when mapped, else why not (the caller copies frames, as before). The
+        memory must stay allocated until :meth:`forget_host_memory` (or the backend closes).
+        """
+        page = 4096
+        if not address or address % page or nbytes % page:
+            return (f"memory at {address:#x}, {nbytes} bytes is not whole pages "
+                    "(XRT user-pointer buffers need page alignment)")
+        try:
+            bo = self._xrt.bo(self._device, address, nbytes, self._kernel.group_id(A_GROUP))
+        except Exception as exc:  # XRT (or the driver) refuses user pointers here
+            return f"XRT refused a user-pointer buffer object: {type(exc).__name__}: {exc}"
+        array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+        with self._lock:
+            self._host_bos[address] = _HostBo(address + nbytes, bo, weakref.ref(array), {})
+            self._adopted[address] = array  # the registry holds only a weak reference
+        self.stats["adopted_bytes"] += nbytes
+        return None
+
+    def forget_host_memory(self, address: int) -> None:
+        """Stop using memory given to :meth:`adopt_host_memory` (it is about to be freed)."""
+        with self._lock:
+            self._adopted.pop(address, None)
+            self._host_bos.pop(address, None)
 
     def _zero_copy_entry(self, frames: np.ndarray) -> _Entry | None:
         """A transient entry running ``frames`` in place, or None if they need the copy path."""

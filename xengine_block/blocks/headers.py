@@ -9,12 +9,26 @@ from typing import Any
 import numpy as np
 
 
-def paired_inputs(first: Any, second: Any | None) -> list[Any]:
+def paired_inputs(first: Any, second: Any | None, *, optional: bool = False) -> list[Any]:
     """The two lockstep inputs of a block: given rings/blocks, or a block's two outputs
-    (data + mask from the capture, visibilities + valid counts downstream)."""
-    if second is None:
-        return [first.orings[0], first.orings[1]]
-    return [first, second]
+    (data + mask from the capture, visibilities + valid counts downstream). With ``optional``
+    the second may be absent (a ring, or a block with one output): one input."""
+    if second is not None:
+        return [first, second]
+    orings = getattr(first, "orings", None)
+    if orings is None or (optional and len(orings) < 2):
+        if optional:
+            return [first if orings is None else orings[0]]
+        raise ValueError(f"{first!r} is one ring; give the second input too")
+    return [orings[0], orings[1]]
+
+
+def require_keys(hdr: dict[str, Any], keys: tuple[str, ...], who: str) -> None:
+    """One clear line naming what a sequence header lacks (docs/bifrost.md: header contract)."""
+    missing = [k for k in keys if k not in hdr]
+    if missing:
+        raise ValueError(f"{who}: sequence {hdr.get('name')!r} header lacks {missing} "
+                         f"(docs/bifrost.md lists the keys each block needs)")
 
 
 BASELINE_ORDER = "triangle: b = k*(k+1)/2 + j for streams j <= k; value sum x_j conj(x_k)"

@@ -7,6 +7,9 @@ Outputs: ``ci64 [-1, C, nbl]`` and ``i64 [-1, G, nbl]``, one frame per dump; hea
 frames (its valid counts say so). A trailing partial dump at the end of a sequence has no output
 span to go to (Bifrost gives none after the last gulp): it is counted in ``dropped_partial`` and
 logged. Align recordings and runs to whole dumps to avoid it (``pipelines/fx.py`` does).
+X-engine frames lost to an unguaranteed reader (``guarantee=False``) count as frames with no
+valid spectra: the dumps they fall in are emitted all the same, each exactly once, and a dump
+whose every frame was lost is all zeros with zero valid counts (flagged, nsamples 0, in UVH5).
 """
 
 from __future__ import annotations
@@ -14,15 +17,22 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
+
 from ..integration import Integrator
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
-from .headers import derive_header, paired_inputs, time_scale
+from .base import BlockLogic, common_frames, lost_frames_any
+from .headers import derive_header, paired_inputs, require_keys, time_scale
 
 log = logging.getLogger(__name__)
 
 
-class IntegrateBlock(MultiTransformBlock):
+#: Header keys the integrator reads (docs/bifrost.md).
+INTEGRATE_KEYS = ("nspectra", "sync_time", "fs_hz")
+
+
+class IntegrateLogic(BlockLogic):
     """Exact accumulation of ``ninteg`` X-engine frames per dump."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *, ninteg: int,
@@ -38,14 +48,17 @@ class IntegrateBlock(MultiTransformBlock):
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         hdr = iseqs[0].header
+        require_keys(hdr, INTEGRATE_KEYS, self.name)
         self.frame_spectra = int(hdr["nspectra"])
         self.integrator = Integrator(self.ninteg, self.frame_spectra)
         self.t0 = iseqs[0].time_tag
+        self._added = 0  # next input frame to add (those before it were added or lost)
         span = self.integrator.span
         start = self.t0 - self.t0 % span
         common = {"nspectra": span, "ninteg": self.ninteg, "gulp_nframe": 1}
         vshape = iseqs[0].header["_tensor"]["shape"]
         cshape = iseqs[1].header["_tensor"]["shape"]
+        self._zeros = (np.zeros(vshape[1:] + [2], np.int64), np.zeros(cshape[1:], np.int64))
         vis = derive_header(hdr, name=f"{iseqs[0].name}.int{self.ninteg}", dtype="ci64",
                             shape=vshape, labels=["time", "freq", "baseline"],
                             scales=[time_scale(hdr, start, span), None, None],
@@ -58,18 +71,47 @@ class IntegrateBlock(MultiTransformBlock):
         return [vis, valid]
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
-        # a gap can finish two dumps at once
-        return [2, 2]
+        # n frames complete at most ceil(n / ninteg) dumps, plus one left open before a gap.
+        # No more: Bifrost's writer reserving more than its readers' rings hold beyond their
+        # gulp deadlocks lockstep readers (one input waits for data, the other holds space).
+        n = -(-max(input_nframes) // self.ninteg) + 1
+        return [n, n]
+
+    def _add(self, frame: int, vis: np.ndarray, valid: np.ndarray, outs: tuple, n: int) -> int:
+        """Add input frame number ``frame``; write the dumps it completes at ``outs[.][n:]``."""
+        time_tag = self.t0 + frame * self.frame_spectra
+        for dump in self.integrator.add(time_tag, vis, valid):
+            outs[0][n] = dump.vis
+            outs[1][n] = dump.valid
+            if not dump.valid.any():
+                self.nodata_outputs += 1
+            self.dumps_with_gaps += bool((dump.valid < dump.nspectra).any())
+            n += 1
+        self._added = frame + 1
+        return n
 
     def on_data(self, ispans: list, ospans: list) -> list[int]:
-        n = 0
-        for i in range(ispans[0].nframe):
-            time_tag = self.t0 + (ispans[0].frame_offset + i) * self.frame_spectra
-            for dump in self.integrator.add(time_tag, ispans[0].data[i], ispans[1].data[i]):
-                ospans[0].data[n] = dump.vis
-                ospans[1].data[n] = dump.valid
-                self.dumps_with_gaps += bool((dump.valid < dump.nspectra).any())
-                n += 1
+        lo, hi = common_frames(ispans)
+        vis, valid = self.array(ispans[0]), self.array(ispans[1])
+        frames = [(vis[f - ispans[0].frame_offset], valid[f - ispans[1].frame_offset])
+                  for f in range(max(lo, self._added), hi)]
+        if not self.guarantee:  # copy first, then check the writer did not come back
+            frames = [(v.copy(), c.copy()) for v, c in frames]
+            if self.overwritten(ispans):
+                frames = [self._zeros] * len(frames)
+                self.lost_frames += len(frames)
+        outs, n = (self.array(ospans[0]), self.array(ospans[1])), 0
+        for f, (v, c) in zip(range(max(lo, self._added), hi), frames, strict=True):
+            n = self._add(f, v, c, outs, n)
+        self.dumps += n
+        return [n, n]
+
+    def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
+        """Lost X-engine frames add nothing but still end the dumps they fall in."""
+        outs, n = (self.array(ospans[0]), self.array(ospans[1])), 0
+        for f in lost_frames_any(lost):
+            if f >= self._added:
+                n = self._add(f, *self._zeros, outs, n)
         self.dumps += n
         return [n, n]
 
@@ -79,3 +121,7 @@ class IntegrateBlock(MultiTransformBlock):
             log.warning("%s: end of sequence inside an integration: %d of %d X-engine frames "
                         "at time_tag %d not written", self.name, dump.ninput, self.ninteg,
                         dump.time_tag)
+
+
+class IntegrateBlock(IntegrateLogic, MultiTransformBlock):
+    __doc__ = IntegrateLogic.__doc__

@@ -15,12 +15,13 @@ from ..array import ArrayDescription
 from ..pipeline import Block, SinkBlock
 from ..quicklook import quicklook_triangle
 from ..ring import Ring
+from .base import BlockLogic
 from .headers import channel_freqs
 
 log = logging.getLogger(__name__)
 
 
-class QuicklookBlock(SinkBlock):
+class QuicklookLogic(BlockLogic):
     """Keeps the latest visibility frame; renders ``{directory}/{prefix}{sequence}.png``."""
 
     def __init__(self, vis: Block | Ring, *, directory: str | Path, prefix: str = "quicklook_",
@@ -34,7 +35,10 @@ class QuicklookBlock(SinkBlock):
         self.hdr, self._last, self._seq = iseq.header, None, iseq.name
 
     def on_data(self, ispan: Any) -> None:
-        self._last = ispan.data[-1].copy()
+        self._last = self.array(ispan)[-1].copy()
+
+    def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
+        return []  # shows the latest dump; lost ones are counted (lost_frames)
 
     def on_sequence_end(self, iseq: Any) -> None:
         if self._last is None:
@@ -51,6 +55,11 @@ class QuicklookBlock(SinkBlock):
                                                   self.hdr["geometry"]["nstream"], title,
                                                   names))
         except OSError as exc:
-            if not self.shutdown_event.is_set():
+            stopping = getattr(self, "shutdown_event", None)  # ours; Bifrost blocks have none
+            if stopping is None or not stopping.is_set():
                 raise
             log.warning("%s: %s", self.name, exc)
+
+
+class QuicklookBlock(QuicklookLogic, SinkBlock):
+    __doc__ = QuicklookLogic.__doc__

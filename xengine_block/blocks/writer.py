@@ -5,6 +5,7 @@ A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are na
 ``filename`` + ``.1``, ``.2``...); an existing file is never overwritten unless ``overwrite``.
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
+Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ..integration import counts_per_channel
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
 from ..uvh5 import SiteInfo, UVH5Writer
-from .headers import channel_freqs, frame_start_unix, paired_inputs
+from .base import BlockLogic, common_frames, lost_frames_any
+from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,12 @@ def site_info(array: ArrayDescription) -> SiteInfo:
                     np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m)
 
 
-class UVH5WriterBlock(MultiTransformBlock):
+#: Header keys the writer reads (docs/bifrost.md).
+WRITER_KEYS = ("nspectra", "array", "geometry", "sync_time", "fs_hz", "freq0_hz", "chan_bw_hz",
+               "nchan")
+
+
+class UVH5WriterLogic(BlockLogic):
     """Sink of (visibilities, valid counts) writing UVH5 files into ``directory``."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
@@ -54,7 +61,9 @@ class UVH5WriterBlock(MultiTransformBlock):
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         self.hdr = iseqs[0].header
+        require_keys(self.hdr, WRITER_KEYS, self.name)
         self.t0 = iseqs[0].time_tag
+        self._next = 0  # next dump to write (those before it were written or lost)
         self.nspectra = int(self.hdr["nspectra"])
         self.site = site_info(ArrayDescription.from_dict(self.hdr["array"]))
         if self.site.nant * 2 != self.hdr["geometry"]["nstream"]:
@@ -92,11 +101,21 @@ class UVH5WriterBlock(MultiTransformBlock):
         return writer
 
     def on_data(self, ispans: list, ospans: list) -> list[int]:
-        for i in range(ispans[0].nframe):
-            time_tag = self.t0 + (ispans[0].frame_offset + i) * self.nspectra
+        vis_in, valid_in = self.array(ispans[0]), self.array(ispans[1])
+        lo, hi = common_frames(ispans)  # lockstep inputs overtaken apart: lost, not mixed
+        for f in range(max(lo, self._next), hi):
+            self._next = f + 1
+            time_tag = self.t0 + f * self.nspectra
             if self._writer is None:
                 self._writer = self._open(time_tag)
-            vis, valid = ispans[0].data[i], ispans[1].data[i]
+            vis = vis_in[f - ispans[0].frame_offset]
+            valid = valid_in[f - ispans[1].frame_offset]
+            if not self.guarantee:  # copy, then check the writer did not come back meanwhile
+                vis, valid = vis.copy(), valid.copy()
+                if self.overwritten(ispans):
+                    vis, valid = np.zeros_like(vis), np.zeros_like(valid)
+                    self.lost_frames += 1
+                    self.nodata_outputs += 1
             if valid.shape[0] > 1:  # per channel group -> per channel
                 valid = counts_per_channel(valid, self.geometry)
             if self.channels is not None:
@@ -110,6 +129,25 @@ class UVH5WriterBlock(MultiTransformBlock):
                 self._close()
         return []
 
+    def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
+        """Lost dumps are written as no data, so the file's times stay complete."""
+        for frame in lost_frames_any(lost):
+            if frame < self._next:  # already written (lost on another input too)
+                continue
+            self._next = frame + 1
+            time_tag = self.t0 + frame * self.nspectra
+            if self._writer is None:
+                self._writer = self._open(time_tag)
+            vis = np.zeros((self.freqs.size, self.geometry.nbaseline, 2), np.int64)
+            valid = np.zeros((self.freqs.size, self.geometry.nbaseline), np.int64)
+            self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
+                                self.nspectra / self.hdr["fs_hz"])
+            self.dumps_written += 1
+            self.nodata_outputs += 1
+            if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
+                self._close()
+        return []
+
     def _close(self) -> None:
         if self._writer is not None:
             self._writer.close()
@@ -117,3 +155,7 @@ class UVH5WriterBlock(MultiTransformBlock):
 
     def on_sequence_end(self, iseqs: list) -> None:
         self._close()
+
+
+class UVH5WriterBlock(UVH5WriterLogic, MultiTransformBlock):
+    __doc__ = UVH5WriterLogic.__doc__

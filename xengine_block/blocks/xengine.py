@@ -1,9 +1,13 @@
-"""XEngineBlock: capture frames + presence mask in, one packed-triangle frame per P packets out.
+"""XEngineBlock: capture frames (+ presence mask) in, one packed-triangle frame per P packets out.
 
-Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` (or ``ci4
-[-1, S, C, coarse, fine]`` bytes, from the geometry in the header) and its presence
-mask ring ``u8 [-1, S]`` (or ``[-1, S, G]``). Outputs: visibilities ``ci32 [-1, C, nbaseline]``
-(DESIGN.md sections 3 and 5) and the exact valid spectra per baseline ``i64 [-1, G, nbaseline]``.
+Inputs (lockstep): the capture data ring ``i8 [-1, S, C, coarse, 2, fine]`` (the packet layout,
+read in place; or ``ci4 [-1, S, C, coarse, fine]`` bytes, from the geometry in the header) or
+``ci8 [-1, S, C, 480]`` (natural order, one spectrum after another: converted with one copy per
+gulp), and optionally its presence mask ring ``u8 [-1, S]`` (or ``[-1, S, G]``); without a mask
+every packet counts as present. Outputs: visibilities ``ci32 [-1, C, nbaseline]`` (DESIGN.md
+sections 3 and 5) and the exact valid spectra per baseline ``i64 [-1, G, nbaseline]``. One output
+frame per gulp of P input frames, also when some of them were lost (unguaranteed reading): it
+holds what arrived and says so in its counts.
 """
 
 from __future__ import annotations
@@ -12,23 +16,30 @@ import logging
 import math
 from typing import Any
 
+import numpy as np
+
 from ..backends import get_backend, make_backend
 from ..backends.base import Backend
 from ..geometry import Geometry
 from ..integration import valid_counts
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
-from .headers import BASELINE_ORDER, derive_header, paired_inputs, time_scale
+from .base import BlockLogic, common_frames
+from .headers import BASELINE_ORDER, derive_header, paired_inputs, require_keys, time_scale
 
 log = logging.getLogger(__name__)
 
+#: Header keys the X-engine reads (docs/bifrost.md); the rest flows on to later blocks.
+XENGINE_KEYS = ("geometry", "sync_time", "fs_hz")
 
-class XEngineBlock(MultiTransformBlock):
+
+class XEngineLogic(BlockLogic):
     """Correlate each gulp of P capture frames with the chosen backend.
 
     Parameters
     ----------
-    data, mask : the capture block (its two output rings) or the two rings.
+    data, mask : the capture block (its two output rings), the two rings, or one data ring or
+        one-output block (no presence mask: every packet present).
     backend : backend name or ``"auto"`` (NPU when usable, else the fastest exact CPU backend);
         the choice and the reason are logged and put in the output header.
     geometry : the run's geometry, if known when the pipeline is built: the backend is then
@@ -54,7 +65,9 @@ class XEngineBlock(MultiTransformBlock):
     def __init__(self, data: Block | Ring, mask: Block | Ring | None = None, *,
                  backend: str = "auto", geometry: Geometry | None = None,
                  backend_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(paired_inputs(data, mask), **kwargs)
+        super().__init__(paired_inputs(data, mask, optional=True), **kwargs)
+        if len(self.irings) == 1:  # no mask input: still two outputs
+            self.orings = [self.create_ring(space=self.irings[0].space) for _ in range(2)]
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
         if self.backend_options and backend == "auto":
@@ -97,21 +110,26 @@ class XEngineBlock(MultiTransformBlock):
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         hdr = iseqs[0].header
+        require_keys(hdr, XENGINE_KEYS, self.name)
         g = Geometry.from_dict(hdr["geometry"])
+        self._natural = self._input_layout(hdr["_tensor"], g)
         if self.backend is None or self.geometry != g:
             if self.backend is not None:
                 log.warning("%s: sequence geometry differs from the backend's; new backend, and "
                             "frames are copied", self.name)
                 self.backend.close()  # its BOs live on while the ring's memory uses them
             self.backend = self._make_backend(g)
-            if self.irings[0].total_bytes and getattr(self.backend, "zero_copy", False):
+            if self._ring_holds_memory() and getattr(self.backend, "zero_copy", False):
                 log.info("%s: data ring already allocated before the backend existed; frames "
                          "are copied into NPU buffers (give geometry= for zero copy)", self.name)
         self.geometry = g
         self.gulp_nframe = g.npacket  # P capture frames -> one output frame
+        self._slot, self._slot_lost = -1, [0] * len(iseqs)
         frame_spectra = g.npacket * g.nspectra_pkt
-        mask_shape = iseqs[1].header["_tensor"]["shape"]
-        ngroup = mask_shape[2] if len(mask_shape) == 3 else 1
+        ngroup = 1
+        if len(iseqs) > 1:
+            mask_shape = iseqs[1].header["_tensor"]["shape"]
+            ngroup = mask_shape[2] if len(mask_shape) == 3 else 1
         tscale = time_scale(hdr, iseqs[0].time_tag, frame_spectra)
         common = {"nspectra": frame_spectra, "xengine_backend": self.backend.name,
                   "xengine_backend_reason": self.backend.choice_reason,
@@ -120,25 +138,79 @@ class XEngineBlock(MultiTransformBlock):
                             shape=[-1, g.nchan, g.nbaseline],
                             labels=["time", "freq", "baseline"],
                             scales=[tscale, None, None],
-                            units=["s", "Hz", None], **common)
+                            units=["s", "Hz", None], time_tag=iseqs[0].time_tag, **common)
         valid = derive_header(hdr, name=f"{iseqs[0].name}.valid", dtype="i64",
                               shape=[-1, ngroup, g.nbaseline],
                               labels=["time", "chan_group", "baseline"],
                               scales=[tscale, None, None],
-                              units=["s", None, None], **common)
+                              units=["s", None, None], time_tag=iseqs[0].time_tag, **common)
         return [vis, valid]
+
+    def _input_layout(self, tensor: dict[str, Any], g: Geometry) -> bool:
+        """True for natural-order ``ci8`` input, False for the packet layout; else one line."""
+        shape = list(tensor["shape"])[1:]
+        if tensor["dtype"] == "i8" and shape == list(g.frame_shape):
+            return False
+        if tensor["dtype"] == "ci8" and shape == [g.nstream, g.nchan, g.nspectra_pkt]:
+            return True
+        raise ValueError(f"{self.name}: input {tensor['dtype']} {tensor['shape']} is neither "
+                         f"i8 [-1, {', '.join(map(str, g.frame_shape))}] (packet layout) nor "
+                         f"ci8 [-1, {g.nstream}, {g.nchan}, {g.nspectra_pkt}] (natural order)")
+
+    def _ring_holds_memory(self) -> bool:
+        return bool(self.irings[0].total_bytes)
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
         return [1, 1]
 
+    def _frames(self, span: Any, lo: int, hi: int) -> np.ndarray:
+        """Input frames ``[lo, hi)`` of ``span`` in the packet layout (natural: one copy)."""
+        x = self.array(span)[lo - span.frame_offset:hi - span.frame_offset]
+        if not self._natural:
+            return x
+        g = self.geometry  # [n, S, C, coarse*fine, 2] -> [n, S, C, coarse, 2, fine]
+        x = x.reshape(x.shape[0], g.nstream, g.nchan, g.ncoarse, g.nfine, 2)
+        return np.ascontiguousarray(x.transpose(0, 1, 2, 3, 5, 4))
+
     def on_data(self, ispans: list, ospans: list) -> list[int]:
-        frames, mask = ispans[0].data, ispans[1].data
-        self.backend.correlate(frames, out=ospans[0].data[0])
-        ospans[1].data[0] = valid_counts(mask, self.geometry)
+        lo, hi = common_frames(ispans)
+        vis, valid = self.array(ospans[0])[0], self.array(ospans[1])[0]
+        if hi > lo:
+            self.backend.correlate(self._frames(ispans[0], lo, hi), out=vis)
+            if len(ispans) > 1:
+                m0 = ispans[1].frame_offset
+                mask = self.array(ispans[1])[lo - m0:hi - m0]
+                valid[...] = valid_counts(mask, self.geometry)
+            else:
+                valid[...] = (hi - lo) * self.geometry.nspectra_pkt
+        if hi > lo and self.overwritten(ispans):
+            self.lost_frames += hi - lo  # read while the writer came back: not trusted
+            hi = lo
+        if hi <= lo:
+            self._no_data(ospans)
+        self._slot = ispans[0].frame_offset // self.gulp_nframe
         return [1, 1]
 
-    def on_skip(self, islices: list, ospans: list) -> list[int]:
-        """Lost input (unguaranteed reading): zero visibilities with zero valid spectra."""
+    def _no_data(self, ospans: list) -> None:
         for ospan in ospans:
-            ospan.data[...] = 0
-        return [ospan.nframe for ospan in ospans]
+            self.array(ospan)[0] = 0
+        self.nodata_outputs += 1
+
+    def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
+        """Lost input: the gulp's output says so (zero valid spectra) once all of it is lost;
+        a gulp partly lost is output by on_data from what arrived."""
+        P = self.gulp_nframe
+        slot = min(sl.start for sl in lost) // P
+        if slot != self._slot:
+            self._slot, self._slot_lost = slot, [0] * len(lost)
+        self._slot_lost = [n + sl.stop - sl.start
+                           for n, sl in zip(self._slot_lost, lost, strict=True)]
+        if all(n >= P for n in self._slot_lost):
+            self._no_data(ospans)
+            self._slot_lost = [0] * len(lost)
+            return [1, 1]
+        return [0, 0]
+
+
+class XEngineBlock(XEngineLogic, MultiTransformBlock):
+    __doc__ = XEngineLogic.__doc__

@@ -1,0 +1,15 @@
+"""This package's blocks as real Bifrost blocks (``bifrost.pipeline``); docs/bifrost.md.
+
+Importing it imports Bifrost (library found without ``LD_LIBRARY_PATH`` when installed by
+``scripts/install_bifrost.sh``; telemetry disabled) and raises ImportError with the install
+command when Bifrost is absent. Use :class:`Pipeline` from here: Bifrost's own does not report
+a block's failure.
+"""
+
+from ..pipeline import PipelineError
+from .blocks import CaptureBlock, IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
+from .runtime import BifrostBlock, Pipeline, as_ours, attach_counters, bf
+
+__all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",
+           "QuicklookBlock", "UVH5WriterBlock", "XEngineBlock", "as_ours", "attach_counters",
+           "bf"]

@@ -1,0 +1,92 @@
+"""Our blocks as real Bifrost blocks: the same logic mixins as ``xengine_block.blocks`` (one
+implementation, two runtimes), on Bifrost's block classes, with :class:`BifrostBlock` first.
+Constructor arguments are those of our blocks."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from ..blocks.integrate import IntegrateLogic
+from ..blocks.quicklook import QuicklookLogic
+from ..blocks.writer import UVH5WriterLogic
+from ..blocks.xengine import XEngineLogic
+from ..geometry import Geometry
+from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
+
+log = logging.getLogger(__name__)
+
+
+class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
+    __doc__ = XEngineLogic.__doc__
+
+    def _ring_holds_memory(self) -> bool:
+        return ring_memory(self.irings[0])[1] > 0
+
+    def _use_backend_memory(self, g: Geometry) -> bool:
+        """Bifrost rings allocate in C (no allocator to install): size the data ring now, once,
+        and have the backend map that memory as user-pointer buffer objects, where XRT allows."""
+        adopt = getattr(self.backend, "adopt_host_memory", None)
+        if adopt is None or not getattr(self.backend, "zero_copy", False):
+            if adopt is not None:  # an NPU backend that cannot read these frames in place
+                log.info("%s: frames are copied into NPU buffers: frame layout differs from "
+                         "the NPU input (S != npu_block or several channel groups)", self.name)
+            return False
+        ring = self.irings[0]
+        if self._ring_holds_memory():
+            log.info("%s: data ring %r already holds memory; frames are copied into NPU buffers "
+                     "(give geometry= before the pipeline runs for zero copy)", self.name,
+                     ring.name)
+            return False
+        gulp = g.npacket
+        nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
+        ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
+        self._ring_memory = ring_memory(ring)
+        reason = adopt(*self._ring_memory)
+        if reason:
+            log.info("%s: frames are copied into NPU buffers: %s", self.name, reason)
+            return False
+        log.info("%s: data ring %r mapped as NPU user-pointer buffers (zero copy)", self.name,
+                 ring.name)
+        return True
+
+    def on_data(self, ispans: list, ospans: list) -> list[int]:
+        mem = getattr(self, "_ring_memory", None)
+        if mem is not None and ring_memory(self.irings[0]) != mem:
+            # The ring grew (a reader or writer asked for more): its old memory is gone.
+            log.warning("%s: data ring reallocated; frames are copied into NPU buffers",
+                        self.name)
+            self.backend.forget_host_memory(mem[0])
+            self._ring_memory = None
+        return super().on_data(ispans, ospans)
+
+
+class IntegrateBlock(BifrostBlock, IntegrateLogic, bfp.MultiTransformBlock):
+    __doc__ = IntegrateLogic.__doc__
+
+
+class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):
+    __doc__ = UVH5WriterLogic.__doc__
+
+
+class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
+    __doc__ = QuicklookLogic.__doc__
+
+
+class CaptureBlock(SourceAdapter, bfp.SourceBlock):
+    """Our :class:`xengine_block.capture.CaptureBlock` (same arguments) as a Bifrost source:
+    frames ring + presence-mask ring. ``capture_counters()`` and ``receiving`` are the capture's.
+    """
+
+    def __init__(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
+        from ..capture import CaptureBlock as OurCapture
+        from ..pipeline import Pipeline as OurPipeline
+
+        with OurPipeline():  # the capture's logic object; our runtime never runs it
+            inner = OurCapture(*args, **kwargs)
+        super().__init__(inner, 2, name=name)
+        self.receiving = inner.receiving
+
+    def capture_counters(self) -> dict[str, int]:
+        return self.inner.capture_counters()
