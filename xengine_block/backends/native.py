@@ -4,8 +4,9 @@ The work happens in the C extension ``xengine_block._native`` (``src/native/``),
 ``pip install -e .``. It lays each chunk of frames out as 16 x 64 int8 tiles (8 streams' real
 rows over their imaginary rows), so one signed int8 tile product gives a 16 x 16 int32 block
 ``[[rr, ri], [ir, ii]]`` and ``K = (rr + ii) + i (ir - ri)``: no int8 value is ever negated.
-Only tile pairs of the Hermitian triangle are computed; int32 accumulation is exact for
-``P <= Geometry.max_npacket``. See ``docs/native.md`` for the design and the measured limits.
+Only tile pairs of the Hermitian triangle are computed; accumulation is modulo 2^32, so the
+int32 result is exact for ``P <= Geometry.max_npacket``. 4-bit (ci4) frames are unpacked to
+int8 inside the same layout pass. See ``docs/native.md`` for the design and the measured limits.
 
 Dispatch is at run time, best first: ``amx`` (AMX-INT8 tiles; needs the CPU, XCR0 and the
 kernel's arch_prctl permission), ``avx512vnni``, ``avx2``; the portable ``scalar`` C path runs
@@ -123,8 +124,11 @@ class NativeBackend(Backend):
 
     def _run(self, frames: np.ndarray, out: np.ndarray, mode: str) -> None:
         g = self.geometry
+        # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass;
+        # getattr: geometries from before sample_bits existed are 8-bit.
         self._ext.correlate(frames, out, g.nstream, g.nchan, g.ncoarse, self.isa,
-                            self.nthreads, self.chunk_ksteps, mode)
+                            self.nthreads, self.chunk_ksteps, mode,
+                            getattr(g, "sample_bits", 8), getattr(g, "nibble_order", "re_high"))
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         f = np.ascontiguousarray(self.check_frames(frames))
