@@ -1,6 +1,10 @@
-"""Correlator throughput at the seed geometry; prints one JSON object.
+"""Correlator throughput at the seed geometry against the machine's int8 peak and its peers
+(onnxruntime MatMulInteger, numpy), with S and thread scaling; prints one JSON object.
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
+        [--no-scaling] [--no-onnx]
+
+The onnxruntime peer needs the optional extra: ``pip install -e .[bench]``.
 """
 
 import argparse
@@ -15,9 +19,12 @@ def main() -> None:
     p.add_argument("--nstream", type=int, default=256)
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
+    p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
     a = p.parse_args()
-    print(json.dumps(benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat),
+    print(json.dumps(benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
+                                      with_scaling=not a.no_scaling, with_onnx=not a.no_onnx),
                      indent=2))
 
 
