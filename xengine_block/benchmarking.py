@@ -99,11 +99,11 @@ def machine_int8_tops(isa: str | None = None, nthreads: int | None = None,
     except (BackendUnavailable, ImportError) as exc:
         return None, None, f"no native SIMD path: {exc}"
     n = nthreads or os.cpu_count() or 1
-    rate, _ = ext.int8_peak(isa, 1, 20_000)  # calibrate the loop length to ~`seconds`
+    rate = ext.int8_peak(isa, 1, 20_000)[0]  # calibrate the loop length to ~`seconds`
     ops_per_iter = {"amx": 4 * 16 * 16 * 64 * 2, "avx512vnni": 16 * 64 * 2,
                     "avx2": 6 * 16 * 2}[isa]
     iters = max(1, int(seconds * rate / ops_per_iter))
-    best, what = max(ext.int8_peak(isa, n, iters) for _ in range(repeat))
+    best, what, _ = max(ext.int8_peak(isa, n, iters) for _ in range(repeat))
     old = _PEAKS.get((isa, n))
     if old and old[0] > best and not fresh:
         best = old[0]

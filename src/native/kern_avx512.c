@@ -90,12 +90,22 @@ XE_AVX512_TARGET void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, l
 }
 
 /* 16 x 16 transpose of 32-bit elements: Y tile [16 rows][16 k-quads] -> VNNI [16 k-quads]
- * [16 rows][4]; optionally xor 0x80 (the +128 bias of the unsigned vpdpbusd operand). */
-static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias)
+ * [16 rows][4]; with bias, xor 0x80 (the +128 bias of the unsigned vpdpbusd operand) and add
+ * each row's biased byte sums (vpsadbw, 8 lanes) into rowsum[16][8] while it is in a
+ * register: the VNNI correction then costs no pass over the tiles. */
+static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias,
+                                              int64_t *rowsum)
 {
     __m512i r[16], t[16];
     for (int i = 0; i < 16; i++)
         r[i] = _mm512_loadu_si512(src + 64 * i);
+    if (rowsum)
+        for (int i = 0; i < 16; i++) {
+            __m512i *acc = (__m512i *)(rowsum + 8 * i);
+            const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(r[i], bias),
+                                                _mm512_setzero_si512());
+            _mm512_store_si512(acc, _mm512_add_epi64(_mm512_load_si512(acc), sad));
+        }
     for (int i = 0; i < 8; i++) {  /* per 128-bit lane l: rows (2i, 2i+1) x cols 4l.. */
         t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
@@ -127,7 +137,7 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int
     for (int i = i0; i < i1; i++)
         for (int t = 0; t < nt; t++) {
             const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
-            pack_tile(w->a + o, w->b + o, x);
+            pack_tile(w->a + o, w->b + o, x, bias ? w->rowsum + (size_t)i * 16 * 8 : NULL);
         }
 }
 #endif

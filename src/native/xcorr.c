@@ -225,19 +225,12 @@ static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const x
     }
 }
 
-/* Row sums of blocks [i0, i1) of the chunk's Y tiles (VNNI bias correction). */
-static void add_rowsums(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
+/* Sum of Y row m of block i since the last write-out: the lanes of the biased sums less the
+ * bias of every K-step packed (zero padding included, as the products saw it). */
+static int64_t row_sum(const xe_work *w, int i, int m)
 {
-    const size_t blk = xe_block_bytes(p);
-    for (int i = i0; i < i1; i++)
-        for (int t = 0; t < nt; t++)
-            for (int m = 0; m < 16; m++) {
-                const int8_t *row = w->a + i * blk + (size_t)t * XE_TILE_BYTES + m * XE_KSTEP;
-                int32_t s = 0;
-                for (int k = 0; k < XE_KSTEP; k++)
-                    s += row[k];
-                w->rowsum[i * 16 + m] += s;
-            }
+    const int64_t *v = w->rowsum + ((size_t)i * 16 + m) * 8;
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] - 128L * XE_KSTEP * w->ntiles;
 }
 
 /* C[I, M] += Y_I Y_M^T in plain C: the reference for the SIMD kernels and the last fallback. */
@@ -279,6 +272,7 @@ typedef struct {
     xe_copy_fn copy;
     int pack_b, bias;
     int failed;
+    double cpu_seconds;  /* summed over the workers (under lock) */
 } xe_job;
 
 /* Add one thread's accumulators for channel c into the packed triangle (locked). */
@@ -294,11 +288,11 @@ static void flush(xe_job *job, const xe_work *w, int c)
             int32_t *t;
             if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &t))
                 continue;
-            const int32_t *rs = w->rowsum + I * 16;
             for (int m = 0; m < 8 && 8 * I + m < S; m++) {
                 const long j = 8 * I + m;
-                const int64_t re_bias = job->bias ? 128 * ((int64_t)rs[m] + rs[m + 8]) : 0;
-                const int64_t im_bias = job->bias ? 128 * ((int64_t)rs[m + 8] - rs[m]) : 0;
+                const int64_t rs_re = job->bias ? row_sum(w, I, m) : 0;
+                const int64_t rs_im = job->bias ? row_sum(w, I, m + 8) : 0;
+                const int64_t re_bias = 128 * (rs_re + rs_im), im_bias = 128 * (rs_im - rs_re);
                 for (int n = 0; n < 8 && 8 * M + n < S; n++) {
                     const long k = 8 * M + n;
                     if (j > k)
@@ -332,7 +326,7 @@ static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
     w->a = aligned_alloc(64, ybytes);
     w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
     w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-    w->rowsum = calloc((size_t)p->nb8 * 16, sizeof(int32_t));
+    w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
     if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum) {
         work_free(w);
         return -1;
@@ -374,11 +368,10 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
             xe_pack_b_avx512(p, w, un->nt, 2 * L, 2 * L + 2, job->bias);
 #endif
     }
-    if (!job->layout_only) {
-        if (job->bias)
-            add_rowsums(p, w, un->nt, 0, p->nb8);
+    if (convert)
+        w->ntiles += un->nt;
+    if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);
-    }
     if (convert && next)
         prefetch_super_block(p, job->frames, next, 0);
 }
@@ -387,6 +380,7 @@ static void *worker(void *arg)
 {
     xe_job *job = arg;
     const xe_plan *p = job->plan;
+    const double cpu0 = xe_thread_cpu();
     xe_work w;
     if (work_alloc(p, &w, job->pack_b) != 0) {
         __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
@@ -406,7 +400,8 @@ static void *worker(void *arg)
             if (cur >= 0 && !job->layout_only)
                 flush(job, &w, cur);
             memset(w.acc, 0, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * sizeof(int32_t));
+            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
+            w.ntiles = 0;
             cur = un.c;
         }
         process_unit(job, &w, &un, have_next ? &next : NULL,
@@ -421,6 +416,10 @@ static void *worker(void *arg)
         xe_amx_tile_release();
 #endif
     work_free(&w);
+    const double cpu = xe_thread_cpu() - cpu0;
+    pthread_mutex_lock(&job->lock);
+    job->cpu_seconds += cpu;
+    pthread_mutex_unlock(&job->lock);
     return NULL;
 }
 
@@ -533,7 +532,9 @@ PyDoc_STRVAR(correlate_doc,
 "unpacked inside the layout pass. isa is one of isa_status()'s names. kt: K-steps of 64\n"
 "spectra per chunk (0: default). mode: 'full'; 'layout' runs only the frame-to-tile\n"
 "conversion and leaves out untouched; 'compute' converts only each thread's first chunk\n"
-"(a wrong result) so the kernels can be timed alone. Releases the GIL.");
+"(a wrong result) so the kernels can be timed alone. Releases the GIL. Returns the CPU\n"
+"seconds its threads used (their sum), which time slicing on a shared machine does not\n"
+"inflate.");
 
 /* Largest |re| or |im| of one complex product term a conj(b) for samples of `bits`: 2 x 128^2
  * for ci8, 2 x 8^2 for ci4. The packed int32 output is exact while spectra x this fits. */
@@ -646,7 +647,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
         PyErr_NoMemory();
         goto done;
     }
-    result = Py_NewRef(Py_None);
+    result = PyFloat_FromDouble(job.cpu_seconds);
 done:
     free(pairs);
     PyBuffer_Release(&fb);
@@ -661,13 +662,15 @@ typedef double (*xe_peak_fn)(long iters);
 typedef struct {
     xe_peak_fn fn;
     long iters;
-    double seconds;
+    double seconds, cpu;
 } peak_arg;
 
 static void *peak_thread(void *arg)
 {
     peak_arg *a = arg;
+    const double cpu0 = xe_thread_cpu();
     a->seconds = a->fn(a->iters);
+    a->cpu = xe_thread_cpu() - cpu0;
     return NULL;
 }
 
@@ -702,11 +705,12 @@ static xe_peak_fn peak_loop(int isa, double *ops_per_iter, const char **what)
 }
 
 PyDoc_STRVAR(int8_peak_doc,
-"int8_peak(isa, nthreads, iters) -> (int8 ops/s, instruction)\n\n"
+"int8_peak(isa, nthreads, iters) -> (int8 ops/s, instruction, int8 ops per CPU second)\n\n"
 "Register-resident loop of the instruction the native path `isa` multiplies with (amx:\n"
 "tdpbssd; avx512vnni: vpdpbusd; avx2: vpmaddwd), iters iterations on each of nthreads threads\n"
 "at once, operands loaded once: the ceiling of that path on this machine, measured now.\n"
-"Ops are int8 MACs x 2. Raises RuntimeError where the path cannot run.");
+"Ops are int8 MACs x 2; ops/s over the slowest thread's wall time, and per CPU second of\n"
+"all threads (insensitive to time slicing). Raises RuntimeError where the path cannot run.");
 
 static PyObject *py_int8_peak(PyObject *self, PyObject *args)
 {
@@ -737,7 +741,7 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     for (int i = 0; i < nthreads; i++) {
         args_[i].fn = fn;
         args_[i].iters = iters;
-        args_[i].seconds = 0;
+        args_[i].seconds = args_[i].cpu = 0;
         if (pthread_create(&tid[i], NULL, peak_thread, &args_[i]) != 0)
             break;
         started++;
@@ -745,12 +749,15 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     Py_END_ALLOW_THREADS
-    double slowest = 0;
-    for (int i = 0; i < started; i++)
+    double slowest = 0, cpu = 0;
+    for (int i = 0; i < started; i++) {
         slowest = args_[i].seconds > slowest ? args_[i].seconds : slowest;
-    if (!started || slowest <= 0)
+        cpu += args_[i].cpu;
+    }
+    if (!started || slowest <= 0 || cpu <= 0)
         return PyErr_Format(PyExc_RuntimeError, "could not start the peak threads");
-    return Py_BuildValue("(ds)", (double)started * iters * ops_per_iter / slowest, what);
+    const double ops = (double)started * iters * ops_per_iter;
+    return Py_BuildValue("(dsd)", ops / slowest, what, ops / cpu);
 }
 
 static PyMethodDef methods[] = {

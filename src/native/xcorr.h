@@ -43,7 +43,10 @@ typedef struct {
     int8_t *a;        /* Y tiles  [nb8][kt][16][64] */
     int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI) */
     int32_t *acc;     /* accumulators [nsp][4 sub-tiles][16][16] */
-    int32_t *rowsum;  /* [nb8][16] sums of Y rows (VNNI bias correction) */
+    int64_t *rowsum;  /* [nb8][16][8] biased Y row sums, sum (y + 128), in 8 lanes (VNNI bias
+                       * correction), accumulated by the packing while the rows are in
+                       * registers; reduced at the write-out */
+    long ntiles;      /* K-steps packed since the last write-out (undoes the + 128) */
 } xe_work;
 
 /* Monotonic wall time in seconds (the peak loops time themselves). */
@@ -51,6 +54,14 @@ static inline double xe_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds of the calling thread: what a worker really got on a shared machine. */
+static inline double xe_thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
