@@ -76,19 +76,19 @@ def triangle_int8_tops(msps: float, nstream: int) -> float:
     return 8 * nstream * (nstream + 1) / 2 * msps * 1e6 / 1e12
 
 
-_PEAKS: dict[tuple[str, int], tuple[float, str]] = {}
+#: (isa, threads) -> (best ops/s, instruction, best ops per CPU second) over the whole run.
+_PEAKS: dict[tuple[str, int], tuple[float, str, float]] = {}
 
 
-def machine_int8_tops(isa: str | None = None, nthreads: int | None = None,
-                      seconds: float = 0.1, repeat: int = 3,
-                      fresh: bool = False) -> tuple[float | None, str | None, str]:
+def machine_int8_tops(isa: str | None = None, nthreads: int | None = None, seconds: float = 0.1,
+                      repeat: int = 3) -> tuple[float | None, str | None, str]:
     """(TOPS, isa, how): the int8 peak of native path ``isa`` (default: the one ``auto`` picks)
     on ``nthreads`` threads at once (default all), or (None, None, why not).
 
     A register-resident loop of the instruction that path multiplies with (AMX ``tdpbssd``,
     AVX-512 VNNI ``vpdpbusd``, AVX2 ``vpmaddwd``), from the native extension: the ceiling no
-    int8 correlator on that path can pass. Best of ``repeat`` (the least disturbed on a shared
-    machine); cached per (isa, nthreads) unless ``fresh``, and improved by later calls.
+    int8 correlator on that path can pass. Best of ``repeat``, and of every earlier call in
+    this process (on a shared machine the least disturbed measurement is the ceiling).
     """
     from .backends import BackendUnavailable
     from .backends.native import _extension, select_isa
@@ -103,12 +103,17 @@ def machine_int8_tops(isa: str | None = None, nthreads: int | None = None,
     ops_per_iter = {"amx": 4 * 16 * 16 * 64 * 2, "avx512vnni": 16 * 64 * 2,
                     "avx2": 6 * 16 * 2}[isa]
     iters = max(1, int(seconds * rate / ops_per_iter))
-    best, what, _ = max(ext.int8_peak(isa, n, iters) for _ in range(repeat))
-    old = _PEAKS.get((isa, n))
-    if old and old[0] > best and not fresh:
-        best = old[0]
-    _PEAKS[(isa, n)] = (best, what)
-    return best / 1e12, isa, f"{n} threads x register-resident {what} loop, best of {repeat}"
+    runs = [ext.int8_peak(isa, n, iters) for _ in range(repeat)]
+    old = _PEAKS.get((isa, n), (0.0, "", 0.0))
+    best = (max(old[0], *(r[0] for r in runs)), runs[0][1], max(old[2], *(r[2] for r in runs)))
+    _PEAKS[(isa, n)] = best
+    return best[0] / 1e12, isa, f"{n} threads x register-resident {best[1]} loop, best of run"
+
+
+def peak_per_cpu_second(isa: str, nthreads: int) -> float | None:
+    """Best int8 ops per CPU second of path ``isa``'s peak loop so far (TOPS), or None."""
+    best = _PEAKS.get((isa, nthreads))
+    return best[2] / 1e12 if best else None
 
 
 def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
@@ -123,18 +128,29 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
 
     nsamp = frames.shape[0] * g.nspectra_pkt * g.nchan
     best = NativeBackend(g)
+    cpu = []
     try:
-        t_full, _ = _best_time(lambda: best.correlate(frames), repeat)
+        t_full, _ = _best_time(lambda: (best.correlate(frames),
+                                        cpu.append(best.last_cpu_seconds)), repeat)
         stages = [best.time_stages(frames) for _ in range(repeat)]
     finally:
         best.close()
+    useful_ops = triangle_int8_tops(nsamp / 1e6, g.nstream) * 1e12  # ops of the whole gulp
+    machine_int8_tops(best.isa, best.nthreads)
+    per_cpu = peak_per_cpu_second(best.isa, best.nthreads)
     layout = min(s["layout"] for s in stages)
     compute = min(s["compute"] for s in stages)
     details = {
         "isa": best.isa, "isa_reason": best.isa_reason, "nthreads": best.nthreads,
         "seconds": t_full, "layout_seconds": layout, "compute_seconds": compute,
         "layout_fraction": layout / t_full, "layout_gbytes_per_s": frames.nbytes / layout / 1e9,
-        "compute_only_msps": nsamp / compute / 1e6, "per_isa": {},
+        "compute_only_msps": nsamp / compute / 1e6,
+        "cpu_seconds": min(cpu),
+        # Useful ops per CPU second the threads got, over the peak loop's: the code's
+        # efficiency with time slicing by other processes taken out (shared machines).
+        "fraction_of_int8_peak_cpu_time": (useful_ops / min(cpu) / (per_cpu * 1e12)
+                                           if per_cpu else None),
+        "per_isa": {},
     }
     for isa, (ok, why) in isa_status().items():
         if not ok:

@@ -113,6 +113,9 @@ class NativeBackend(Backend):
         log.log(level, "native correlator path %s", self.isa_reason)
         self.nthreads = nthreads or os.cpu_count() or 1
         self.chunk_ksteps = chunk_ksteps
+        #: CPU seconds the worker threads used in the last call (their sum): the cost of the
+        #: call with time slicing by other processes taken out.
+        self.last_cpu_seconds = 0.0
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
@@ -126,9 +129,10 @@ class NativeBackend(Backend):
         g = self.geometry
         # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass;
         # getattr: geometries from before sample_bits existed are 8-bit.
-        self._ext.correlate(frames, out, g.nstream, g.nchan, g.ncoarse, self.isa,
-                            self.nthreads, self.chunk_ksteps, mode,
-                            getattr(g, "sample_bits", 8), getattr(g, "nibble_order", "re_high"))
+        self.last_cpu_seconds = self._ext.correlate(
+            frames, out, g.nstream, g.nchan, g.ncoarse, self.isa, self.nthreads,
+            self.chunk_ksteps, mode, getattr(g, "sample_bits", 8),
+            getattr(g, "nibble_order", "re_high"))
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         f = np.ascontiguousarray(self.check_frames(frames))
