@@ -4,13 +4,15 @@ one JSON object.
 
     python benchmarks/bench_pipeline.py [--transport both] [--nstream 256] [--dumps 4]
 
-Per transport (``inproc``: a spead2 in-process queue, nothing can be lost; ``udp``: loopback,
-paced): ``sustained_msps`` (samples correlated and written per second in the steady state,
-from the first dump on disk to the last; ``first_dump_s`` is the start-up),
-``bare_backend_msps`` (the same backend on the same frames, alone), ``ratio``, ``lost`` heaps,
-the capture alone on the same packets (``capture_only``: where it is below the bare backend,
-the capture is the limit), and the sender's own CPU seconds (its C++ thread and the Python
-thread driving it), since everything shares the cores.
+Per transport (``inproc``: a spead2 in-process queue filled with every packet before the
+chain starts, so the chain takes them as fast as it can and the sender competes for no core;
+``udp``: loopback, paced, the sender running alongside): ``sustained_msps`` (samples
+correlated and written per second in the steady state, from the first dump on disk to the
+last; ``first_dump_s`` is the start-up), ``bare_backend_msps`` (the same backend on the same
+frames, alone), ``ratio``, ``lost`` heaps, the capture alone on the same packets
+(``capture_only``: where it is below the bare backend, the capture is the limit), and the
+sender's own CPU seconds (its C++ thread and the Python thread driving it), since everything
+shares the cores.
 UDP starts at the payload rate that carries the lower of the bare backend and the in-process
 chain, and steps down by 0.7x until nothing is lost; the capture alone is run at the first
 rate (paced: its rate there is the feed rate, its loss says whether it keeps up).
@@ -110,11 +112,15 @@ def capture_only(g: Geometry, kind: str, nframe: int, rate_gbps: float, batch: i
     """The capture alone on the same packets: frames delivered per second."""
     source, make = _transport(kind, g, rate_gbps, batch)
     replay = Replay(g, make)
+    if kind == "inproc":
+        replay.send(nframe)  # queued first, as in chain_run
     cap = Capture(source, g, start_timestamp=0, idle_timeout=1.0 if kind == "udp" else None)
-    thread = threading.Thread(target=replay.send, args=(nframe,))
-    thread.start()
+    thread = threading.Thread(target=replay.send, args=(nframe,)) if kind == "udp" else None
+    if thread:
+        thread.start()
     stamps = [time.perf_counter() for _ in cap]
-    thread.join()
+    if thread:
+        thread.join()
     lost = replay.sender.heaps_sent - cap.counters()["heaps"]
     steady = (len(stamps) - 1) * g.nspectra_pkt * g.nchan  # first frame to last, as the chain
     return {"msps": steady / (stamps[-1] - stamps[0]) / 1e6 if steady else 0.0,
@@ -127,6 +133,9 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
     the first and the last dump written."""
     source, make = _transport(kind, g, rate_gbps, batch)
     replay = Replay(g, make)
+    prefill = kind == "inproc"
+    if prefill:  # every packet queued before the chain starts: it takes them at its own pace
+        replay.send(nframe)
     ndump = nframe // g.npacket
     stamps: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, Pipeline() as pipeline:
@@ -135,7 +144,7 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         chain = correlator_chain(capture, directory=tmp, backend=backend, quicklook=False,
                                  geometry=g)
         sender = threading.Thread(target=replay.send, args=(nframe, capture.receiving),
-                                  daemon=True)
+                                  daemon=True) if not prefill else None
 
         def watch() -> None:  # the moment each dump is on disk
             seen = 0
@@ -148,11 +157,13 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
 
         pipeline_done = threading.Event()
         watcher = threading.Thread(target=watch, daemon=True)
-        sender.start()
+        if sender:
+            sender.start()
         watcher.start()
         pipeline.run()
         pipeline_done.set()
-        sender.join(timeout=60)
+        if sender:
+            sender.join(timeout=60)
         watcher.join(timeout=5)
         counters = capture.capture_counters()
         written = chain.writer.dumps_written
