@@ -167,6 +167,7 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         watcher.join(timeout=5)
         counters = capture.capture_counters()
         written = chain.writer.dumps_written
+        blocks = {b.name: {k: round(v, 3) for k, v in b.perf.items()} for b in pipeline.blocks}
     # Steady state: from the first dump on disk to the last (start-up, e.g. the writer's
     # first file, is reported apart as first_dump_s).
     steady = (len(stamps) - 1) * g.npacket * g.nspectra_pkt * g.nchan
@@ -178,7 +179,7 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
             "steady_s": stamps[-1] - stamps[0] if stamps else None,
             "send_s": replay.t1 - replay.t0,
             "sender_cpu_s": replay.cpu_s,
-            "xengine_msps_of_its_busy_time": chain.xengine_msps()}
+            "xengine_msps_of_its_busy_time": chain.xengine_msps(), "blocks": blocks}
 
 
 def gbps_for(g: Geometry, msps: float) -> float:
