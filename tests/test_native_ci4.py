@@ -73,7 +73,6 @@ def test_ci4_edges(isa, order):
     assert np.array_equal(correlate_ci4(isa, g, ci4, order), ref)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("isa", nat.ISAS)
 def test_ci4_long_call(isa):
     """2.1 M spectra of -8 against 7 in one call: 32x the ci8 limit (65,535), and past where
