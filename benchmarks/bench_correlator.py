@@ -1,7 +1,11 @@
-"""Correlator throughput at the seed geometry; prints one JSON object.
+"""Correlator throughput at the seed geometry against the machine's int8 peak and its peers
+(onnxruntime MatMulInteger, numpy), with S and thread scaling; prints one JSON object.
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
     python benchmarks/bench_correlator.py --bits 4   # also ci4 input, next to ci8, same run
+        [--no-scaling] [--no-onnx]
+
+The onnxruntime peer needs the optional extra: ``pip install -e .[bench]``.
 """
 
 import argparse
@@ -17,11 +21,14 @@ def main() -> None:
     p.add_argument("--nstream", type=int, default=256)
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--bits", type=parse_sample_bits, default=8,
                    help="4: also measure ci4 input (key 'ci4') next to ci8 in the same run")
+    p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
+    p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
     a = p.parse_args()
-    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat)
+    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
+                              with_scaling=not a.no_scaling, with_onnx=not a.no_onnx)
     if a.bits == 4:
         result["ci4"] = benchmarking.run_ci4(a.backend, result, a.repeat)
     print(json.dumps(result, indent=2))

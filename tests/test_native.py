@@ -142,8 +142,3 @@ def test_bad_arguments():
         ext.correlate(np.zeros((137, *g.frame_shape), np.int8), out, 8, 9, 60, "scalar", 1)
     with pytest.raises(ValueError, match="unknown mode"):
         ext.correlate(frames, out, 8, 9, 60, "scalar", 1, 0, "x")
-
-
-def test_amx_peak_loop():
-    runnable("amx")
-    assert nat._extension().amx_peak(1, 20_000) > 1e11  # > 0.1 TOPS even on a busy core

@@ -12,7 +12,6 @@
 #if defined(XE_HAVE_AMX)
 #include <immintrin.h>
 #include <string.h>
-#include <time.h>
 
 #define XE_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
 
@@ -84,7 +83,6 @@ XE_AMX_TARGET double xe_amx_peak_loop(long iters)
 {
     static const int8_t ones[XE_TILE_BYTES] = {1};
     int32_t sink[XE_ACC_INTS];
-    struct timespec t0, t1;
     xe_amx_tile_config();
     _tile_loadd(4, ones, 64);
     _tile_loadd(5, ones, 64);
@@ -94,7 +92,7 @@ XE_AMX_TARGET double xe_amx_peak_loop(long iters)
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = xe_now();
     for (long i = 0; i < iters; i++) {
         _tile_dpbssd(0, 4, 6);
         _tile_dpbssd(1, 4, 7);
@@ -102,10 +100,10 @@ XE_AMX_TARGET double xe_amx_peak_loop(long iters)
         _tile_dpbssd(3, 5, 7);
     }
     _tile_stored(0, sink, 64);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double t1 = xe_now();
     xe_amx_tile_release();
     __asm__ volatile("" : : "r"(sink) : "memory");
-    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return t1 - t0;
 }
 
 #else

@@ -60,6 +60,26 @@ XE_AVX2_TARGET void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0
     }
 }
 
+/* Register-resident loop of the AVX2 path's instruction pair (vpmaddwd on sign-extended int16,
+ * then vpaddd: 16 int8-valued MACs), 6 independent chains in ymm4-15 (asm, so nothing is
+ * spilled or hoisted). Returns seconds. */
+#define XE_MA(t, c) "vpmaddwd %[b], %[a], %%ymm" #t "\n\tvpaddd %%ymm" #t ", %%ymm" #c \
+    ", %%ymm" #c "\n\t"
+XE_AVX2_TARGET double xe_avx2_peak_loop(long iters)
+{
+    const __m256i a = _mm256_set1_epi16(1), b = _mm256_set1_epi16(2);
+    const double t0 = xe_now();
+    for (long i = 0; i < iters; i++)
+        __asm__ volatile(XE_MA(4, 10) XE_MA(5, 11) XE_MA(6, 12) XE_MA(7, 13) XE_MA(8, 14)
+                         XE_MA(9, 15)
+                         :
+                         : [a] "x"(a), [b] "x"(b)
+                         : "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                           "xmm12", "xmm13", "xmm14", "xmm15");
+    return xe_now() - t0;
+}
+#undef XE_MA
+
 #else
 typedef int xe_avx2_not_compiled;  /* ISO C forbids an empty translation unit */
 #endif

@@ -34,13 +34,78 @@ XE_AVX512_TARGET void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, l
         xe_copy_group(src + 16 * u, re_row, d0 + u);
 }
 
+/* ci4 bytes -> sign-extended int8 nibbles: (nibble ^ 8) - 8, on 64 or 32 bytes at once. */
+static inline XE_AVX512_TARGET void unpack_ci4_512(__m512i v, __m512i *hi, __m512i *lo)
+{
+    const __m512i m = _mm512_set1_epi8(15), e = _mm512_set1_epi8(8);
+    *hi = _mm512_sub_epi8(_mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), e), e);
+    *lo = _mm512_sub_epi8(_mm512_xor_si512(_mm512_and_si512(v, m), e), e);
+}
+
+static inline XE_AVX512_TARGET void unpack_ci4_256(__m256i v, __m256i *hi, __m256i *lo)
+{
+    const __m256i m = _mm256_set1_epi8(15), e = _mm256_set1_epi8(8);
+    *hi = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), e), e);
+    *lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(v, m), e), e);
+}
+
+/* ci4 groups (8 bytes, one complex sample each) -> Y rows, unpacked on the way: 8 groups
+ * (a whole 64-spectra tile row) per zmm where aligned, 4 per ymm, else one at a time. */
+static inline XE_AVX512_TARGET void copy_ci4(const int8_t *src, int8_t *re_row, long d0, long n,
+                                             int re_low)
+{
+    int8_t *im_row = re_row + 8 * XE_KSTEP;
+    long u = 0;
+    for (; u < n && ((d0 + u) & 3); u++)
+        xe_copy_group_ci4(src + 8 * u, re_row, d0 + u, re_low);
+    for (; u < n;) {
+        const size_t o = xe_y_offset(d0 + u);
+        if (((d0 + u) & 7) == 0 && u + 8 <= n) {
+            __m512i hi, lo;
+            unpack_ci4_512(_mm512_loadu_si512(src + 8 * u), &hi, &lo);
+            _mm512_storeu_si512(re_row + o, re_low ? lo : hi);
+            _mm512_storeu_si512(im_row + o, re_low ? hi : lo);
+            u += 8;
+        } else if (u + 4 <= n) {
+            __m256i hi, lo;
+            unpack_ci4_256(_mm256_loadu_si256((const __m256i *)(src + 8 * u)), &hi, &lo);
+            _mm256_storeu_si256((__m256i *)(re_row + o), re_low ? lo : hi);
+            _mm256_storeu_si256((__m256i *)(im_row + o), re_low ? hi : lo);
+            u += 4;
+        } else
+            break;
+    }
+    for (; u < n; u++)
+        xe_copy_group_ci4(src + 8 * u, re_row, d0 + u, re_low);
+}
+
+XE_AVX512_TARGET void xe_copy_ci4_hi_avx512(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    copy_ci4(src, re_row, d0, n, 0);
+}
+
+XE_AVX512_TARGET void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    copy_ci4(src, re_row, d0, n, 1);
+}
+
 /* 16 x 16 transpose of 32-bit elements: Y tile [16 rows][16 k-quads] -> VNNI [16 k-quads]
- * [16 rows][4]; optionally xor 0x80 (the +128 bias of the unsigned vpdpbusd operand). */
-static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias)
+ * [16 rows][4]; with bias, xor 0x80 (the +128 bias of the unsigned vpdpbusd operand) and add
+ * each row's biased byte sums (vpsadbw, 8 lanes) into rowsum[16][8] while it is in a
+ * register: the VNNI correction then costs no pass over the tiles. */
+static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias,
+                                              int64_t *rowsum)
 {
     __m512i r[16], t[16];
     for (int i = 0; i < 16; i++)
         r[i] = _mm512_loadu_si512(src + 64 * i);
+    if (rowsum)
+        for (int i = 0; i < 16; i++) {
+            __m512i *acc = (__m512i *)(rowsum + 8 * i);
+            const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(r[i], bias),
+                                                _mm512_setzero_si512());
+            _mm512_store_si512(acc, _mm512_add_epi64(_mm512_load_si512(acc), sad));
+        }
     for (int i = 0; i < 8; i++) {  /* per 128-bit lane l: rows (2i, 2i+1) x cols 4l.. */
         t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
@@ -72,7 +137,7 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int
     for (int i = i0; i < i1; i++)
         for (int t = 0; t < nt; t++) {
             const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
-            pack_tile(w->a + o, w->b + o, x);
+            pack_tile(w->a + o, w->b + o, x, bias ? w->rowsum + (size_t)i * 16 * 8 : NULL);
         }
 }
 #endif
@@ -115,6 +180,27 @@ XE_VNNI_TARGET void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0
         }
     }
 }
+
+/* Register-resident loop (no memory traffic): 16 independent vpdpbusd zmm chains (zmm16-31,
+ * in asm so the compiler can neither spill nor hoist them), enough to cover the instruction's
+ * latency x throughput on current cores. Returns seconds. */
+#define XE_DP(r) "vpdpbusd %[b], %[a], %%zmm" #r "\n\t"
+XE_VNNI_TARGET double xe_vnni_peak_loop(long iters)
+{
+    const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+    const double t0 = xe_now();
+    for (long i = 0; i < iters; i++)
+        __asm__ volatile(XE_DP(16) XE_DP(17) XE_DP(18) XE_DP(19) XE_DP(20) XE_DP(21) XE_DP(22)
+                         XE_DP(23) XE_DP(24) XE_DP(25) XE_DP(26) XE_DP(27) XE_DP(28) XE_DP(29)
+                         XE_DP(30) XE_DP(31)
+                         :
+                         : [a] "v"(a), [b] "v"(b)
+                         : "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+                           "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29",
+                           "xmm30", "xmm31");
+    return xe_now() - t0;
+}
+#undef XE_DP
 #endif
 
 #if !defined(XE_HAVE_AVX512VNNI) && !defined(XE_HAVE_AMX)

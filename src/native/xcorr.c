@@ -153,6 +153,18 @@ static void copy_groups_generic(const int8_t *src, int8_t *re_row, long d0, long
         xe_copy_group(src + 16 * u, re_row, d0 + u);
 }
 
+static void copy_ci4_hi_generic(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    for (long u = 0; u < n; u++)
+        xe_copy_group_ci4(src + 8 * u, re_row, d0 + u, 0);
+}
+
+static void copy_ci4_lo_generic(const int8_t *src, int8_t *re_row, long d0, long n)
+{
+    for (long u = 0; u < n; u++)
+        xe_copy_group_ci4(src + 8 * u, re_row, d0 + u, 1);
+}
+
 /* One unit of work: channel c, groups [g0, g1) spanning nt K-steps. */
 typedef struct {
     int c, nt;
@@ -167,7 +179,7 @@ static inline const int8_t *group_src(const xe_plan *p, const int8_t *frames, in
     const long pk = g / p->ncoarse, q = g % p->ncoarse;
     *run = (p->ncoarse - q < g1 - g) ? p->ncoarse - q : g1 - g;
     return frames + (((size_t)pk * p->nstream + s) * p->nchan + c) * p->chan_bytes
-        + (size_t)q * 2 * XE_GROUP;
+        + (size_t)q * p->group_bytes;
 }
 
 static inline int stream_end(const xe_plan *p, int sb)
@@ -206,26 +218,19 @@ static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const x
         long run;
         for (long g = un->g0; g < un->g1; g += run) {
             const int8_t *src = group_src(p, frames, s, un->c, g, un->g1, &run);
-            const uintptr_t end = (uintptr_t)(src + run * 2 * XE_GROUP);
+            const uintptr_t end = (uintptr_t)(src + run * p->group_bytes);
             for (uintptr_t a = (uintptr_t)src & ~(uintptr_t)63; a < end; a += 64)
                 __builtin_prefetch((const void *)a, 0, 2);
         }
     }
 }
 
-/* Row sums of blocks [i0, i1) of the chunk's Y tiles (VNNI bias correction). */
-static void add_rowsums(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
+/* Sum of Y row m of block i since the last write-out: the lanes of the biased sums less the
+ * bias of every K-step packed (zero padding included, as the products saw it). */
+static int64_t row_sum(const xe_work *w, int i, int m)
 {
-    const size_t blk = xe_block_bytes(p);
-    for (int i = i0; i < i1; i++)
-        for (int t = 0; t < nt; t++)
-            for (int m = 0; m < 16; m++) {
-                const int8_t *row = w->a + i * blk + (size_t)t * XE_TILE_BYTES + m * XE_KSTEP;
-                int32_t s = 0;
-                for (int k = 0; k < XE_KSTEP; k++)
-                    s += row[k];
-                w->rowsum[i * 16 + m] += s;
-            }
+    const int64_t *v = w->rowsum + ((size_t)i * 16 + m) * 8;
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] - 128L * XE_KSTEP * w->ntiles;
 }
 
 /* C[I, M] += Y_I Y_M^T in plain C: the reference for the SIMD kernels and the last fallback. */
@@ -267,6 +272,7 @@ typedef struct {
     xe_copy_fn copy;
     int pack_b, bias;
     int failed;
+    double cpu_seconds;  /* summed over the workers (under lock) */
 } xe_job;
 
 /* Add one thread's accumulators for channel c into the packed triangle (locked). */
@@ -282,11 +288,11 @@ static void flush(xe_job *job, const xe_work *w, int c)
             int32_t *t;
             if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &t))
                 continue;
-            const int32_t *rs = w->rowsum + I * 16;
             for (int m = 0; m < 8 && 8 * I + m < S; m++) {
                 const long j = 8 * I + m;
-                const int64_t re_bias = job->bias ? 128 * ((int64_t)rs[m] + rs[m + 8]) : 0;
-                const int64_t im_bias = job->bias ? 128 * ((int64_t)rs[m + 8] - rs[m]) : 0;
+                const int64_t rs_re = job->bias ? row_sum(w, I, m) : 0;
+                const int64_t rs_im = job->bias ? row_sum(w, I, m + 8) : 0;
+                const int64_t re_bias = 128 * (rs_re + rs_im), im_bias = 128 * (rs_im - rs_re);
                 for (int n = 0; n < 8 && 8 * M + n < S; n++) {
                     const long k = 8 * M + n;
                     if (j > k)
@@ -320,7 +326,7 @@ static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
     w->a = aligned_alloc(64, ybytes);
     w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
     w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-    w->rowsum = calloc((size_t)p->nb8 * 16, sizeof(int32_t));
+    w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
     if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum) {
         work_free(w);
         return -1;
@@ -362,11 +368,10 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
             xe_pack_b_avx512(p, w, un->nt, 2 * L, 2 * L + 2, job->bias);
 #endif
     }
-    if (!job->layout_only) {
-        if (job->bias)
-            add_rowsums(p, w, un->nt, 0, p->nb8);
+    if (convert)
+        w->ntiles += un->nt;
+    if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);
-    }
     if (convert && next)
         prefetch_super_block(p, job->frames, next, 0);
 }
@@ -375,6 +380,7 @@ static void *worker(void *arg)
 {
     xe_job *job = arg;
     const xe_plan *p = job->plan;
+    const double cpu0 = xe_thread_cpu();
     xe_work w;
     if (work_alloc(p, &w, job->pack_b) != 0) {
         __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
@@ -394,7 +400,8 @@ static void *worker(void *arg)
             if (cur >= 0 && !job->layout_only)
                 flush(job, &w, cur);
             memset(w.acc, 0, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * sizeof(int32_t));
+            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
+            w.ntiles = 0;
             cur = un.c;
         }
         process_unit(job, &w, &un, have_next ? &next : NULL,
@@ -409,14 +416,20 @@ static void *worker(void *arg)
         xe_amx_tile_release();
 #endif
     work_free(&w);
+    const double cpu = xe_thread_cpu() - cpu0;
+    pthread_mutex_lock(&job->lock);
+    job->cpu_seconds += cpu;
+    pthread_mutex_unlock(&job->lock);
     return NULL;
 }
 
-/* Fill the job's ISA-specific hooks; 0 if the ISA was not compiled in. */
-static int select_isa(xe_job *job, enum xe_isa isa)
+/* Fill the job's ISA-specific hooks for samples of `bits` (8, or 4 with re in the low nibble
+ * if re_low); 0 if the ISA was not compiled in. */
+static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
 {
     job->kernel = kernel_scalar;
-    job->copy = copy_groups_generic;
+    job->copy = bits == 8 ? copy_groups_generic : re_low ? copy_ci4_lo_generic
+        : copy_ci4_hi_generic;
     job->pack_b = job->bias = 0;
     switch (isa) {
     case XE_SCALAR:
@@ -429,14 +442,16 @@ static int select_isa(xe_job *job, enum xe_isa isa)
 #ifdef XE_HAVE_AVX512VNNI
     case XE_AVX512VNNI:
         job->kernel = xe_kernel_vnni;
-        job->copy = xe_copy_groups_avx512;
+        job->copy = bits == 8 ? xe_copy_groups_avx512 : re_low ? xe_copy_ci4_lo_avx512
+            : xe_copy_ci4_hi_avx512;
         job->pack_b = job->bias = 1;
         return 1;
 #endif
 #ifdef XE_HAVE_AMX
     case XE_AMX:
         job->kernel = xe_kernel_amx;
-        job->copy = xe_copy_groups_avx512;
+        job->copy = bits == 8 ? xe_copy_groups_avx512 : re_low ? xe_copy_ci4_lo_avx512
+            : xe_copy_ci4_hi_avx512;
         job->pack_b = 1;
         return 1;
 #endif
@@ -508,28 +523,45 @@ static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
 }
 
 PyDoc_STRVAR(correlate_doc,
-"correlate(frames, out, nstream, nchan, ncoarse, isa, nthreads, kt=0, mode='full')\n\n"
-"Correlate whole int8 frames [P, S, C, ncoarse, 2, 8] (C-contiguous buffer) into the packed\n"
-"triangle out [C, S(S+1)/2, 2] int32 (overwritten). isa is one of isa_status()'s names.\n"
-"kt: K-steps of 64 spectra per chunk (0: default). mode: 'full'; 'layout' runs only the\n"
-"frame-to-tile conversion and leaves out untouched; 'compute' converts only each thread's\n"
-"first chunk (a wrong result) so the kernels can be timed alone. Releases the GIL.");
+"correlate(frames, out, nstream, nchan, ncoarse, isa, nthreads, kt=0, mode='full',\n"
+"          sample_bits=8, nibble_order='re_high')\n\n"
+"Correlate whole frames (C-contiguous buffer) into the packed triangle out\n"
+"[C, S(S+1)/2, 2] int32 (overwritten). sample_bits=8: int8 frames [P, S, C, ncoarse, 2, 8];\n"
+"sample_bits=4: ci4 frames [P, S, C, ncoarse, 8] bytes, one complex sample per byte as two\n"
+"two's-complement nibbles, re in the high nibble ('re_high') or the low one ('re_low'),\n"
+"unpacked inside the layout pass. isa is one of isa_status()'s names. kt: K-steps of 64\n"
+"spectra per chunk (0: default). mode: 'full'; 'layout' runs only the frame-to-tile\n"
+"conversion and leaves out untouched; 'compute' converts only each thread's first chunk\n"
+"(a wrong result) so the kernels can be timed alone. Releases the GIL. Returns the CPU\n"
+"seconds its threads used (their sum), which time slicing on a shared machine does not\n"
+"inflate.");
+
+/* Largest |re| or |im| of one complex product term a conj(b) for samples of `bits`: 2 x 128^2
+ * for ci8, 2 x 8^2 for ci4. The packed int32 output is exact while spectra x this fits. */
+static long max_complex_term(int bits) { return bits == 8 ? 2L * 128 * 128 : 2L * 8 * 8; }
 
 static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"frames", "out", "nstream", "nchan", "ncoarse", "isa", "nthreads",
-                             "kt", "mode", NULL};
+                             "kt", "mode", "sample_bits", "nibble_order", NULL};
     PyObject *fobj, *oobj;
-    int S, C, ncoarse, nthreads, kt = 0;
-    const char *isa_name, *mode = "full";
+    int S, C, ncoarse, nthreads, kt = 0, bits = 8;
+    const char *isa_name, *mode = "full", *nibble_order = "re_high";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|is", kwlist, &fobj, &oobj, &S, &C,
-                                     &ncoarse, &isa_name, &nthreads, &kt, &mode))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|isis", kwlist, &fobj, &oobj, &S, &C,
+                                     &ncoarse, &isa_name, &nthreads, &kt, &mode, &bits,
+                                     &nibble_order))
         return NULL;
     const int layout_only = strcmp(mode, "layout") == 0, compute_only = strcmp(mode, "compute") == 0;
     if (!layout_only && !compute_only && strcmp(mode, "full") != 0)
         return PyErr_Format(PyExc_ValueError, "unknown mode '%s'; choose full, layout or compute",
                             mode);
+    if (bits != 8 && bits != 4)
+        return PyErr_Format(PyExc_ValueError, "sample_bits must be 8 or 4, got %d", bits);
+    const int re_low = strcmp(nibble_order, "re_low") == 0;
+    if (!re_low && strcmp(nibble_order, "re_high") != 0)
+        return PyErr_Format(PyExc_ValueError, "unknown nibble_order '%s'; choose re_high or "
+                            "re_low", nibble_order);
     detect_isas();
     const int isa = parse_isa(isa_name);
     if (isa < 0)
@@ -538,7 +570,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     if (!isa_ok[isa])
         return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
                             isa_why[isa]);
-    if (S < 1 || C < 1 || ncoarse < 1 || nthreads < 1 || kt < 0 || S > 8 * 65535)
+    if (S < 1 || C < 1 || ncoarse < 1 || nthreads < 1 || kt < 0 || kt > 1024 || S > 8 * 65535)
         return PyErr_Format(PyExc_ValueError, "bad sizes: nstream=%d nchan=%d ncoarse=%d "
                             "nthreads=%d kt=%d", S, C, ncoarse, nthreads, kt);
     Py_buffer fb, ob;
@@ -550,7 +582,8 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     }
     PyObject *result = NULL;
     uint16_t *pairs = NULL;
-    const size_t frame_bytes = (size_t)S * C * ncoarse * 2 * XE_GROUP;
+    const int group_bytes = bits == 8 ? 2 * XE_GROUP : XE_GROUP;
+    const size_t frame_bytes = (size_t)S * C * ncoarse * group_bytes;
     const size_t out_bytes = (size_t)C * ((size_t)S * (S + 1) / 2) * 2 * sizeof(int32_t);
     if ((size_t)fb.len % frame_bytes) {
         PyErr_Format(PyExc_ValueError, "frames hold %zd bytes, not a whole number of %zu-byte "
@@ -562,11 +595,15 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
                      "int32)", ob.len, out_bytes);
         goto done;
     }
-    /* int32 tiles (and the biased VNNI sums) are exact up to 65535 spectra per call
-     * (Geometry.max_npacket); beyond that a result could wrap, so refuse. */
-    if ((size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP > 65535) {
+    /* Every accumulation (int32 tiles, the biased VNNI sums, their int64 correction cast back
+     * to int32) is exact modulo 2^32, so the output is exact whenever the true value fits in
+     * int32: up to INT32_MAX / max_complex_term spectra per call (Geometry.max_npacket: 65535
+     * for ci8, 16.7 M for ci4). Beyond that a result could wrap, so refuse. */
+    const size_t nspec = (size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP;
+    const size_t max_spec = (size_t)(INT32_MAX / max_complex_term(bits));
+    if (nspec > max_spec) {
         PyErr_Format(PyExc_ValueError, "%zu spectra in one call can overflow int32; at most "
-                     "65535", (size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP);
+                     "%zu for %d-bit samples", nspec, max_spec, bits);
         goto done;
     }
     xe_plan plan = {0};
@@ -574,7 +611,8 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     plan.nchan = C;
     plan.ncoarse = ncoarse;
     plan.nframe = (long)((size_t)fb.len / frame_bytes);
-    plan.chan_bytes = (size_t)ncoarse * 2 * XE_GROUP;
+    plan.group_bytes = group_bytes;
+    plan.chan_bytes = (size_t)ncoarse * group_bytes;
     plan.nb8 = 2 * ((S + 15) / 16);
     plan.isa = (enum xe_isa)isa;
     plan.kt = kt ? kt : XE_DEFAULT_KT;
@@ -593,7 +631,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     job.out = ob.buf;
     job.layout_only = layout_only;
     job.compute_only = compute_only;
-    if (!select_isa(&job, plan.isa)) {
+    if (!select_isa(&job, plan.isa, bits, re_low)) {
         PyErr_Format(PyExc_RuntimeError, "isa %s was not compiled in", isa_name);
         goto done;
     }
@@ -609,7 +647,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
         PyErr_NoMemory();
         goto done;
     }
-    result = Py_NewRef(Py_None);
+    result = PyFloat_FromDouble(job.cpu_seconds);
 done:
     free(pairs);
     PyBuffer_Release(&fb);
@@ -617,36 +655,83 @@ done:
     return result;
 }
 
-#ifdef XE_HAVE_AMX
+/* ------------------------------------------------------------------ int8 peak loops */
+
+typedef double (*xe_peak_fn)(long iters);
+
 typedef struct {
+    xe_peak_fn fn;
     long iters;
-    double seconds;
+    double seconds, cpu;
 } peak_arg;
 
 static void *peak_thread(void *arg)
 {
     peak_arg *a = arg;
-    a->seconds = xe_amx_peak_loop(a->iters);
+    const double cpu0 = xe_thread_cpu();
+    a->seconds = a->fn(a->iters);
+    a->cpu = xe_thread_cpu() - cpu0;
     return NULL;
 }
-#endif
 
-PyDoc_STRVAR(amx_peak_doc,
-"amx_peak(nthreads, iters) -> int8 ops/s\n\n"
-"Register-resident AMX loop: each thread runs iters x 4 tdpbssd (16x16x64 MACs, 2 ops each)\n"
-"on tiles loaded once, all threads at once; the machine's AMX-INT8 peak as measured now.");
-
-static PyObject *py_amx_peak(PyObject *self, PyObject *args)
+/* The register-resident loop of the instruction path `isa` runs, and its int8 ops per
+ * iteration (2 per MAC); NULL where the path has none compiled. */
+static xe_peak_fn peak_loop(int isa, double *ops_per_iter, const char **what)
 {
+    switch (isa) {
+#ifdef XE_HAVE_AMX
+    case XE_AMX:
+        *ops_per_iter = 4.0 * 16 * 16 * 64 * 2;
+        *what = "tdpbssd (AMX-INT8 tiles, 4 accumulators)";
+        return xe_amx_peak_loop;
+#endif
+#ifdef XE_HAVE_AVX512VNNI
+    case XE_AVX512VNNI:
+        *ops_per_iter = 16.0 * 64 * 2;
+        *what = "vpdpbusd zmm (AVX-512 VNNI, 16 accumulators)";
+        return xe_vnni_peak_loop;
+#endif
+#ifdef XE_HAVE_AVX2
+    case XE_AVX2:
+        *ops_per_iter = 6.0 * 16 * 2;
+        *what = "vpmaddwd+vpaddd ymm (AVX2 on sign-extended int16, 6 accumulators)";
+        return xe_avx2_peak_loop;
+#endif
+    default:
+        (void)ops_per_iter;
+        (void)what;
+        return NULL;
+    }
+}
+
+PyDoc_STRVAR(int8_peak_doc,
+"int8_peak(isa, nthreads, iters) -> (int8 ops/s, instruction, int8 ops per CPU second)\n\n"
+"Register-resident loop of the instruction the native path `isa` multiplies with (amx:\n"
+"tdpbssd; avx512vnni: vpdpbusd; avx2: vpmaddwd), iters iterations on each of nthreads threads\n"
+"at once, operands loaded once: the ceiling of that path on this machine, measured now.\n"
+"Ops are int8 MACs x 2; ops/s over the slowest thread's wall time, and per CPU second of\n"
+"all threads (insensitive to time slicing). Raises RuntimeError where the path cannot run.");
+
+static PyObject *py_int8_peak(PyObject *self, PyObject *args)
+{
+    const char *isa_name;
     int nthreads;
     long iters;
     (void)self;
-    if (!PyArg_ParseTuple(args, "il", &nthreads, &iters))
+    if (!PyArg_ParseTuple(args, "sil", &isa_name, &nthreads, &iters))
         return NULL;
     detect_isas();
-    if (!isa_ok[XE_AMX])
-        return PyErr_Format(PyExc_RuntimeError, "AMX unavailable: %s", isa_why[XE_AMX]);
-#ifdef XE_HAVE_AMX
+    const int isa = parse_isa(isa_name);
+    if (isa < 0)
+        return PyErr_Format(PyExc_ValueError, "unknown isa '%s'", isa_name);
+    if (!isa_ok[isa])
+        return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
+                            isa_why[isa]);
+    double ops_per_iter = 0;
+    const char *what = "";
+    const xe_peak_fn fn = peak_loop(isa, &ops_per_iter, &what);
+    if (!fn)
+        return PyErr_Format(PyExc_RuntimeError, "isa %s has no int8 peak loop", isa_name);
     if (nthreads < 1 || nthreads > 256 || iters < 1)
         return PyErr_Format(PyExc_ValueError, "bad nthreads=%d or iters=%ld", nthreads, iters);
     peak_arg args_[256];
@@ -654,8 +739,9 @@ static PyObject *py_amx_peak(PyObject *self, PyObject *args)
     int started = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < nthreads; i++) {
+        args_[i].fn = fn;
         args_[i].iters = iters;
-        args_[i].seconds = 0;
+        args_[i].seconds = args_[i].cpu = 0;
         if (pthread_create(&tid[i], NULL, peak_thread, &args_[i]) != 0)
             break;
         started++;
@@ -663,16 +749,15 @@ static PyObject *py_amx_peak(PyObject *self, PyObject *args)
     for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     Py_END_ALLOW_THREADS
-    double slowest = 0;
-    for (int i = 0; i < started; i++)
+    double slowest = 0, cpu = 0;
+    for (int i = 0; i < started; i++) {
         slowest = args_[i].seconds > slowest ? args_[i].seconds : slowest;
-    if (!started || slowest <= 0)
-        return PyErr_Format(PyExc_RuntimeError, "could not start AMX peak threads");
-    const double ops = (double)started * iters * 4.0 * 16 * 16 * 64 * 2;
-    return PyFloat_FromDouble(ops / slowest);
-#else
-    return NULL;
-#endif
+        cpu += args_[i].cpu;
+    }
+    if (!started || slowest <= 0 || cpu <= 0)
+        return PyErr_Format(PyExc_RuntimeError, "could not start the peak threads");
+    const double ops = (double)started * iters * ops_per_iter;
+    return Py_BuildValue("(dsd)", ops / slowest, what, ops / cpu);
 }
 
 static PyMethodDef methods[] = {
@@ -680,7 +765,7 @@ static PyMethodDef methods[] = {
      "isa_status() -> {name: (runnable, reason)} for scalar, avx2, avx512vnni, amx."},
     {"correlate", (PyCFunction)(void (*)(void))py_correlate, METH_VARARGS | METH_KEYWORDS,
      correlate_doc},
-    {"amx_peak", py_amx_peak, METH_VARARGS, amx_peak_doc},
+    {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},
     {NULL, NULL, 0, NULL},
 };
 

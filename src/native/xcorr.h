@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define XE_KSTEP 64          /* spectra per tile row: the K of one tile product */
 #define XE_GROUP 8           /* spectra per (re, im) group of the frame layout */
@@ -25,7 +26,8 @@ enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_NISA
 typedef struct {
     int nstream, nchan, ncoarse;
     long nframe;
-    size_t chan_bytes;     /* bytes of one (packet, stream, channel): ncoarse * 16 */
+    size_t chan_bytes;     /* bytes of one (packet, stream, channel): ncoarse * group_bytes */
+    int group_bytes;       /* bytes of one group of 8 spectra: 16 (ci8: 8 re, 8 im) or 8 (ci4) */
     int nb8;               /* 8-stream blocks, padded to an even count */
     int nsp;               /* super pairs (J <= L) of 16-stream super blocks */
     const uint16_t *sp_j;  /* super pair list, L-major so the B side stays cached */
@@ -41,8 +43,27 @@ typedef struct {
     int8_t *a;        /* Y tiles  [nb8][kt][16][64] */
     int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI) */
     int32_t *acc;     /* accumulators [nsp][4 sub-tiles][16][16] */
-    int32_t *rowsum;  /* [nb8][16] sums of Y rows (VNNI bias correction) */
+    int64_t *rowsum;  /* [nb8][16][8] biased Y row sums, sum (y + 128), in 8 lanes (VNNI bias
+                       * correction), accumulated by the packing while the rows are in
+                       * registers; reduced at the write-out */
+    long ntiles;      /* K-steps packed since the last write-out (undoes the + 128) */
 } xe_work;
+
+/* Monotonic wall time in seconds (the peak loops time themselves). */
+static inline double xe_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds of the calling thread: what a worker really got on a shared machine. */
+static inline double xe_thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static inline size_t xe_block_bytes(const xe_plan *p) { return (size_t)p->kt * XE_TILE_BYTES; }
 
@@ -72,7 +93,24 @@ static inline void xe_copy_group(const int8_t *src, int8_t *re_row, long d)
     __builtin_memcpy(re_row + 8 * XE_KSTEP + o, src + 8, 8);
 }
 
-/* Copy n consecutive groups of one (packet, stream, channel) to chunk groups d0 .. d0+n-1. */
+/* Two's-complement nibble -> int8: the high and the low nibble of a ci4 byte. */
+static inline int8_t xe_nib_hi(uint8_t b) { return (int8_t)((int)(b >> 4) ^ 8) - 8; }
+static inline int8_t xe_nib_lo(uint8_t b) { return (int8_t)((int)(b & 15) ^ 8) - 8; }
+
+/* Unpack one ci4 group (8 bytes, one complex sample each; re in the high nibble unless
+ * re_low) to its real and imaginary Y rows. */
+static inline void xe_copy_group_ci4(const int8_t *src, int8_t *re_row, long d, int re_low)
+{
+    const size_t o = xe_y_offset(d);
+    for (int i = 0; i < 8; i++) {
+        const uint8_t b = (uint8_t)src[i];
+        re_row[o + i] = re_low ? xe_nib_lo(b) : xe_nib_hi(b);
+        re_row[8 * XE_KSTEP + o + i] = re_low ? xe_nib_hi(b) : xe_nib_lo(b);
+    }
+}
+
+/* Copy n consecutive groups of one (packet, stream, channel) to chunk groups d0 .. d0+n-1
+ * (ci8 groups of 16 bytes, or ci4 groups of 8 bytes unpacked on the way). */
 typedef void (*xe_copy_fn)(const int8_t *src, int8_t *re_row, long d0, long n);
 
 /* Accumulate every super pair of the chunk (nt K-steps) into w->acc.
@@ -89,12 +127,16 @@ double xe_amx_peak_loop(long iters);
 #if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
 void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int bias);
 void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
+void xe_copy_ci4_hi_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
+void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 #endif
 #if defined(XE_HAVE_AVX512VNNI)
 void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+double xe_vnni_peak_loop(long iters);
 #endif
 #if defined(XE_HAVE_AVX2)
 void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+double xe_avx2_peak_loop(long iters);
 #endif
 
 #endif

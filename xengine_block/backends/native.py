@@ -4,8 +4,9 @@ The work happens in the C extension ``xengine_block._native`` (``src/native/``),
 ``pip install -e .``. It lays each chunk of frames out as 16 x 64 int8 tiles (8 streams' real
 rows over their imaginary rows), so one signed int8 tile product gives a 16 x 16 int32 block
 ``[[rr, ri], [ir, ii]]`` and ``K = (rr + ii) + i (ir - ri)``: no int8 value is ever negated.
-Only tile pairs of the Hermitian triangle are computed; int32 accumulation is exact for
-``P <= Geometry.max_npacket``. See ``docs/native.md`` for the design and the measured limits.
+Only tile pairs of the Hermitian triangle are computed; accumulation is modulo 2^32, so the
+int32 result is exact for ``P <= Geometry.max_npacket``. 4-bit (ci4) frames are unpacked to
+int8 inside the same layout pass. See ``docs/native.md`` for the design and the measured limits.
 
 Dispatch is at run time, best first: ``amx`` (AMX-INT8 tiles; needs the CPU, XCR0 and the
 kernel's arch_prctl permission), ``avx512vnni``, ``avx2``; the portable ``scalar`` C path runs
@@ -32,8 +33,6 @@ log = logging.getLogger(__name__)
 ISAS = ("amx", "avx512vnni", "avx2", "scalar")
 #: Paths ``auto`` may choose (scalar C is slower than numpy BLAS, so "cpu" wins over it).
 AUTO_ISAS = ISAS[:-1]
-#: Why a ci4 geometry is declined until the extension reads 4-bit frames itself.
-CI4_PENDING = "this build of the native extension reads ci8 frames only (no ci4 entry point)"
 #: Comma-separated ISA names to treat as unavailable.
 DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
 
@@ -107,8 +106,6 @@ class NativeBackend(Backend):
     def __init__(self, geometry: Geometry, isa: str = "auto", nthreads: int | None = None,
                  chunk_ksteps: int = 0) -> None:
         super().__init__(geometry)
-        if getattr(geometry, "sample_bits", 8) != 8:
-            raise BackendUnavailable(CI4_PENDING)
         self._ext = _extension()
         self.isa, self.isa_reason = select_isa(isa)
         level = logging.WARNING if isa == "auto" and "fell back" in self.isa_reason else (
@@ -116,11 +113,12 @@ class NativeBackend(Backend):
         log.log(level, "native correlator path %s", self.isa_reason)
         self.nthreads = nthreads or os.cpu_count() or 1
         self.chunk_ksteps = chunk_ksteps
+        #: CPU seconds the worker threads used in the last call (their sum): the cost of the
+        #: call with time slicing by other processes taken out.
+        self.last_cpu_seconds = 0.0
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
-        if geometry is not None and getattr(geometry, "sample_bits", 8) != 8:
-            return False, CI4_PENDING
         try:
             _, reason = select_isa("auto")
         except BackendUnavailable as exc:
@@ -129,8 +127,10 @@ class NativeBackend(Backend):
 
     def _run(self, frames: np.ndarray, out: np.ndarray, mode: str) -> None:
         g = self.geometry
-        self._ext.correlate(frames, out, g.nstream, g.nchan, g.ncoarse, self.isa,
-                            self.nthreads, self.chunk_ksteps, mode)
+        # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass.
+        self.last_cpu_seconds = self._ext.correlate(
+            frames, out, g.nstream, g.nchan, g.ncoarse, self.isa, self.nthreads,
+            self.chunk_ksteps, mode, g.sample_bits, g.nibble_order)
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         f = np.ascontiguousarray(self.check_frames(frames))
