@@ -293,7 +293,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     if failure is not None:  # the block and what failed (e.g. the file and errno)
         print(f"fx: {failure}", file=sys.stderr)
         return 1
-    if getattr(pipeline, "stop_signal", None) is not None:  # ours; Bifrost's takes no signal
+    if pipeline.stop_signal is not None:
         signals.insert(0, signal.Signals(pipeline.stop_signal).name)
     stopped_by = signals[0] if signals else None
     if errors and stopped_by is None:

@@ -305,6 +305,7 @@ with xb.Pipeline() as p:
     Sink(Endless(["s"], gulp_nframe=1))
     p.run()
 print("stopped:", p.stop_reason, flush=True)
+print("signal:", p.stop_signal, flush=True)
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
@@ -313,6 +314,7 @@ print("stopped:", p.stop_reason, flush=True)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "stopped: SIGTERM received" in out
+    assert f"signal: {int(signal.SIGTERM)}" in out  # as our runtime's (fx.py reads it)
 
 
 def test_fx_runtime_bifrost(tmp_path):

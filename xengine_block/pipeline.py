@@ -68,40 +68,55 @@ class PipelineError(RuntimeError):
         self.block_name = block_name
 
 
-class Pipeline:
-    """A set of blocks run together, one thread each; ``with Pipeline() as p:`` makes it default.
+class RunControl:
+    """Run control shared by our :class:`Pipeline` and the one on real Bifrost
+    (``bifrost.runtime.Pipeline``): one thread per block, SIGINT/SIGTERM from the main thread,
+    prompt shutdown, the first block failure re-raised as :class:`PipelineError`, the monitor.
 
-    ``monitor_interval`` (seconds) switches on the like_top printer for the duration of ``run()``.
+    The runtimes differ only in the hooks: ``_before_run``, ``_after_start`` (Bifrost's start
+    barrier), ``_block_error``/``_block_exited`` (what a block's exit means), ``_stop_block``
+    (ours also interrupts rings), ``_release_waiters`` and ``_label`` (the name in log lines).
+    The subclass calls ``_init_run_control`` from its ``__init__`` and sets ``blocks``.
     """
 
-    _ids = itertools.count()
+    _log = logger
+    blocks: list[Any]
 
-    def __init__(self, name: str | None = None, *, monitor_interval: float | None = None,
-                 monitor_stream: TextIO | None = None, shutdown_timeout: float = 5.0) -> None:
-        self.name = name if name is not None else f"Pipeline_{next(Pipeline._ids)}"
-        self.blocks: list[Block] = []
+    def _init_run_control(self, shutdown_timeout: float, monitor_interval: float | None,
+                          monitor_stream: TextIO | None) -> None:
         self.shutdown_timeout = shutdown_timeout
         self.stop_reason: str | None = None
+        self.threads: list[threading.Thread] = []
         self._monitor_args = (monitor_interval, monitor_stream)
         self._monitor: Monitor | None = None
         self._lock = threading.Lock()
-        self._ready: set[int] = set()
-        self._all_ready = threading.Event()
         self._stopping = threading.Event()
-        self._errors: list[tuple[Block, BaseException]] = []
+        self._errors: list[tuple[Any, BaseException]] = []
         self._signal: int | None = None
-        self._started = False
 
-    def __enter__(self) -> Pipeline:
-        _pipeline_stack().append(self)
-        return self
+    # ---- hooks --------------------------------------------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        popped = _pipeline_stack().pop()
-        assert popped is self, "pipelines must be exited in reverse order"
+    def _label(self) -> str:
+        return self.name  # type: ignore[attr-defined]
 
-    def as_default(self) -> None:
-        _pipeline_stack().append(self)
+    def _before_run(self) -> None:
+        """Called first in ``run()``."""
+
+    def _after_start(self) -> None:
+        """Called in ``run()`` once every block thread has started, before waiting for them."""
+
+    def _block_error(self, block: Any, exc: BaseException) -> BaseException | None:
+        """The failure to report for an exception out of ``block.run()`` (None: none)."""
+        return exc
+
+    def _block_exited(self, block: Any) -> None:
+        """Called when a block's thread ends, however it ends."""
+
+    def _stop_block(self, block: Any) -> None:
+        block.shutdown()
+
+    def _release_waiters(self) -> None:
+        """Wake whatever blocks wait on at start, once stopping."""
 
     # ---- running ------------------------------------------------------------------------------
 
@@ -109,13 +124,12 @@ class Pipeline:
         """Run every block until end of data or shutdown; re-raise a block's failure.
 
         From the main thread, SIGINT and SIGTERM stop the pipeline cleanly (``run()`` returns;
-        ``stop_reason`` says why) and the previous handlers are restored afterwards.
+        ``stop_reason`` and ``stop_signal`` say why) and the previous handlers are restored
+        afterwards.
         """
-        if self._started:
-            raise RuntimeError(f"pipeline {self.name!r} already ran; build a new one")
-        self._started = True
-        threads = [threading.Thread(target=self._run_block, args=(b,), name=b.name, daemon=True)
-                   for b in self.blocks]
+        self._before_run()
+        self.threads = [threading.Thread(target=self._run_block, args=(b,), name=b.name,
+                                         daemon=True) for b in self.blocks]
         old_handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -124,11 +138,12 @@ class Pipeline:
         if interval is not None and self._monitor is None:
             self.start_monitor(interval, stream)
         try:
-            for t in threads:
+            for t in self.threads:
                 t.start()
-            self._wait(threads)
+            self._after_start()
+            self._wait(self.threads)
         finally:
-            if any(t.is_alive() for t in threads):  # e.g. KeyboardInterrupt in a custom handler
+            if any(t.is_alive() for t in self.threads):  # e.g. KeyboardInterrupt in a handler
                 self._stop_all("run() interrupted")
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -136,8 +151,23 @@ class Pipeline:
         if self._errors:
             block, exc = self._errors[0]
             for other, e in self._errors[1:]:
-                logger.error("block %r also failed: %r", other.name, e)
+                self._log.error("block %r also failed: %r", other.name, e)
             raise PipelineError(block.name, exc) from exc
+
+    def _run_block(self, block: Any) -> None:
+        try:
+            block.run()
+        except BaseException as exc:
+            failure = self._block_error(block, exc)
+            if failure is not None:
+                self._fail(block, failure)
+        finally:
+            self._block_exited(block)
+
+    def _fail(self, block: Any, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append((block, exc))
+        self._stop_all(f"block {block.name!r} raised {type(exc).__name__}")
 
     def _wait(self, threads: list[threading.Thread]) -> None:
         # Polling join keeps the main thread responsive to signals (their handlers only set a
@@ -147,18 +177,22 @@ class Pipeline:
             alive = [t for t in threads if t.is_alive()]
             if not alive:
                 return
-            if self._signal is not None and not self._stopping.is_set():
-                self._stop_all(f"{signal.Signals(self._signal).name} received")
+            self._check_signal()
             if self._stopping.is_set():
                 deadline = deadline or time.monotonic() + self.shutdown_timeout
                 if time.monotonic() > deadline:
-                    logger.warning("pipeline %r: blocks %s did not stop within %.1f s", self.name,
-                                   [t.name for t in alive], self.shutdown_timeout)
+                    self._log.warning("pipeline %r: blocks %s did not stop within %.1f s",
+                                      self._label(), [t.name for t in alive],
+                                      self.shutdown_timeout)
                     return
             alive[0].join(0.05)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signal = signum
+
+    def _check_signal(self) -> None:
+        if self._signal is not None and not self._stopping.is_set():
+            self._stop_all(f"{signal.Signals(self._signal).name} received")
 
     @property
     def stop_signal(self) -> int | None:
@@ -176,28 +210,77 @@ class Pipeline:
             self.stop_reason = reason
             self._stopping.set()
         if not self._errors:
-            logger.warning("pipeline %r stopping: %s", self.name, reason)
+            self._log.warning("pipeline %r stopping: %s", self._label(), reason)
         for block in self.blocks:
-            block.shutdown()
-            for ring in block.irings + block.orings:
-                ring.interrupt()
+            self._stop_block(block)
+        self._release_waiters()
+
+    # ---- monitoring ---------------------------------------------------------------------------
+
+    def start_monitor(self, interval: float = 1.0, stream: TextIO | None = None) -> None:
+        """Print one like_top line per block every ``interval`` s (stderr by default)."""
+        self.stop_monitor()
+        self._monitor = Monitor(lambda: self.blocks, interval, stream)
+        self._monitor.start()
+
+    def stop_monitor(self) -> None:
+        if self._monitor is not None:
+            self._monitor.stop()
+            self._monitor = None
+
+
+class Pipeline(RunControl):
+    """A set of blocks run together, one thread each; ``with Pipeline() as p:`` makes it default.
+
+    ``monitor_interval`` (seconds) switches on the like_top printer for the duration of ``run()``.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, name: str | None = None, *, monitor_interval: float | None = None,
+                 monitor_stream: TextIO | None = None, shutdown_timeout: float = 5.0) -> None:
+        self.name = name if name is not None else f"Pipeline_{next(Pipeline._ids)}"
+        self.blocks: list[Block] = []
+        self._init_run_control(shutdown_timeout, monitor_interval, monitor_stream)
+        self._ready: set[int] = set()
+        self._all_ready = threading.Event()
+        self._started = False
+
+    def __enter__(self) -> Pipeline:
+        _pipeline_stack().append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        popped = _pipeline_stack().pop()
+        assert popped is self, "pipelines must be exited in reverse order"
+
+    def as_default(self) -> None:
+        _pipeline_stack().append(self)
+
+    # ---- run control hooks --------------------------------------------------------------------
+
+    def _before_run(self) -> None:
+        if self._started:
+            raise RuntimeError(f"pipeline {self.name!r} already ran; build a new one")
+        self._started = True
+
+    def _block_error(self, block: Any, exc: BaseException) -> BaseException | None:
+        if isinstance(exc, RingInterrupted):
+            if self._stopping.is_set():  # only _stop_all interrupts rings it knows about
+                return None
+            return RuntimeError("a ring was interrupted outside shutdown")
+        return exc
+
+    def _block_exited(self, block: Any) -> None:
+        self._block_ready(block)  # a block that has exited is no longer waited for
+
+    def _stop_block(self, block: Any) -> None:
+        block.shutdown()
+        for ring in block.irings + block.orings:
+            ring.interrupt()
+
+    def _release_waiters(self) -> None:
         self._all_ready.set()
-
-    def _run_block(self, block: Block) -> None:
-        try:
-            block.run()
-        except RingInterrupted:
-            if not self._stopping.is_set():  # only _stop_all interrupts rings it knows about
-                self._fail(block, RuntimeError("a ring was interrupted outside shutdown"))
-        except BaseException as exc:
-            self._fail(block, exc)
-        finally:
-            self._block_ready(block)  # a block that has exited is no longer waited for
-
-    def _fail(self, block: Block, exc: BaseException) -> None:
-        with self._lock:
-            self._errors.append((block, exc))
-        self._stop_all(f"block {block.name!r} raised {type(exc).__name__}")
 
     def _block_ready(self, block: Block) -> None:
         with self._lock:
@@ -212,19 +295,6 @@ class Pipeline:
         self._all_ready.wait()
         if self._stopping.is_set():
             raise RingInterrupted(f"pipeline {self.name!r} is shutting down")
-
-    # ---- monitoring ---------------------------------------------------------------------------
-
-    def start_monitor(self, interval: float = 1.0, stream: TextIO | None = None) -> None:
-        """Print one like_top line per block every ``interval`` s (stderr by default)."""
-        self.stop_monitor()
-        self._monitor = Monitor(lambda: self.blocks, interval, stream)
-        self._monitor.start()
-
-    def stop_monitor(self) -> None:
-        if self._monitor is not None:
-            self._monitor.stop()
-            self._monitor = None
 
 
 class Block:

@@ -28,16 +28,13 @@ import ctypes
 import logging
 import math
 import queue
-import signal
-import threading
-import time
 import traceback
 from typing import Any, TextIO
 
 import numpy as np
 
-from ..monitor import BlockCounters, Monitor
-from ..pipeline import PipelineError
+from ..monitor import BlockCounters
+from ..pipeline import RunControl
 from ..ring import DTYPES
 from ._loader import load_bifrost
 
@@ -294,70 +291,40 @@ class _NullContext:
 
 
 # ---------------------------------------------------------------------------- pipeline
-class Pipeline(bfp.Pipeline):
+class Pipeline(RunControl, bfp.Pipeline):
     """Bifrost's ``Pipeline`` that stops on the first failure of any block and raises it.
 
-    Also as in our runtime: ``monitor_interval`` (like_top lines), ``stop_reason``,
-    SIGINT/SIGTERM stop it cleanly (from the main thread), every block gets ``perf``.
+    The run control is our runtime's (:class:`~xengine_block.pipeline.RunControl`):
+    ``monitor_interval`` (like_top lines), ``stop_reason``, ``stop_signal``, SIGINT/SIGTERM stop
+    it cleanly (from the main thread); in addition every block gets ``perf``.
     """
+
+    _log = log
 
     def __init__(self, name: str | None = None, *, monitor_interval: float | None = None,
                  monitor_stream: TextIO | None = None, shutdown_timeout: float = 5.0,
                  **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self.shutdown_timeout = shutdown_timeout
-        self.stop_reason: str | None = None
-        self._monitor_args = (monitor_interval, monitor_stream)
-        self._monitor: Monitor | None = None
-        self._errors: list[tuple[Any, BaseException]] = []
-        self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._signal: int | None = None
-        self.threads: list[threading.Thread] = []
+        self._init_run_control(shutdown_timeout, monitor_interval, monitor_stream)
 
-    def run(self) -> None:
-        """Run every block until end of data or shutdown; raise PipelineError on a failure."""
+    def _label(self) -> str:
+        return self._name
+
+    def _before_run(self) -> None:
         for block in self.blocks:
             attach_counters(block)
-        self.threads = [threading.Thread(target=self._run_block, args=(b,), name=b.name,
-                                         daemon=True) for b in self.blocks]
-        old_handlers = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                old_handlers[sig] = signal.signal(sig, self._on_signal)
-        interval, stream = self._monitor_args
-        if interval is not None:
-            self._monitor = Monitor(lambda: self.blocks, interval, stream)
-            self._monitor.start()
-        try:
-            for t in self.threads:
-                t.start()
-            self._wait_initialised()
-            self._wait()
-        finally:
-            if any(t.is_alive() for t in self.threads):
-                self._stop_all("run() interrupted")
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
-            if self._monitor is not None:
-                self._monitor.stop()
-                self._monitor = None
-        if self._errors:
-            block, exc = self._errors[0]
-            for other, e in self._errors[1:]:
-                log.error("block %r also failed: %r", other.name, e)
-            raise PipelineError(block.name, exc) from exc
 
-    def _run_block(self, block: Any) -> None:
-        try:
-            block.run()
-        except BaseException as exc:
-            # The dead block's frames hold its open ring reads (and their guarantees, which
-            # would block its writers forever): drop them now; the traceback text stays.
-            traceback.clear_frames(exc.__traceback__)
-            with self._lock:
-                self._errors.append((block, exc))
-            self._stop_all(f"block {block.name!r} raised {type(exc).__name__}")
+    def _after_start(self) -> None:
+        self._wait_initialised()
+
+    def _block_error(self, block: Any, exc: BaseException) -> BaseException | None:
+        # The dead block's frames hold its open ring reads (and their guarantees, which
+        # would block its writers forever): drop them now; the traceback text stays.
+        traceback.clear_frames(exc.__traceback__)
+        return exc
+
+    def _release_waiters(self) -> None:
+        self.all_blocks_finished_initializing_event.set()
 
     def _wait_initialised(self) -> None:
         """Bifrost's start barrier (blocks begin their first sequences, then all go on),
@@ -370,42 +337,4 @@ class Pipeline(bfp.Pipeline):
                 pending.pop(id(block), None)
             except queue.Empty:
                 pending = {k: t for k, t in pending.items() if t.is_alive()}
-        self.all_blocks_finished_initializing_event.set()
-
-    def _wait(self) -> None:
-        deadline = None
-        while True:
-            alive = [t for t in self.threads if t.is_alive()]
-            if not alive:
-                return
-            self._check_signal()
-            if self._stopping.is_set():
-                deadline = deadline or time.monotonic() + self.shutdown_timeout
-                if time.monotonic() > deadline:
-                    log.warning("pipeline %r: blocks %s did not stop within %.1f s", self._name,
-                                [t.name for t in alive], self.shutdown_timeout)
-                    return
-            alive[0].join(0.05)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signal = signum
-
-    def _check_signal(self) -> None:
-        if self._signal is not None and not self._stopping.is_set():
-            self._stop_all(f"{signal.Signals(self._signal).name} received")
-
-    def shutdown(self) -> None:
-        """Stop every block (from any thread); ``run()`` returns once they have stopped."""
-        self._stop_all("shutdown() called")
-
-    def _stop_all(self, reason: str) -> None:
-        with self._lock:
-            if self._stopping.is_set():
-                return
-            self.stop_reason = reason
-            self._stopping.set()
-        if not self._errors:
-            log.warning("pipeline %r stopping: %s", self._name, reason)
-        for block in self.blocks:
-            block.shutdown()
         self.all_blocks_finished_initializing_event.set()
