@@ -31,12 +31,12 @@ from typing import Any
 
 from xengine_block import argtypes as at
 from xengine_block.argtypes import UsageError, usage_errors
-from xengine_block.array import ArrayDescription, ArrayError, default_array
+from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.capture import InprocSource, PcapSource, Source, UdpSource
 from xengine_block.chain import RUNTIMES, correlator_chain, runtime
 from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
-from xengine_block.geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
+from xengine_block.geometry import Geometry
 from xengine_block.pipeline import PipelineError
 from xengine_block.recording import finish_metadata, write_metadata
 from xengine_block.service.instances import channel_split
@@ -56,10 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nchan", type=at.positive_int, default=9, help="channels (multiple of 9)")
     p.add_argument("--npacket", type=at.positive_int, default=136,
                    help="packets per X-engine frame (P)")
-    p.add_argument("--bits", type=parse_sample_bits, default=8,
-                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
-    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
-                   help="ci4: which nibble of a byte holds the real part")
+    at.add_sample_format_args(p)
     p.add_argument("--ninteg", type=at.positive_int, default=1, help="X-engine frames per dump")
     p.add_argument("--dumps", type=at.positive_int, default=3,
                    help="dumps (integrations) to produce")
@@ -103,14 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any]:
     """Everything that needs several options or a file; UsageError names the option."""
-    try:
-        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    except (ArrayError, OSError) as exc:
-        raise UsageError("--array" if a.array else "--nant", str(exc)) from None
-    g = at.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
-                     "npacket": "--npacket", "sample_bits": "--bits"},
-                    nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,
-                    sample_bits=a.bits, nibble_order=a.nibble_order)
+    array, g = at.array_geometry(a)
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")

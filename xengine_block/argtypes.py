@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from .geometry import Geometry, GeometryError
+from .array import ArrayDescription, ArrayError, default_array
+from .geometry import NIBBLE_ORDERS, Geometry, GeometryError, parse_sample_bits
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -177,3 +178,28 @@ def geometry(options: Mapping[str, str], **fields: int) -> Geometry:
     except GeometryError as exc:
         option = options.get(exc.field or "", "/".join(options.values()) or "geometry")
         raise UsageError(option, str(exc)) from None
+
+
+def add_sample_format_args(p: argparse.ArgumentParser) -> None:
+    """``--bits`` and ``--nibble-order``: the F-engines' sample format (Geometry's
+    ``sample_bits`` / ``nibble_order``), for every command that reads or makes their packets."""
+    p.add_argument("--bits", type=parse_sample_bits, default=8,
+                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
+    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
+                   help="ci4: which nibble of a byte holds the real part")
+
+
+def array_geometry(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
+    """The array (``--array`` TOML, else the first ``--nant`` of the default) and the Geometry
+    of ``--nchan``/``--npacket``/``--bits``/``--nibble-order`` for it; UsageError names the
+    option at fault."""
+    array_option = "--array" if a.array else "--nant"
+    try:
+        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
+    except (ArrayError, OSError) as exc:
+        raise UsageError(array_option, str(exc)) from None
+    g = geometry({"nstream": array_option, "nchan": "--nchan", "npacket": "--npacket",
+                  "sample_bits": "--bits"},
+                 nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,
+                 sample_bits=a.bits, nibble_order=a.nibble_order)
+    return array, g

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from . import argtypes
 from .argtypes import UsageError
-from .array import ArrayDescription, ArrayError, default_array
+from .array import ArrayDescription
 from .cli import command
-from .geometry import NIBBLE_ORDERS, Geometry, parse_sample_bits
+from .geometry import Geometry
 from .progress import Progress
 from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
@@ -138,10 +138,7 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="first N antennas of the default array")
     p.add_argument("--nchan", type=argtypes.positive_int, default=9)
     p.add_argument("--npacket", type=argtypes.positive_int, default=136)
-    p.add_argument("--bits", type=parse_sample_bits, default=8,
-                   help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
-    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
-                   help="ci4: which nibble holds the real part")
+    argtypes.add_sample_format_args(p)
     p.add_argument("--chan0", type=argtypes.nonnegative_int, default=0)
     p.add_argument("--sync-time", type=argtypes.nonnegative_number, required=True,
                    help="unix time of spectrum 0")
@@ -152,14 +149,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 @command("record", "record live SPEAD F-engine traffic into pcap files with sidecars", _args)
 def _main(a: argparse.Namespace) -> int:
-    try:
-        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    except (ArrayError, OSError) as exc:
-        raise UsageError("--array" if a.array else "--nant", str(exc)) from None
-    g = argtypes.geometry({"nstream": "--array" if a.array else "--nant", "nchan": "--nchan",
-                           "npacket": "--npacket"},
-                          nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,
-                          sample_bits=a.bits, nibble_order=a.nibble_order)
+    array, g = argtypes.array_geometry(a)
     sky = {"sync_time": a.sync_time, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz,
            "chan_bw_hz": a.chan_bw_hz}
     try:  # binds before it creates the directory
