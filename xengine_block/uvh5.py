@@ -395,6 +395,7 @@ class UVH5Writer:
         for name in ("Nblts", "Ntimes"):
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_layout(h5py.h5d.COMPACT)
+            dcpl.set_obj_track_times(False)  # no clock in the file: same data, same bytes
             h5py.h5d.create(h.id, name.encode(), h5py.h5t.STD_I64LE,
                             h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl).write(
                 h5py.h5s.ALL, h5py.h5s.ALL, np.zeros((), np.int64))
