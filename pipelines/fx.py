@@ -107,8 +107,6 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any
     if a.xengines:
         if a.transport != "udp" or a.record:
             raise UsageError("--xengines", "runs over UDP only, without --record")
-        if g.sample_bits != 8:
-            raise UsageError("--xengines", "the correlate instances take 8-bit input only")
         try:
             channel_split(g.nchan, g.nchan_pkt, a.xengines)
         except ValueError as exc:

@@ -29,18 +29,36 @@ def run_fx(out: Path, *extra: str) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory) -> Path:
+def run_single(out: Path, *extra: str) -> Path:
     """One X-engine for the whole band, in fx's own process (no combine involved)."""
-    out = tmp_path_factory.mktemp("single")
-    run_fx(out)
+    run_fx(out, *extra)
     (f,) = sorted(out.glob("xengine_*.uvh5"))
     return f
 
 
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> Path:
+    return run_single(tmp_path_factory.mktemp("single"))
+
+
 @pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_n_instances_combined_equal_one_instance_bit_for_bit(tmp_path, single, n):
-    run_fx(tmp_path, "--xengines", str(n))
+    assert_combined_equals_single(tmp_path, single, n)
+
+
+def test_ci4_two_instances_combined_equal_one_instance_bit_for_bit(tmp_path):
+    """4-bit F-engines (the less common nibble order, so the instances must be told it):
+    the instances' config carries sample_bits and nibble_order."""
+    ci4 = ("--bits", "4", "--nibble-order", "re_low")
+    single = run_single(tmp_path / "single", *ci4)
+    assert_combined_equals_single(tmp_path / "scaleout", single, 2, *ci4)
+    for i in range(2):
+        cfg = (tmp_path / "scaleout" / f"xengine-{i}" / "correlate.toml").read_text()
+        assert "sample_bits = 4" in cfg and 'nibble_order = "re_low"' in cfg
+
+
+def assert_combined_equals_single(tmp_path: Path, single: Path, n: int, *extra: str) -> None:
+    run_fx(tmp_path, "--xengines", str(n), *extra)
     parts = [sorted((tmp_path / f"xengine-{i}" / "data").glob("*.uvh5")) for i in range(n)]
     assert all(len(p) == 1 for p in parts)
     nchan = [h5py.File(p[0], "r")["Header/Nfreqs"][()] for p in parts]

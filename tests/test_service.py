@@ -44,6 +44,11 @@ BAD = [  # (change to BASE, key the one-line error must name)
     ({"capture": {"chan0": -9}}, "capture.chan0"),
     ({"capture": {"nchan": 10}}, "capture.nchan"),
     ({"capture": {"npacket": 137}}, "capture.npacket"),
+    ({"capture": {"npacket": 34953, "sample_bits": 4}}, "capture.npacket"),
+    ({"capture": {"sample_bits": 6}}, "capture.sample_bits"),
+    ({"capture": {"sample_bits": "four"}}, "capture.sample_bits"),
+    ({"capture": {"sample_bits": True}}, "capture.sample_bits"),
+    ({"capture": {"nibble_order": "big"}}, "capture.nibble_order"),
     ({"capture": {"window": 0}}, "capture.window"),
     ({"capture": {"buffer_bytes": 10}}, "capture.buffer_bytes"),
     ({"capture": {"chanO": 0}}, "capture.chanO"),
@@ -89,6 +94,17 @@ def test_flags_override_keys_and_defaults_fill_in(tmp_path):
     assert cfg.directory == tmp_path / "out"  # relative to the config file
     # a dump is 2 frames x 4 packets x 480 spectra / 40 kHz = 0.096 s
     assert cfg.dumps_per_file == round(0.5 / 0.096)
+
+
+def test_sample_bits_and_nibble_order_reach_the_geometry(tmp_path):
+    cfg = load_config(write_config(tmp_path / "c.toml", merged(
+        BASE, capture={"sample_bits": 4, "nibble_order": "re_low", "npacket": 137})))
+    g = cfg.geometry
+    assert (g.sample_bits, g.nibble_order, g.npacket, g.payload_bytes) == (4, "re_low", 137, 4320)
+    assert load_config(write_config(tmp_path / "d.toml", BASE)).geometry.sample_bits == 8
+    flags = load_config(write_config(tmp_path / "e.toml", BASE),
+                        {"sample_bits": 4, "nibble_order": None})
+    assert (flags.geometry.sample_bits, flags.geometry.nibble_order) == (4, "re_high")
 
 
 def test_cli_bad_key_is_one_line_exit_2_and_binds_nothing(tmp_path):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xengine_block.geometry import Geometry
+from xengine_block.geometry import Geometry, max_spectra_int32
 from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_triangle
 from xengine_block.uvh5 import SiteInfo, UVH5Writer, baseline_map, visdata_dtype
@@ -90,6 +90,50 @@ def test_visdata_type_switches_to_float_when_int32_could_overflow(tmp_path):
         member = f["Data/visdata"].id.get_type().get_member_type(0)  # the "r" field
         assert (member.get_class(), member.get_size()) == (h5py.h5t.FLOAT, 8)
     assert pyuvdata.UVData.from_file(path).Ntimes == 2
+
+
+def test_visdata_bound_follows_sample_bits():
+    for bits in (8, 4):
+        n = max_spectra_int32(bits)  # INT32_MAX // (2 * most negative value squared)
+        assert n * 2 * (1 << (bits - 1)) ** 2 <= 2**31 - 1
+        assert visdata_dtype(n, bits)["r"] == np.int32
+        assert visdata_dtype(n + 1, bits)["r"] == np.float64
+    assert visdata_dtype(65536, 4)["r"] == np.int32  # past the ci8 bound
+
+
+def test_ci4_dump_past_the_ci8_bound_stays_int32_and_exact(tmp_path):
+    """The writer block takes the bound from the header geometry's sample_bits: a ci4 dump of
+    65,760 spectra (over ci8's 65,535, far under ci4's 16,777,215) stays int32, exact."""
+    import h5py
+
+    from xengine_block.array import default_array
+    from xengine_block.layout import natural_to_frames
+
+    from .runtimes import OURS, array_source
+
+    g = Geometry(nstream=4, nchan=1, nchan_pkt=1, npacket=137, sample_bits=4)
+    nspec = g.npacket * g.nspectra_pkt
+    assert max_spectra_int32(8) < nspec <= max_spectra_int32(4)
+    x = np.random.default_rng(5).integers(-8, 8, (g.nstream, g.nchan, nspec, 2), dtype=np.int8)
+    x[:, :, : nspec // 2] = -8  # half the dump at the most negative value
+    hdr = {"name": "ci4", "time_tag": 0, "sync_time": 1.8e9, "fs_hz": 40e3, "chan0": 0,
+           "freq0_hz": 150e6, "chan_bw_hz": 40e3, "nchan": g.nchan, "geometry": g.to_dict(),
+           "array": default_array(g.nstream // 2).to_dict(),
+           "_tensor": {"dtype": "ci4", "shape": [-1, *g.frame_shape]}}
+    with OURS.Pipeline() as p:
+        xe = OURS.XEngineBlock(array_source(OURS, [(hdr, natural_to_frames(x, g))], g.npacket),
+                               backend="cpu")
+        w = OURS.UVH5WriterBlock(OURS.IntegrateBlock(xe, ninteg=1), directory=tmp_path)
+        p.run()
+    with h5py.File(w.files[0]) as f:
+        assert f["Data/visdata"].dtype == np.dtype([("r", np.int32), ("i", np.int32)])
+    uv = pyuvdata.UVData.from_file(w.files[0])
+    z = x[..., 0].astype(np.int64) + 1j * x[..., 1].astype(np.int64)
+    ants = default_array(2).antenna_numbers
+    for a1, a2 in [(0, 0), (0, 1), (1, 1)]:
+        for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:
+            want = np.sum(np.conj(z[2 * a1 + p1]) * z[2 * a2 + p2], axis=-1)
+            assert np.array_equal(uv.get_data(ants[a1], ants[a2], pol)[0], want)
 
 
 def test_refuses_to_overwrite(tmp_path):

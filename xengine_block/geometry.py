@@ -82,7 +82,7 @@ def parse_sample_bits(text: str) -> int:
 
 def max_spectra_int32(sample_bits: int = 8) -> int:
     """Most spectra an int32 accumulator can hold for every legal input (all -128, or all -8:
-    65,280 spectra for ci8, 16,777,215 for ci4)."""
+    65,535 spectra for ci8, 16,777,215 for ci4)."""
     return INT32_MAX // max_complex_term(sample_bits)
 
 

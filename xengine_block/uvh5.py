@@ -46,7 +46,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .geometry import INT32_MAX, MAX_COMPLEX_TERM
+from .geometry import max_spectra_int32
 from .triangle import baseline_index
 
 #: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
@@ -108,9 +108,11 @@ def triangle_to_uvh5(tri: np.ndarray, bmap: BaselineMap) -> np.ndarray:
     return v
 
 
-def visdata_dtype(max_spectra: int) -> np.dtype:
-    """int32 compound while no integration of ``max_spectra`` can overflow, else float64."""
-    base = np.int32 if max_spectra * MAX_COMPLEX_TERM <= INT32_MAX else np.float64
+def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
+    """int32 compound while no integration of ``max_spectra`` spectra of ``sample_bits``-bit
+    samples can overflow (the geometry's bound: 65,535 spectra for ci8, 16,777,215 for ci4),
+    else float64."""
+    base = np.int32 if max_spectra <= max_spectra_int32(sample_bits) else np.float64
     return np.dtype([("r", base), ("i", base)])
 
 
@@ -308,7 +310,8 @@ class UVH5Writer:
     path : output file; refused if it exists unless ``overwrite``.
     site : antennas and site.
     freq_hz : centre frequency of each channel; ``channel_width_hz`` their width.
-    max_spectra : largest number of spectra integrated in one dump (chooses int32 or float64).
+    max_spectra : largest number of spectra integrated in one dump; with ``sample_bits`` (the
+        geometry's: 8 or 4) it chooses int32 or float64 visdata (:func:`visdata_dtype`).
 
     Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
     ``close``) and leaves the file as it was after the last successful append; a file without
@@ -316,7 +319,8 @@ class UVH5Writer:
     """
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
-                 channel_width_hz: float, max_spectra: int, *, overwrite: bool = False,
+                 channel_width_hz: float, max_spectra: int, *, sample_bits: int = 8,
+                 overwrite: bool = False,
                  instrument: str = "xengine_block", history: str = "",
                  x_orientation: str = "east") -> None:
         self.path = Path(path)
@@ -325,7 +329,7 @@ class UVH5Writer:
         self.freq_hz = np.asarray(freq_hz, np.float64)
         self.ndump = 0
         self.error: Exception | None = None  # what stopped the writing, if anything
-        self.vis_dtype = visdata_dtype(max_spectra)
+        self.vis_dtype = visdata_dtype(max_spectra, sample_bits)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite)
@@ -395,6 +399,7 @@ class UVH5Writer:
         for name in ("Nblts", "Ntimes"):
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_layout(h5py.h5d.COMPACT)
+            dcpl.set_obj_track_times(False)  # no clock in the file: same data, same bytes
             h5py.h5d.create(h.id, name.encode(), h5py.h5t.STD_I64LE,
                             h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl).write(
                 h5py.h5s.ALL, h5py.h5s.ALL, np.zeros((), np.int64))

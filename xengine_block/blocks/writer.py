@@ -93,8 +93,8 @@ class UVH5WriterLogic(BlockLogic):
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
         writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"], self.nspectra,
-                            overwrite=self.overwrite, instrument=self.hdr.get("instrument",
-                                                                              "xengine_block"),
+                            sample_bits=self.geometry.sample_bits, overwrite=self.overwrite,
+                            instrument=self.hdr.get("instrument", "xengine_block"),
                             history=history)
         self.files.append(path)
         log.info("%s: writing %s", self.name, path)

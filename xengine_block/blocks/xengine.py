@@ -147,17 +147,27 @@ class XEngineLogic(BlockLogic):
         return [vis, valid]
 
     def _input_layout(self, tensor: dict[str, Any], g: Geometry) -> bool:
-        """True for natural-order ``ci8`` input, False for the packet layout; else one line."""
-        shape = list(tensor["shape"])[1:]
-        packet_dtype = "ci4" if g.ci4 else "i8"  # ci4: one byte per complex sample
-        if tensor["dtype"] == packet_dtype and shape == list(g.frame_shape):
+        """True for natural-order ``ci8`` input (one copy per gulp), False for input read in
+        place: the packet layout (``g.frame_dtype`` / ``g.frame_shape``: ``i8`` or ``ci4``),
+        or ``ci4`` in natural order (``[S, C, 480]`` bytes: the same bytes as the packet
+        layout, since a ci4 byte holds re and im). Else one line naming both."""
+        dtype, shape = tensor["dtype"], list(tensor["shape"])[1:]
+        natural = [g.nstream, g.nchan, g.nspectra_pkt]
+        if dtype == g.frame_dtype and shape in (list(g.frame_shape),
+                                                 *([natural] if g.ci4 else [])):
             return False
-        if tensor["dtype"] == "ci8" and shape == [g.nstream, g.nchan, g.nspectra_pkt]:
+        if dtype == "ci8" and not g.ci4 and shape == natural:
             return True
-        raise ValueError(f"{self.name}: input {tensor['dtype']} {tensor['shape']} is neither "
-                         f"{packet_dtype} [-1, {', '.join(map(str, g.frame_shape))}] "
-                         f"(packet layout) nor "
-                         f"ci8 [-1, {g.nstream}, {g.nchan}, {g.nspectra_pkt}] (natural order)")
+        dims = ", ".join(map(str, g.frame_shape))
+        if g.ci4:
+            want = (f"ci4 [-1, {dims}] (packet layout) or ci4 [-1, {', '.join(map(str, natural))}]"
+                    f" (natural order), as the header's geometry has sample_bits 4")
+        else:
+            want = (f"i8 [-1, {dims}] (packet layout) or ci8 [-1, "
+                    f"{', '.join(map(str, natural))}] (natural order)"
+                    + (" (ci4 input needs sample_bits 4 in the header's geometry)"
+                       if dtype == "ci4" else ""))
+        raise ValueError(f"{self.name}: input {dtype} {tensor['shape']} is not {want}")
 
     def _ring_holds_memory(self) -> bool:
         return bool(self.irings[0].total_bytes)
@@ -168,9 +178,10 @@ class XEngineLogic(BlockLogic):
     def _frames(self, span: Any, lo: int, hi: int) -> np.ndarray:
         """Input frames ``[lo, hi)`` of ``span`` in the packet layout (natural: one copy)."""
         x = self.array(span)[lo - span.frame_offset:hi - span.frame_offset]
-        if not self._natural:
-            return x
-        g = self.geometry  # [n, S, C, coarse*fine, 2] -> [n, S, C, coarse, 2, fine]
+        g = self.geometry
+        if not self._natural:  # a view (ci4 [n, S, C, 480] -> [n, S, C, coarse, fine])
+            return x.reshape(x.shape[0], *g.frame_shape)
+        # [n, S, C, coarse*fine, 2] -> [n, S, C, coarse, 2, fine]
         x = x.reshape(x.shape[0], g.nstream, g.nchan, g.ncoarse, g.nfine, 2)
         return np.ascontiguousarray(x.transpose(0, 1, 2, 3, 5, 4))
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
-from ..geometry import Geometry
+from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, parse_sample_bits
 
 
 class ConfigError(ValueError):
@@ -104,6 +104,23 @@ def boolean(value: Any) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def sample_bits(value: Any) -> int:
+    """8 (ci8) or 4 (ci4): a TOML integer or the flag's text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise argparse.ArgumentTypeError(f"expected 8 or 4, got {value!r}")
+    return parse_sample_bits(value)
+
+
+def nibble_order(value: Any) -> str:
+    """Which nibble of a ci4 byte holds the real part (``geometry.NIBBLE_ORDERS``)."""
+    if value not in NIBBLE_ORDERS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(NIBBLE_ORDERS)}, "
+                                         f"got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class UdpEndpoint:
     """``udp://ADDRESS:PORT``: a unicast bind address or a multicast group to join."""
@@ -171,6 +188,10 @@ KEYS: tuple[Key, ...] = (
     Key("capture", "chan0", int_at_least(0), 0, "this instance's first channel in the band"),
     Key("capture", "nchan", int_at_least(1), 9, "channels of this instance (multiple of 9)"),
     Key("capture", "npacket", int_at_least(1), 136, "packets per X-engine frame (P)"),
+    Key("capture", "sample_bits", sample_bits, 8,
+        "bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4, one byte per sample)"),
+    Key("capture", "nibble_order", nibble_order, "re_high",
+        "ci4: the nibble holding the real part, re_high (Bifrost, CASPER, LWA) or re_low"),
     Key("capture", "window", int_at_least(1), 8, "reorder window, frames"),
     Key("capture", "buffer_bytes", int_at_least(1 << 16), 64 << 20,
         "socket receive buffer per source (capped by net.core.rmem_max)"),
@@ -310,10 +331,13 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry]:
         array = ArrayDescription.from_toml(v["array"]) if v["array"] else default_array(v["nant"])
     except (ValueError, OSError) as exc:
         raise ConfigError("array", str(exc)) from None
+    fields = ("nchan", "npacket", "sample_bits", "nibble_order")
     try:
-        geometry = Geometry(nstream=array.nstream, nchan=v["nchan"], npacket=v["npacket"])
-    except ValueError as exc:
-        field = next((k for k in ("nchan", "npacket") if k in str(exc)), "nchan")
+        geometry = Geometry(nstream=array.nstream, **{k: v[k] for k in fields})
+    except GeometryError as exc:
+        field = exc.field if exc.field in fields else "nchan"
+        if exc.field == "nstream":
+            field = "array" if v["array"] else "nant"
         raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
     try:
         choose_backend(v["backend"], geometry)

@@ -39,7 +39,8 @@ def instance_config(*, chan0: int, nchan: int, g: Geometry, sky: dict[str, float
     cfg.update({
         "band": {k: sky[k] for k in ("sync_time", "fs_hz", "freq0_hz", "chan_bw_hz")},
         "capture": {"sources": ["udp://127.0.0.1:0"], "chan0": chan0, "nchan": nchan,
-                    "npacket": g.npacket},
+                    "npacket": g.npacket, "sample_bits": g.sample_bits,
+                    "nibble_order": g.nibble_order},
         "correlator": {"backend": backend, "ninteg": ninteg},
         "output": {"directory": "data"},
         "monitor": {"metrics_port": 0, "like_top_s": like_top_s},
@@ -67,7 +68,7 @@ def run_scaleout(n: int, g: Geometry, *, out: Path, sky: dict[str, float], nfram
             procs.append(CorrelateProcess(cfg, stderr_to=sys.stderr))
         senders = []
         for p, (c0, nc) in zip(procs, splits, strict=True):
-            sub = Geometry(nstream=g.nstream, nchan=nc, npacket=g.npacket)
+            sub = g.replace(nchan=nc)  # sample bits and nibble order as the band's
             senders.append(ChannelSlice(udp_sender(sub, port=p.port, rate_gbps=rate_gbps / n,
                                                    chan0=c0), c0, nc))
         send(senders)
