@@ -298,6 +298,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         "dumps_written": chain.writer.dumps_written,
         "files": [str(f) for f in chain.writer.files],
         "quicklook": [str(f) for f in chain.quicklook.images] if chain.quicklook else [],
+        "quicklook_failures": chain.quicklook.failures if chain.quicklook else [],
         "capture": counters,
         "stopped_by": stopped_by,
         "blocks": {b.name: {k: round(v, 3) for k, v in b.perf.items()}
@@ -315,7 +316,9 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         print(f"fx: expected {a.dumps} dumps, wrote {chain.writer.dumps_written}",
               file=sys.stderr)
         return 1
-    return 0
+    for failure in summary["quicklook_failures"]:  # every dump is written; the PNG is not
+        print(f"fx: {failure}", file=sys.stderr)
+    return 1 if summary["quicklook_failures"] else 0
 
 
 def run_instances(a: argparse.Namespace, g: Geometry, sim: FEngineSimulator,

@@ -1,8 +1,9 @@
 """QuicklookBlock: a PNG of the last integration of each sequence (see ``quicklook``).
 
-A PNG that cannot be written (full disk) fails the block with one line naming it, unless the
-pipeline is already stopping for another reason: then it is one warning, so that the first
-failure (e.g. the UVH5 writer's) stays the one reported.
+A PNG that cannot be written (full disk) is one error line naming it, kept in ``failures``;
+the block does not stop the pipeline for it: the PNG is a convenience, and stopping here could
+cut the UVH5 writer off before data it already holds is written (and would race the writer's own
+error, which must stay the one reported). Scripts turn ``failures`` into a non-zero exit.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class QuicklookLogic(BlockLogic):
         super().__init__(vis, gulp_nframe=1, **kwargs)
         self.directory, self.prefix = Path(directory), prefix
         self.images: list[Path] = []
+        #: One line per PNG that could not be written (file and errno).
+        self.failures: list[str] = []
         self._last = None
 
     def on_sequence(self, iseq: Any) -> None:
@@ -55,10 +58,8 @@ class QuicklookLogic(BlockLogic):
                                                   self.hdr["geometry"]["nstream"], title,
                                                   names))
         except OSError as exc:
-            stopping = getattr(self, "shutdown_event", None)  # ours; Bifrost blocks have none
-            if stopping is None or not stopping.is_set():
-                raise
-            log.warning("%s: %s", self.name, exc)
+            self.failures.append(str(exc))
+            log.error("%s: %s", self.name, exc)
 
 
 class QuicklookBlock(QuicklookLogic, SinkBlock):
