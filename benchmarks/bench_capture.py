@@ -25,8 +25,9 @@ import time
 import numpy as np
 import spead2
 
+from xengine_block.argtypes import sample_bits
 from xengine_block.capture import Capture, InprocSource, UdpSource
-from xengine_block.geometry import Geometry, parse_sample_bits
+from xengine_block.geometry import Geometry
 from xengine_block.spead import frame_datagrams, udp_sender
 
 
@@ -98,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nstream", type=int, default=256)
     ap.add_argument("--nchan", type=int, default=9)
-    ap.add_argument("--bits", type=parse_sample_bits, default=8,
+    ap.add_argument("--bits", type=sample_bits, default=8,
                     help="bits per re/im part: 8 (ci8) or 4 (ci4)")
     ap.add_argument("--seconds", type=float, default=1.5, help="data per trial")
     ap.add_argument("--rates", type=float, nargs="+", default=[1, 2, 4, 6, 8, 10, 12, 16, 24],

@@ -12,7 +12,7 @@ import argparse
 import json
 
 from xengine_block import benchmarking
-from xengine_block.geometry import parse_sample_bits
+from xengine_block.argtypes import sample_bits
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--bits", type=parse_sample_bits, default=8,
+    p.add_argument("--bits", type=sample_bits, default=8,
                    help="4: also measure ci4 input (key 'ci4') next to ci8 in the same run")
     p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
     p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")

@@ -16,10 +16,10 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .array import ArrayDescription, ArrayError, default_array
-from .geometry import NIBBLE_ORDERS, Geometry, GeometryError, parse_sample_bits
+from .geometry import NIBBLE_ORDERS, SAMPLE_BITS, Geometry, GeometryError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -94,6 +94,16 @@ positive_number = number(0.0, exclusive_low=True)
 nonnegative_number = number(0.0)
 port = integer(0, 65535)
 seed = integer(0, 2**63 - 1)
+
+
+def sample_bits(value: Any) -> int:
+    """8 (ci8) or 4 (ci4): the text of ``--bits`` or a TOML integer, else one clear line."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or text.strip() not in {str(b) for b in SAMPLE_BITS}:
+        raise argparse.ArgumentTypeError(
+            f"sample bits must be one of {', '.join(map(str, SAMPLE_BITS))} "
+            f"(complex int8 or int4), got {value!r}")
+    return int(text)
 
 
 def ipv4_address(text: str) -> str:
@@ -183,7 +193,7 @@ def geometry(options: Mapping[str, str], **fields: int) -> Geometry:
 def add_sample_format_args(p: argparse.ArgumentParser) -> None:
     """``--bits`` and ``--nibble-order``: the F-engines' sample format (Geometry's
     ``sample_bits`` / ``nibble_order``), for every command that reads or makes their packets."""
-    p.add_argument("--bits", type=parse_sample_bits, default=8,
+    p.add_argument("--bits", type=sample_bits, default=8,
                    help="bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4)")
     p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
                    help="ci4: which nibble of a byte holds the real part")

@@ -69,17 +69,6 @@ class GeometryError(ValueError):
         self.field = field
 
 
-def parse_sample_bits(text: str) -> int:
-    """argparse ``type=`` for ``--bits``: 8 (ci8) or 4 (ci4), else one clear line."""
-    import argparse
-
-    if text.strip() not in {str(b) for b in SAMPLE_BITS}:
-        raise argparse.ArgumentTypeError(
-            f"sample bits must be one of {', '.join(map(str, SAMPLE_BITS))} "
-            f"(complex int8 or int4), got {text!r}")
-    return int(text)
-
-
 def max_spectra_int32(sample_bits: int = 8) -> int:
     """Most spectra an int32 accumulator can hold for every legal input (all -128, or all -8:
     65,535 spectra for ci8, 16,777,215 for ci4)."""

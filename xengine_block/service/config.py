@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import sample_bits
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
-from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, parse_sample_bits
+from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError
 
 
 class ConfigError(ValueError):
@@ -102,15 +103,6 @@ def boolean(value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
         return value.lower() in ("true", "yes", "1")
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
-
-
-def sample_bits(value: Any) -> int:
-    """8 (ci8) or 4 (ci4): a TOML integer or the flag's text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise argparse.ArgumentTypeError(f"expected 8 or 4, got {value!r}")
-    return parse_sample_bits(value)
 
 
 def nibble_order(value: Any) -> str:
