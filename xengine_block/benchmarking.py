@@ -23,7 +23,7 @@ import numpy as np
 
 from .backends import get_backend
 from .geometry import Geometry
-from .layout import frames_to_natural, to_complex
+from .layout import frames_to_natural, pack_ci4, to_complex
 from .triangle import pack_triangle
 
 
@@ -186,7 +186,7 @@ def ci4_rate(frames: np.ndarray, g: Geometry, isa: str, nthreads: int, repeat: i
     from .backends.native import _extension
 
     small = frames >> 4  # -8..7
-    ci4 = ((small[..., 0, :] & 15) << 4) | (small[..., 1, :] & 15)  # [P, S, C, coarse, fine]
+    ci4 = pack_ci4(np.moveaxis(small, -2, -1))  # [P, S, C, coarse, fine] bytes, re high
     out = np.empty(g.output_shape, np.int32)
     ext = _extension()
 
