@@ -42,18 +42,63 @@ from xengine_block.spead import FrameSender, inproc_sender, udp_sender
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
 
-def _thread_cpu() -> dict[str, float]:
-    """CPU seconds of each thread of this process (Linux /proc)."""
+def _thread_stats() -> dict[str, tuple[str, float]]:
+    """(OS name, CPU seconds) of each thread of this process (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+                stat = fh.read()
         except OSError:
             continue
-        out[tid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        fields = stat.rsplit(")", 1)[1].split()
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        out[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime + stime
     return out
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process."""
+    return {tid: cpu for tid, (_, cpu) in _thread_stats().items()}
+
+
+#: Roles of the chain, by the OS thread name prefix each block's thread carries (the pipeline
+#: names block threads; threads a block starts, spead2's receiver and the native workers,
+#: inherit the name).
+ROLES = {"capture": "CaptureBlock", "xengine": "XEngineBlock", "integrate": "IntegrateBlo",
+         "writer": "UVH5WriterBlo"}
+
+
+class CpuByRole:
+    """CPU seconds per chain role while running: /proc sampled every ``period`` s (a thread
+    that ends loses at most its last period: the native workers live one call, ~0.2 s)."""
+
+    def __init__(self, exclude: set[str], period: float = 0.005) -> None:
+        self.exclude, self.period = exclude, period
+        self.base = _thread_stats()
+        self.last: dict[str, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.last.update(_thread_stats())
+            time.sleep(self.period)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self.last.update(_thread_stats())
+        me = str(self._thread.native_id)
+        out = dict.fromkeys((*ROLES, "other"), 0.0)
+        for tid, (name, cpu) in self.last.items():
+            if tid in self.exclude or tid == me:
+                continue
+            role = next((r for r, prefix in ROLES.items() if name.startswith(prefix)), "other")
+            out[role] += cpu - self.base.get(tid, (name, 0.0))[1]
+        return {k: round(v, 3) for k, v in out.items()}
 
 
 class Replay:
@@ -163,7 +208,9 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         if sender:
             sender.start()
         watcher.start()
+        cpu = CpuByRole(exclude=replay.tids | {str(watcher.native_id)})
         pipeline.run()
+        cpu_s = cpu.stop()
         pipeline_done.set()
         if sender:
             sender.join(timeout=60)
@@ -186,7 +233,13 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
             "run_s": whole,
             "send_s": replay.t1 - replay.t0,
             "sender_cpu_s": replay.cpu_s,
-            "xengine_msps_of_its_busy_time": chain.xengine_msps(), "blocks": blocks}
+            "xengine_msps_of_its_busy_time": chain.xengine_msps(),
+            "cpu_s": cpu_s, "cpu_s_per_dump": {k: round(v / max(written, 1), 4)
+                                               for k, v in cpu_s.items()},
+            # With every core busy, the chain cannot beat the bare backend by more than the
+            # X-engine's share of the CPU it uses (the rest is capture, writer, ...).
+            "xengine_cpu_share": cpu_s["xengine"] / max(sum(cpu_s.values()), 1e-9),
+            "blocks": blocks}
 
 
 def gbps_for(g: Geometry, msps: float) -> float:

@@ -3,6 +3,8 @@ with exact counters, resynchronisation, and the CaptureBlock in a pipeline."""
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 import spead2
@@ -317,3 +319,19 @@ def test_capture_block_shutdown_while_waiting_for_packets(delay):
         p.run()
     assert time.monotonic() - t0 < delay + 2.0
     assert p.stop_reason == "shutdown() called"
+
+
+def test_udp_receive_buffer_is_granted_or_the_shortfall_is_logged(caplog):
+    """The socket buffer carries packets while the receiver is off the CPU: it is forced past
+    net.core.rmem_max where the process may (CAP_NET_ADMIN), else a warning says so."""
+    asked = 48 << 20
+    source = UdpSource("127.0.0.1", 0, buffer_size=asked)
+    with caplog.at_level("WARNING", logger="xengine_block.capture"):
+        source.bind()
+    try:
+        granted = source._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        assert source.buffer_obtained == granted > 0
+        warned = [r for r in caplog.records if "UDP receive buffer" in r.getMessage()]
+        assert (granted >= asked) != bool(warned), (granted, warned)
+    finally:
+        source.close()

@@ -469,3 +469,30 @@ def test_empty_source_ends_the_pipeline():
         sink = Collect(Triple(CountingSource([], gulp_nframe=2)))
         run_checked(p)
     assert sink.seqs == [] and sink.ended == []
+
+
+def _os_thread_name(tid: int) -> str:
+    with open(f"/proc/self/task/{tid}/comm") as fh:
+        return fh.read().strip()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_block_threads_carry_their_names_in_the_os_and_pass_them_on():
+    """``top -H`` and per-role CPU accounting (bench_pipeline) see each block's name, also on
+    the threads a block starts (spead2's receiver, the native workers)."""
+    seen: dict[str, str] = {}
+
+    class Named(Collect):
+        def on_data(self, ispan):
+            seen["block"] = _os_thread_name(threading.get_native_id())
+            t = threading.Thread(target=lambda: seen.setdefault(
+                "child", _os_thread_name(threading.get_native_id())))
+            t.start()
+            t.join()
+            super().on_data(ispan)
+
+    with Pipeline() as p:
+        src = CountingSource([("s", 0, 4)], 2)
+        Named(src, name="QuiteALongBlockName_7")
+        run_checked(p)
+    assert seen == {"block": "QuiteALongBlock", "child": "QuiteALongBlock"}  # 15 bytes

@@ -69,7 +69,7 @@ from spead2.recv.numba import chunk_place_data
 from .array import ArrayDescription
 from .geometry import Geometry
 from .pipeline import SourceBlock
-from .ring import WriteSpan
+from .ring import WriteSpan, populate
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -579,24 +579,41 @@ class Source(Protocol):
     def attach(self, stream: spead2.recv.ChunkRingStream) -> None: ...
 
 
+#: Linux: set the receive buffer past net.core.rmem_max (needs CAP_NET_ADMIN).
+_SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+
+
 class UdpSource:
     """UDP on an explicit bind address and port (loopback by default).
 
     ``port=0`` binds an ephemeral port; :attr:`port` then holds the bound one after attach.
-    ``buffer_size`` is the socket receive buffer (the kernel caps it at net.core.rmem_max).
+    ``buffer_size`` is the socket receive buffer: it carries the packets that arrive while the
+    receiving thread is off the CPU (on a machine whose cores the X-engine also uses, for a
+    few milliseconds at a time). The kernel caps it at net.core.rmem_max unless the process
+    may exceed that (CAP_NET_ADMIN: ``SO_RCVBUFFORCE``, tried first); the size obtained is
+    logged and kept in :attr:`buffer_obtained`.
     """
 
     def __init__(self, address: str = DEFAULT_ADDRESS, port: int = DEFAULT_PORT, *,
                  buffer_size: int = 64 << 20, max_size: int = 9200) -> None:
         self.address, self.port = address, port
         self.buffer_size, self.max_size = buffer_size, max_size
+        self.buffer_obtained = 0  # bytes the kernel granted (it reports twice the payload room)
         self._sock: socket.socket | None = None
 
     def bind(self) -> int:
         """Bind now (before senders start); returns the port."""
         if self._sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_size)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, self.buffer_size)
+            except OSError:  # not permitted: the kernel's rmem_max applies
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_size)
+            self.buffer_obtained = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            if self.buffer_obtained < self.buffer_size:
+                log.warning("UDP receive buffer %d bytes, %d asked (raise net.core.rmem_max): "
+                            "packets may be lost while the receiver is off the CPU",
+                            self.buffer_obtained, self.buffer_size)
             sock.bind((self.address, self.port))
             self._sock = sock
             self.port = sock.getsockname()[1]
@@ -713,9 +730,10 @@ class Capture:
             spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nchunk),
             spead2.recv.ChunkRingbuffer(nchunk))
         for _ in range(nchunk):
+            data = np.zeros(layout.chunk_bytes, np.int8)
+            populate(data)  # faulted in now, not while the first packets arrive
             self.stream.add_free_chunk(spead2.recv.Chunk(
-                present=np.zeros(layout.chunk_heaps, np.uint8),
-                data=np.zeros(layout.chunk_bytes, np.int8)))
+                present=np.zeros(layout.chunk_heaps, np.uint8), data=data))
         self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
                                  0)
         self._stopped = False

@@ -129,6 +129,13 @@ def _lst_rad(jd: float, lat_deg: float, lon_deg: float, alt_m: float) -> float:
     return float(Time(jd, format="jd", location=loc).sidereal_time("apparent").rad)
 
 
+def load_time_tables() -> None:
+    """Import astropy and load its bundled earth-rotation tables now (about a second of CPU):
+    a writer block calls this when it is made, so the first dump does not stall the pipeline
+    while packets are arriving."""
+    _lst_rad(2451545.0, 0.0, 0.0, 0.0)  # J2000: inside the bundled tables, nothing to warn
+
+
 def unix_to_jd(unix: float) -> float:
     return unix / 86400.0 + 2440587.5
 

@@ -24,7 +24,7 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
     def _ring_holds_memory(self) -> bool:
         return ring_memory(self.irings[0])[1] > 0
 
-    def _use_backend_memory(self, g: Geometry) -> bool:
+    def _size_input_ring(self, g: Geometry) -> None:
         """Bifrost rings allocate in C (no allocator to install): size the data ring now, once,
         and have the backend map that memory as user-pointer buffer objects, where XRT allows."""
         adopt = getattr(self.backend, "adopt_host_memory", None)
@@ -32,13 +32,13 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
             if adopt is not None:  # an NPU backend that cannot read these frames in place
                 log.info("%s: frames are copied into NPU buffers: frame layout differs from "
                          "the NPU input (S != npu_block or several channel groups)", self.name)
-            return False
+            return
         ring = self.irings[0]
         if self._ring_holds_memory():
             log.info("%s: data ring %r already holds memory; frames are copied into NPU buffers "
                      "(give geometry= before the pipeline runs for zero copy)", self.name,
                      ring.name)
-            return False
+            return
         gulp = g.npacket
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
@@ -46,10 +46,9 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
         reason = adopt(*self._ring_memory)
         if reason:
             log.info("%s: frames are copied into NPU buffers: %s", self.name, reason)
-            return False
+            return
         log.info("%s: data ring %r mapped as NPU user-pointer buffers (zero copy)", self.name,
                  ring.name)
-        return True
 
     def on_data(self, ispans: list, ospans: list) -> list[int]:
         mem = getattr(self, "_ring_memory", None)

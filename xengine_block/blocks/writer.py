@@ -21,7 +21,7 @@ from ..geometry import Geometry
 from ..integration import counts_per_channel
 from ..pipeline import Block, MultiTransformBlock
 from ..ring import Ring
-from ..uvh5 import SiteInfo, UVH5Writer
+from ..uvh5 import SiteInfo, UVH5Writer, load_time_tables
 from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 
@@ -58,6 +58,7 @@ class UVH5WriterLogic(BlockLogic):
         self.files: list[Path] = []
         self.dumps_written = 0
         self._writer: UVH5Writer | None = None
+        load_time_tables()
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         self.hdr = iseqs[0].header

@@ -43,7 +43,9 @@ class XEngineLogic(BlockLogic):
     backend : backend name or ``"auto"`` (NPU when usable, else the fastest exact CPU backend);
         the choice and the reason are logged and put in the output header.
     geometry : the run's geometry, if known when the pipeline is built: the backend is then
-        created here rather than at the first sequence, and if it can read the frames in place
+        created here rather than at the first sequence, the data ring is sized for this block's
+        reads (its pages faulted in: :func:`~xengine_block.ring.populate`) before any packet
+        arrives, and if the backend can read the frames in place
         (the NPU backend with S == npu_block and one channel group: ``backend.zero_copy``) its
         ``allocate_host`` becomes the data ring's allocator, so the capture block writes frames
         straight into NPU buffer objects and ``correlate`` copies nothing (see below).
@@ -77,7 +79,7 @@ class XEngineLogic(BlockLogic):
         if geometry is not None:
             self.backend = self._make_backend(geometry)
             self.geometry = geometry
-            self._use_backend_memory(geometry)
+            self._size_input_ring(geometry)
 
     def _make_backend(self, g: Geometry) -> Backend:
         if self.backend_options:
@@ -89,24 +91,27 @@ class XEngineLogic(BlockLogic):
         log.info("%s: backend %s (%s)", self.name, backend.name, backend.choice_reason)
         return backend
 
-    def _use_backend_memory(self, g: Geometry) -> bool:
-        """Make the data ring allocate through the backend, if it can read frames in place."""
-        allocate = getattr(self.backend, "allocate_host", None)
-        if allocate is None or not getattr(self.backend, "zero_copy", False):
-            return False
+    def _size_input_ring(self, g: Geometry) -> None:
+        """Size the data ring for this block's reads now, before data flows, so that it
+        allocates (and faults its pages in) once; through the backend's allocator if the
+        backend can read frames in place."""
         ring = self.irings[0]
         if ring.total_bytes:
-            log.info("%s: data ring %r already holds memory; frames are copied into NPU buffers "
-                     "(give geometry= before the pipeline runs for zero copy)", self.name,
+            log.info("%s: data ring %r already holds memory; it is not resized here%s", self.name,
+                     ring.name, " and frames are copied into NPU buffers (give geometry= before "
+                     "the pipeline runs for zero copy)" if self._zero_copy() else "")
+            return
+        if self._zero_copy():
+            ring.set_allocator(self.backend.allocate_host)
+            log.info("%s: data ring %r allocated in NPU buffer objects (zero copy)", self.name,
                      ring.name)
-            return False
-        ring.set_allocator(allocate)
         gulp = g.npacket
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
-        log.info("%s: data ring %r allocated in NPU buffer objects (zero copy)", self.name,
-                 ring.name)
-        return True
+
+    def _zero_copy(self) -> bool:
+        return (getattr(self.backend, "allocate_host", None) is not None
+                and getattr(self.backend, "zero_copy", False))
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         hdr = iseqs[0].header
