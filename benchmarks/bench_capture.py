@@ -25,10 +25,10 @@ import time
 import numpy as np
 import spead2
 
-from xengine_block.argtypes import sample_bits
-from xengine_block.capture import Capture, InprocSource, UdpSource
+from xengine_block.capture.receive import Capture, InprocSource, UdpSource
+from xengine_block.capture.spead import frame_datagrams, udp_sender
 from xengine_block.geometry import Geometry
-from xengine_block.spead import frame_datagrams, udp_sender
+from xengine_block.tools.argtypes import sample_bits
 
 
 def trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:

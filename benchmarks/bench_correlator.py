@@ -11,8 +11,8 @@ The onnxruntime peer needs the optional extra: ``pip install -e .[bench]``.
 import argparse
 import json
 
-from xengine_block import benchmarking
-from xengine_block.argtypes import sample_bits
+from xengine_block.tools import benchmarking
+from xengine_block.tools.argtypes import sample_bits
 
 
 def main() -> None:

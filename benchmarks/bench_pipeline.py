@@ -33,11 +33,11 @@ import spead2
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
-from xengine_block.capture import Capture, CaptureBlock, InprocSource, UdpSource
+from xengine_block.capture.receive import Capture, CaptureBlock, InprocSource, UdpSource
+from xengine_block.capture.spead import FrameSender, inproc_sender, udp_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry
-from xengine_block.pipeline import Pipeline
-from xengine_block.spead import FrameSender, inproc_sender, udp_sender
+from xengine_block.runtime.pipeline import Pipeline
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 

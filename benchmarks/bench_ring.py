@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from xengine_block.ring import Ring
+from xengine_block.runtime.ring import Ring
 
 FRAME_NBYTE = 2_211_840
 

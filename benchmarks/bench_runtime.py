@@ -6,7 +6,7 @@ Chain: an in-memory source (copies capture frames + presence mask into its rings
 run once untimed, then ``--repeat`` times interleaved (median wall time of ``Pipeline.run()``,
 start-up included):
 
-- ``ours``: our runtime and blocks (``xengine_block.pipeline``, ``xengine_block.blocks``);
+- ``ours``: our runtime and blocks (``xengine_block.runtime.pipeline``, ``xengine_block.blocks``);
 - ``bifrost``: our blocks on real Bifrost (``xengine_block.bifrost``);
 - ``bifrost_plain``: plain Bifrost blocks written for this benchmark that call the same backend,
   ``valid_counts`` and ``Integrator`` directly, without our logic mixins and adapter (no lost-
@@ -146,7 +146,8 @@ def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
              backend_name: str) -> tuple[float, float]:
     """(wall seconds of run(), seconds all blocks spent processing)."""
     if peer == "ours":
-        from xengine_block import blocks, pipeline
+        from xengine_block import blocks
+        from xengine_block.runtime import pipeline
         rt, base_src, base_sink = blocks, pipeline.SourceBlock, pipeline.SinkBlock
         pipe, arr = pipeline.Pipeline, (lambda s: s.data)
     else:

@@ -29,19 +29,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xengine_block import argtypes as at
-from xengine_block.argtypes import UsageError, usage_errors
 from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture import InprocSource, PcapSource, Source, UdpSource
+from xengine_block.capture.receive import InprocSource, PcapSource, Source, UdpSource
+from xengine_block.capture.recording import finish_metadata, write_metadata
+from xengine_block.capture.spead import inproc_sender, pcap_sender, udp_sender
 from xengine_block.chain import RUNTIMES, correlator_chain, runtime
-from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
-from xengine_block.pipeline import PipelineError
-from xengine_block.recording import finish_metadata, write_metadata
+from xengine_block.runtime.pipeline import PipelineError
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
-from xengine_block.spead import inproc_sender, pcap_sender, udp_sender
+from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
+from xengine_block.tools import argtypes as at
+from xengine_block.tools.argtypes import UsageError, usage_errors
 
 log = logging.getLogger("fx")
 

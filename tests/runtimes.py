@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-import xengine_block.pipeline as ours
+import xengine_block.runtime.pipeline as ours
 from xengine_block import blocks
 
 from .conftest import bifrost_or_skip

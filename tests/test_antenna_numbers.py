@@ -11,15 +11,15 @@ import pytest
 
 from xengine_block.array import ArrayDescription, default_array
 from xengine_block.blocks.writer import site_info
-from xengine_block.fengine import FEngineSimulator, PointSource
+from xengine_block.capture.recording import read_metadata, write_metadata
+from xengine_block.capture.spead import pcap_sender
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
-from xengine_block.quicklook import last_integration, quicklook_uvh5
-from xengine_block.recording import read_metadata, write_metadata
+from xengine_block.outputs.quicklook import last_integration, quicklook_uvh5
+from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.reference import reference_full, reference_triangle
-from xengine_block.reprocess import ReprocessOptions, reprocess
-from xengine_block.spead import pcap_sender
-from xengine_block.uvh5 import UVH5Writer
+from xengine_block.sim.fengine import FEngineSimulator, PointSource
+from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
 from .conftest import random_frames
 

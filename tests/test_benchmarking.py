@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xengine_block import benchmarking
 from xengine_block.backends import native as nat
 from xengine_block.geometry import Geometry
+from xengine_block.tools import benchmarking
 
 from .conftest import random_frames
 

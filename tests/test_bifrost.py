@@ -115,9 +115,9 @@ def test_uvh5_on_bifrost_equals_our_runtime(tmp_path):
 
 def test_capture_to_uvh5_on_bifrost_equals_our_runtime(tmp_path):
     """The fx.py chain from the same recorded packets: real capture block on both runtimes."""
-    from xengine_block.capture import PcapSource
-    from xengine_block.fengine import FEngineSimulator
-    from xengine_block.spead import pcap_sender
+    from xengine_block.capture.receive import PcapSource
+    from xengine_block.capture.spead import pcap_sender
+    from xengine_block.sim.fengine import FEngineSimulator
 
     array = default_array(8)
     g = Geometry(nstream=array.nstream, nchan=9, npacket=4)

@@ -8,8 +8,8 @@ from xengine_block.array import default_array
 from xengine_block.blocks import IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
-from xengine_block.pipeline import Pipeline, SourceBlock
 from xengine_block.reference import reference_full
+from xengine_block.runtime.pipeline import Pipeline, SourceBlock
 
 from .conftest import random_frames
 
@@ -113,6 +113,6 @@ def test_dumps_per_file_and_no_overwrite(tmp_path):
     mask = np.ones((3, 4), np.uint8)
     w, _, _ = run_chain(tmp_path, g, frames, mask, 1, dumps_per_file=2)
     assert [pyuvdata.UVData.from_file(f).Ntimes for f in w.files] == [2, 1]
-    from xengine_block.pipeline import PipelineError
+    from xengine_block.runtime.pipeline import PipelineError
     with pytest.raises(PipelineError, match="refusing to overwrite"):
         run_chain(tmp_path, g, frames, mask, 1, dumps_per_file=2)

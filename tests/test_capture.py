@@ -11,7 +11,7 @@ import spead2
 import spead2.send
 
 from xengine_block.array import default_array
-from xengine_block.capture import (
+from xengine_block.capture.receive import (
     COUNTERS,
     CaptureBlock,
     InprocSource,
@@ -20,11 +20,7 @@ from xengine_block.capture import (
     capture_frames,
     parse_source,
 )
-from xengine_block.fengine import FEngineSimulator, PointSource
-from xengine_block.geometry import Geometry
-from xengine_block.layout import frames_to_natural
-from xengine_block.pipeline import MultiTransformBlock, Pipeline
-from xengine_block.spead import (
+from xengine_block.capture.spead import (
     FLAVOUR,
     InprocDatagramSink,
     PcapWriter,
@@ -40,6 +36,10 @@ from xengine_block.spead import (
     truncated,
     udp_sender,
 )
+from xengine_block.geometry import Geometry
+from xengine_block.layout import frames_to_natural
+from xengine_block.runtime.pipeline import MultiTransformBlock, Pipeline
+from xengine_block.sim.fengine import FEngineSimulator, PointSource
 
 #: 32 streams, 2 channel groups of 9 (mask [S, G]), P = 2.
 G = Geometry(nstream=32, nchan=18, npacket=2)
@@ -326,7 +326,7 @@ def test_udp_receive_buffer_is_granted_or_the_shortfall_is_logged(caplog):
     net.core.rmem_max where the process may (CAP_NET_ADMIN), else a warning says so."""
     asked = 48 << 20
     source = UdpSource("127.0.0.1", 0, buffer_size=asked)
-    with caplog.at_level("WARNING", logger="xengine_block.capture"):
+    with caplog.at_level("WARNING", logger="xengine_block.capture.receive"):
         source.bind()
     try:
         granted = source._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)

@@ -18,6 +18,7 @@ from xengine_block.backends import availability, make_backend
 from xengine_block.backends.base import HostUnpack, device_geometry
 from xengine_block.backends.cpu import CpuBackend
 from xengine_block.backends.emulator import EmulatorBackend
+from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.geometry import Geometry, GeometryError, small_test_geometry
 from xengine_block.layout import (
     frames_to_natural,
@@ -26,7 +27,6 @@ from xengine_block.layout import (
     unpack_ci4,
     unpack_frames,
 )
-from xengine_block.recording import read_metadata, write_metadata
 from xengine_block.reference import reference_frames, reference_triangle
 
 ORDERS = ("re_high", "re_low")
@@ -219,7 +219,7 @@ def test_reference_takes_ci4_frames():
 # ------------------------------------------------------------------------------ stages
 def test_fengine_quantises_to_4_bits():
     from xengine_block.array import default_array
-    from xengine_block.fengine import FEngineSimulator
+    from xengine_block.sim.fengine import FEngineSimulator
 
     array = default_array(2)
     g = Geometry(nstream=4, nchan=9, npacket=1, sample_bits=4)
@@ -241,8 +241,8 @@ def test_recording_sidecar_keeps_ci4(tmp_path):
 
 def test_capture_drops_ci8_sized_heaps_on_a_ci4_stream(tmp_path):
     from xengine_block.array import default_array
-    from xengine_block.capture import PcapSource, capture_frames, capture_headers
-    from xengine_block.spead import PcapWriter, frame_datagrams
+    from xengine_block.capture.receive import PcapSource, capture_frames, capture_headers
+    from xengine_block.capture.spead import PcapWriter, frame_datagrams
 
     g4 = Geometry(nstream=4, nchan=9, npacket=1, sample_bits=4)
     g8 = g4.replace(sample_bits=8)
@@ -319,8 +319,8 @@ def test_fx_ci4_exact_against_the_packets_it_sent(tmp_path):
                 s1, s2 = 2 * a1 + p1, 2 * a2 + p2
                 assert np.array_equal(uv.get_data(a1, a2, pol)[d], k[:, s2, s1]), (d, a1, a2)
     # reprocessing the recording (ci4 sidecar) gives the same visibilities
-    from xengine_block.reprocess import ReprocessOptions, reprocess_file
-    from xengine_block.tasks import Task
+    from xengine_block.tools.reprocess import ReprocessOptions, reprocess_file
+    from xengine_block.tools.tasks import Task
 
     task = Task(pcap, tmp_path / "again.uvh5")
     reprocess_file(task, ReprocessOptions(ninteg=2))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from xengine_block import argtypes
 from xengine_block.cli import COMMANDS, main
+from xengine_block.tools import argtypes
 
 ROOT = Path(__file__).resolve().parents[1]
 FX = ROOT / "pipelines" / "fx.py"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
-from xengine_block.fengine import C_LIGHT, FEngineSimulator, PointSource, offline_astropy
 from xengine_block.geometry import Geometry
 from xengine_block.layout import natural_to_frames, to_complex
+from xengine_block.sim.fengine import C_LIGHT, FEngineSimulator, PointSource, offline_astropy
 
 SYNC = 1.8e9  # 2027-01-15
 FS = 48000.0

@@ -27,18 +27,18 @@ import pytest
 
 from xengine_block.array import default_array
 from xengine_block.blocks.writer import site_info
-from xengine_block.capture import CaptureBlock, PcapSource
+from xengine_block.capture.receive import CaptureBlock, PcapSource
+from xengine_block.capture.recording import write_metadata
+from xengine_block.capture.spead import pcap_sender
 from xengine_block.chain import correlator_chain
-from xengine_block.fengine import FEngineSimulator, PointSource
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
-from xengine_block.pipeline import Pipeline, PipelineError
-from xengine_block.recording import write_metadata
+from xengine_block.outputs.uvh5 import StagedFile, UVH5WriteError, UVH5Writer
 from xengine_block.reference import reference_full, reference_triangle
-from xengine_block.reprocess import ReprocessOptions, reprocess
-from xengine_block.spead import pcap_sender
-from xengine_block.tasks import summarise
-from xengine_block.uvh5 import StagedFile, UVH5WriteError, UVH5Writer
+from xengine_block.runtime.pipeline import Pipeline, PipelineError
+from xengine_block.sim.fengine import FEngineSimulator, PointSource
+from xengine_block.tools.reprocess import ReprocessOptions, reprocess
+from xengine_block.tools.tasks import summarise
 
 from .conftest import random_frames
 
@@ -257,7 +257,7 @@ def assert_pipeline_file(path: Path, frames: np.ndarray, g: Geometry, ndump: int
 
 
 def run_chain(pcap: Path, out: Path) -> tuple[Pipeline, object]:
-    from xengine_block.recording import read_metadata
+    from xengine_block.capture.recording import read_metadata
     info = read_metadata(pcap)
     with Pipeline() as p:
         capture = CaptureBlock(PcapSource(str(pcap)), info.geometry, info.array, **info.sky)

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xengine_block.capture import PcapSource, capture_frames
+from xengine_block.capture.receive import PcapSource, capture_frames
+from xengine_block.capture.recording import read_metadata, write_metadata
+from xengine_block.capture.spead import PcapWriter, descriptor_datagrams, frame_datagrams
 from xengine_block.layout import frames_to_natural
-from xengine_block.recording import read_metadata, write_metadata
 from xengine_block.reference import reference_full
-from xengine_block.reprocess import ReprocessOptions, reprocess_file
-from xengine_block.spead import PcapWriter, descriptor_datagrams, frame_datagrams
-from xengine_block.tasks import Task
+from xengine_block.tools.reprocess import ReprocessOptions, reprocess_file
+from xengine_block.tools.tasks import Task
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the outputs")
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 import spead2
 
-from xengine_block.capture import COUNTERS, Capture, CapturedFrame, UdpSource
-from xengine_block.geometry import Geometry
-from xengine_block.spead import (
+from xengine_block.capture.receive import COUNTERS, Capture, CapturedFrame, UdpSource
+from xengine_block.capture.spead import (
     FREQUENCY,
     PAYLOAD,
     STREAM_ID,
@@ -38,6 +37,7 @@ from xengine_block.spead import (
     stop_datagrams,
     truncated,
 )
+from xengine_block.geometry import Geometry
 
 #: 16 streams x 1 channel group: 16 heaps a frame, quorum 9; P = 2 (starts align to 2).
 G = Geometry(nstream=16, nchan=9, npacket=2)

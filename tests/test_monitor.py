@@ -8,7 +8,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from xengine_block.monitor import TIME_COUNTERS, BlockCounters, Monitor, format_line
+from xengine_block.runtime.monitor import TIME_COUNTERS, BlockCounters, Monitor, format_line
 
 
 def _wait_in(counters: BlockCounters, name: str, seconds: float, started: threading.Event):

@@ -17,8 +17,8 @@ from xengine_block.geometry import small_test_geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.npu import artifacts
 from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
-from xengine_block.pipeline import Pipeline, SinkBlock
 from xengine_block.reference import reference_triangle
+from xengine_block.runtime.pipeline import Pipeline, SinkBlock
 
 from .conftest import random_frames
 from .test_blocks import FramesSource

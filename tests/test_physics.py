@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
-from xengine_block.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.geometry import Geometry
+from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 
 from .test_blocks import run_chain_with_header
 

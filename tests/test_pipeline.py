@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from xengine_block.pipeline import (
+from xengine_block.runtime.pipeline import (
     MultiTransformBlock,
     Pipeline,
     PipelineError,
@@ -366,7 +366,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     import signal, sys, threading
     sys.path.insert(0, {testdir!r})
     from test_pipeline import ENDLESS, Collect, CountingSource, Triple
-    from xengine_block.pipeline import Pipeline
+    from xengine_block.runtime.pipeline import Pipeline
 
     class Announce(Collect):
         def on_data(self, ispan):

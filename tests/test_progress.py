@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from xengine_block.progress import Progress
+from xengine_block.tools.progress import Progress
 
 
 class Tty(io.StringIO):

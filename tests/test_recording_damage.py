@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from xengine_block.capture.recording import finish_metadata, metadata_path, scan_pcap
+from xengine_block.capture.spead import PcapWriter
 from xengine_block.cli import main
 from xengine_block.geometry import Geometry, GeometryError
-from xengine_block.recording import finish_metadata, metadata_path, scan_pcap
-from xengine_block.reprocess import ReprocessOptions, reprocess
-from xengine_block.spead import PcapWriter
-from xengine_block.tasks import summarise
+from xengine_block.tools.reprocess import ReprocessOptions, reprocess
+from xengine_block.tools.tasks import summarise
 
 from .test_reprocess import SKY, make_recording, simulator
 
@@ -176,8 +176,8 @@ def test_geometry_from_dict_refuses_non_integers_and_absurd_sizes():
 def test_recorder_notes_each_closed_file_size(tmp_path):
     """``xengine record`` closes every file with its size in the sidecar, so a copy cut at a
     record boundary is caught (``size_change``)."""
-    from xengine_block.record import Recorder
-    from xengine_block.recording import read_metadata
+    from xengine_block.capture.record import Recorder
+    from xengine_block.capture.recording import read_metadata
 
     sim = simulator(npacket=NPACKET)
     rec = Recorder(tmp_path / "rec", sim.array, sim.geometry, sky=SKY, port=0)

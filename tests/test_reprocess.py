@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
-from xengine_block.fengine import FEngineSimulator, PointSource
+from xengine_block.capture.record import Recorder
+from xengine_block.capture.recording import write_metadata
+from xengine_block.capture.spead import pcap_sender, udp_sender
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
-from xengine_block.record import Recorder
-from xengine_block.recording import write_metadata
 from xengine_block.reference import reference_full
-from xengine_block.reprocess import ReprocessOptions, parse_channels, reprocess
-from xengine_block.spead import pcap_sender, udp_sender
-from xengine_block.tasks import summarise
+from xengine_block.sim.fengine import FEngineSimulator, PointSource
+from xengine_block.tools.reprocess import ReprocessOptions, parse_channels, reprocess
+from xengine_block.tools.tasks import summarise
 
 pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the outputs")
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_corrupt_and_truncated_recordings_fail_alone(recordings, tmp_path):
 SCRIPT = """
 import sys, time
 from pathlib import Path
-import xengine_block.reprocess as r
+import xengine_block.tools.reprocess as r
 orig = r.reprocess_file
 def slow(task, options):
     out = orig(task, options)

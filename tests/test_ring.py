@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from xengine_block.ring import (
+from xengine_block.runtime.ring import (
     EndOfDataStop,
     Ring,
     RingInterrupted,
@@ -442,11 +442,14 @@ def _resident_pages(buf: np.ndarray) -> tuple[int, int]:
 
 
 def test_populate_faults_every_page_in_and_keeps_the_contents():
-    fresh = np.empty(32 << 20, np.uint8)  # mmap'ed by malloc, nothing touched yet
+    area = mmap.mmap(-1, 32 << 20)  # a fresh anonymous mapping: nothing resident yet
+    fresh = np.frombuffer(area, np.uint8)
     resident, total = _resident_pages(fresh)
     assert resident < total  # else this test could not tell
     populate(fresh)
     assert _resident_pages(fresh) == (total, total)
+    del fresh
+    area.close()
     data = np.random.default_rng(1).integers(0, 256, (3, 5001), dtype=np.uint8)
     before = data.copy()
     populate(data)  # small and not page-aligned: touched, unchanged

@@ -10,14 +10,14 @@ import time
 import numpy as np
 import pytest
 
-from xengine_block.pipeline import (
+from xengine_block.runtime.pipeline import (
     MultiTransformBlock,
     Pipeline,
     SinkBlock,
     SourceBlock,
     TransformBlock,
 )
-from xengine_block.ring import EndOfDataStop, Ring
+from xengine_block.runtime.ring import EndOfDataStop, Ring
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
+from xengine_block.capture.spead import frame_datagrams
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_full
 from xengine_block.service.config import KEYS, REQUIRED, ConfigError, load_config
-from xengine_block.spead import frame_datagrams
 
 from .conftest import random_frames
 from .service_helpers import BASE, Instance, env, merged, write_config

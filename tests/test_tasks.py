@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from xengine_block.tasks import Task, run_tasks, summarise
+from xengine_block.tools.tasks import Task, run_tasks, summarise
 
 
 def upper_case(task: Task) -> dict:

@@ -5,8 +5,8 @@ import pytest
 
 from xengine_block.geometry import Geometry, max_spectra_int32
 from xengine_block.layout import frames_to_natural
+from xengine_block.outputs.uvh5 import SiteInfo, UVH5Writer, baseline_map, visdata_dtype
 from xengine_block.reference import reference_triangle
-from xengine_block.uvh5 import SiteInfo, UVH5Writer, baseline_map, visdata_dtype
 
 from .conftest import random_frames
 
@@ -153,7 +153,7 @@ def test_baseline_map_covers_every_pair_once():
 KILL_SCRIPT = """
 import sys, numpy as np
 from tests.test_uvh5 import make_site
-from xengine_block.uvh5 import UVH5Writer
+from xengine_block.outputs.uvh5 import UVH5Writer
 nant = 16
 nbl = 2 * nant * (2 * nant + 1) // 2
 tri = np.ones((16, nbl, 2), np.int32)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .blocks import IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
 from .geometry import Geometry
-from .pipeline import Block
+from .runtime.pipeline import Block
 
 #: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
 RUNTIMES = ("ours", "bifrost")
@@ -24,8 +24,8 @@ def runtime(name: str = "ours") -> Any:
         return bifrost
     if name != "ours":
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {name!r}")
-    from .capture import CaptureBlock
-    from .pipeline import Pipeline
+    from .capture.receive import CaptureBlock
+    from .runtime.pipeline import Pipeline
     return SimpleNamespace(Pipeline=Pipeline, CaptureBlock=CaptureBlock, XEngineBlock=XEngineBlock,
                            IntegrateBlock=IntegrateBlock, UVH5WriterBlock=UVH5WriterBlock,
                            QuicklookBlock=QuicklookBlock)

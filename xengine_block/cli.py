@@ -2,8 +2,8 @@
 
 Subcommands register themselves in ``COMMANDS`` (name -> (help, add_arguments, run)), so each
 feature keeps its options next to its code. Options are checked with the shared argparse types
-of :mod:`~xengine_block.argtypes`; a check that needs several options raises
-:class:`~xengine_block.argtypes.UsageError` from ``run``, which ``main`` reports like argparse
+of :mod:`~xengine_block.tools.argtypes`; a check that needs several options raises
+:class:`~xengine_block.tools.argtypes.UsageError` from ``run``, which ``main`` reports like argparse
 (one line naming the option, exit status 2) before the command has done anything.
 """
 
@@ -15,8 +15,8 @@ import logging
 import sys
 from collections.abc import Callable
 
-from . import argtypes
-from .argtypes import UsageError
+from .tools import argtypes
+from .tools.argtypes import UsageError
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: dict[str, Command] = {}
@@ -41,8 +41,8 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
 
 @command("bench", "measure a correlator backend against numpy peers (JSON)", _bench_args)
 def _bench(a: argparse.Namespace) -> int:
-    from . import benchmarking
     from .backends import BackendUnavailable, choose_backend
+    from .tools import benchmarking
     g = argtypes.geometry({"nstream": "--nstream", "nchan": "--nchan", "npacket": "--npacket"},
                           nstream=a.nstream, nchan=a.nchan, npacket=a.npacket)
     try:
@@ -66,7 +66,7 @@ def _backends(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # Import modules that add subcommands (kept optional so a missing extra only hides them).
-    for module in ("quicklook", "reprocess", "record", "service"):
+    for module in ("outputs.quicklook", "tools.reprocess", "capture.record", "service"):
         try:
             __import__(f"xengine_block.{module}")
         except ImportError:

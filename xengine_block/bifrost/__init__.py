@@ -6,7 +6,7 @@ command when Bifrost is absent. Use :class:`Pipeline` from here: Bifrost's own d
 a block's failure.
 """
 
-from ..pipeline import PipelineError
+from ..runtime.pipeline import PipelineError
 from .blocks import CaptureBlock, IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
 from .runtime import BifrostBlock, Pipeline, as_ours, attach_counters, bf
 

@@ -74,13 +74,13 @@ class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
 
 
 class CaptureBlock(SourceAdapter, bfp.SourceBlock):
-    """Our :class:`xengine_block.capture.CaptureBlock` (same arguments) as a Bifrost source:
+    """Our :class:`xengine_block.capture.receive.CaptureBlock` (same arguments) as a Bifrost source:
     frames ring + presence-mask ring. ``capture_counters()`` and ``receiving`` are the capture's.
     """
 
     def __init__(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
-        from ..capture import CaptureBlock as OurCapture
-        from ..pipeline import Pipeline as OurPipeline
+        from ..capture.receive import CaptureBlock as OurCapture
+        from ..runtime.pipeline import Pipeline as OurPipeline
 
         with OurPipeline():  # the capture's logic object; our runtime never runs it
             inner = OurCapture(*args, **kwargs)

@@ -8,8 +8,8 @@ What real Bifrost does differently from our runtime, and what this module does a
   a dtype our rings accept is accepted from Bifrost's). Views, never copies.
 - Errors: Bifrost's ``Pipeline.run()`` returns normally after a block raises (the thread just
   dies, its output silently missing). :class:`Pipeline` records the first failure, stops every
-  block and raises :class:`~xengine_block.pipeline.PipelineError` naming the block, chained to
-  the original; also for a user's own Bifrost blocks in the same pipeline.
+  block and raises :class:`~xengine_block.runtime.pipeline.PipelineError` naming the block,
+  chained to the original; also for a user's own Bifrost blocks in the same pipeline.
 - Finishing: Bifrost skips ``on_sequence_end`` when a block raises or stops early, so a file
   would stay open. :class:`BifrostBlock` runs it for the open sequence in every case.
 - Unguaranteed readers: Bifrost's ring size is a power of two, so the point where the writer
@@ -33,9 +33,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ..monitor import BlockCounters
-from ..pipeline import RunControl
-from ..ring import DTYPES
+from ..runtime.monitor import BlockCounters
+from ..runtime.pipeline import RunControl
+from ..runtime.ring import DTYPES
 from ._loader import load_bifrost
 
 bf = load_bifrost()
@@ -294,7 +294,7 @@ class _NullContext:
 class Pipeline(RunControl, bfp.Pipeline):
     """Bifrost's ``Pipeline`` that stops on the first failure of any block and raises it.
 
-    The run control is our runtime's (:class:`~xengine_block.pipeline.RunControl`):
+    The run control is our runtime's (:class:`~xengine_block.runtime.pipeline.RunControl`):
     ``monitor_interval`` (like_top lines), ``stop_reason``, ``stop_signal``, SIGINT/SIGTERM stop
     it cleanly (from the main thread); in addition every block gets ``perf``.
     """

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..integration import Integrator
-from ..pipeline import Block, MultiTransformBlock
-from ..ring import Ring
+from ..runtime.pipeline import Block, MultiTransformBlock
+from ..runtime.ring import Ring
 from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import derive_header, paired_inputs, require_keys, time_scale
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..array import ArrayDescription
-from ..pipeline import Block, SinkBlock
-from ..quicklook import quicklook_triangle
-from ..ring import Ring
+from ..outputs.quicklook import quicklook_triangle
+from ..runtime.pipeline import Block, SinkBlock
+from ..runtime.ring import Ring
 from .base import BlockLogic
 from .headers import channel_freqs
 

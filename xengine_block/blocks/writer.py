@@ -19,9 +19,9 @@ import numpy as np
 from ..array import ArrayDescription
 from ..geometry import Geometry
 from ..integration import counts_per_channel
-from ..pipeline import Block, MultiTransformBlock
-from ..ring import Ring
-from ..uvh5 import SiteInfo, UVH5Writer, load_time_tables
+from ..outputs.uvh5 import SiteInfo, UVH5Writer, load_time_tables
+from ..runtime.pipeline import Block, MultiTransformBlock
+from ..runtime.ring import Ring
 from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 

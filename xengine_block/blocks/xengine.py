@@ -22,8 +22,8 @@ from ..backends import get_backend, make_backend
 from ..backends.base import Backend
 from ..geometry import Geometry
 from ..integration import valid_counts
-from ..pipeline import Block, MultiTransformBlock
-from ..ring import Ring
+from ..runtime.pipeline import Block, MultiTransformBlock
+from ..runtime.ring import Ring
 from .base import BlockLogic, common_frames
 from .headers import BASELINE_ORDER, derive_header, paired_inputs, require_keys, time_scale
 
@@ -44,7 +44,7 @@ class XEngineLogic(BlockLogic):
         the choice and the reason are logged and put in the output header.
     geometry : the run's geometry, if known when the pipeline is built: the backend is then
         created here rather than at the first sequence, the data ring is sized for this block's
-        reads (its pages faulted in: :func:`~xengine_block.ring.populate`) before any packet
+        reads (its pages faulted in: :func:`~xengine_block.runtime.ring.populate`) before any packet
         arrives, and if the backend can read the frames in place
         (the NPU backend with S == npu_block and one channel group: ``backend.zero_copy``) its
         ``allocate_host`` becomes the data ring's allocator, so the capture block writes frames

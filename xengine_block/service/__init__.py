@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import argtypes
 from ..cli import command
+from ..tools import argtypes
 from .config import KEYS, add_flags
 
 
@@ -44,7 +44,7 @@ def _correlate(a: argparse.Namespace) -> int:
     except ServiceError as exc:
         print(f"xengine correlate: {exc}", file=sys.stderr)
         return 1
-    from ..pipeline import PipelineError
+    from ..runtime.pipeline import PipelineError
     try:
         service.run()
     except PipelineError as exc:  # files already written are complete and stay

@@ -19,7 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..progress import Progress
+from ..tools.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..argtypes import sample_bits
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError
+from ..tools.argtypes import sample_bits
 
 
 class ConfigError(ValueError):

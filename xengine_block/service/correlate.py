@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..capture import CaptureBlock
+from ..capture.receive import CaptureBlock
 from ..chain import Chain, correlator_chain
-from ..pipeline import Pipeline
+from ..runtime.pipeline import Pipeline
 from .config import ServiceConfig
 from .metrics import CorrelatorCollector, MetricsServer, output_bytes
 from .sources import ServiceSource, SourceError

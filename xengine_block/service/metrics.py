@@ -26,8 +26,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..capture import COUNTERS as CAPTURE_COUNTERS
-from ..monitor import BLOCK_COUNTERS
+from ..capture.receive import COUNTERS as CAPTURE_COUNTERS
+from ..runtime.monitor import BLOCK_COUNTERS
 
 NAMESPACE = "xengine"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..capture.spead import FrameSender, udp_sender
 from ..geometry import Geometry
-from ..spead import FrameSender, udp_sender
 from .combine import combine
 from .instances import CorrelateProcess, channel_split, toml_text
 

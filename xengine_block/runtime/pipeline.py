@@ -1,15 +1,16 @@
 """Pipeline and blocks with Bifrost's names and semantics (``bifrost/pipeline.py``, DESIGN.md 4).
 
 A block is a small class with a few hooks; ``Pipeline.run()`` runs each block in its own thread,
-connected by :mod:`~xengine_block.ring` rings. Method names and call order are Bifrost's, so a
-block moves to real Bifrost by changing imports. What this runtime adds, and why:
+connected by :mod:`~xengine_block.runtime.ring` rings. Method names and call order are
+Bifrost's, so a block moves to real Bifrost by changing imports. What this runtime adds, and why:
 
 - Shutdown is prompt: an exception in any block, ``shutdown()`` or SIGINT/SIGTERM interrupts
   every ring, so blocks waiting in acquire/reserve wake at once; ``run()`` re-raises the first
   block exception as :class:`PipelineError` naming the block.
 - ``on_sequence_end`` runs for every sequence whose ``on_sequence`` ran, also when the pipeline
   stops early, so sinks always finish their files (Bifrost skips it on exceptions).
-- Counters per block (``block.perf``) and a like_top printer (:mod:`~xengine_block.monitor`).
+- Counters per block (``block.perf``) and a like_top printer
+  (:mod:`~xengine_block.runtime.monitor`).
 
 Not implemented: input overlap (``define_input_overlap_nframe``), block scopes/fusing, GPU spaces.
 """

@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .backends import get_backend
-from .geometry import Geometry
-from .layout import frames_to_natural, pack_ci4, to_complex
-from .triangle import pack_triangle
+from ..backends import get_backend
+from ..geometry import Geometry
+from ..layout import frames_to_natural, pack_ci4, to_complex
+from ..triangle import pack_triangle
 
 
 def tops(msps: float, nstream: int) -> tuple[float, float]:
@@ -94,8 +94,8 @@ def machine_int8_tops(isa: str | None = None, nthreads: int | None = None, secon
     wall-clock rate; on a shared one the wall-clock peak is squeezed like everything else and
     would flatter any fraction (the wall figure is kept in :func:`wall_peak_tops`).
     """
-    from .backends import BackendUnavailable
-    from .backends.native import _extension, select_isa
+    from ..backends import BackendUnavailable
+    from ..backends.native import _extension, select_isa
 
     try:
         isa = isa or select_isa("auto")[0]
@@ -130,7 +130,7 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
     products alone; each runnable path's rate on the same frames (the slow portable paths on
     ``slow_packets`` packets), each checked exact and divided by its own instruction's peak.
     """
-    from .backends.native import ISAS, NativeBackend, isa_status
+    from ..backends.native import ISAS, NativeBackend, isa_status
 
     nsamp = frames.shape[0] * g.nspectra_pkt * g.nchan
     best = NativeBackend(g)
@@ -183,7 +183,7 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
 def ci4_rate(frames: np.ndarray, g: Geometry, isa: str, nthreads: int, repeat: int) -> dict:
     """The native path on 4-bit input (ci4 bytes, re in the high nibble) of the same shape:
     each int8 sample >> 4 packed two to a byte; exact against the oracle of those values."""
-    from .backends.native import _extension
+    from ..backends.native import _extension
 
     small = frames >> 4  # -8..7
     ci4 = pack_ci4(np.moveaxis(small, -2, -1))  # [P, S, C, coarse, fine] bytes, re high
@@ -288,7 +288,7 @@ def scaling(isa: str | None = None, nstreams: tuple[int, ...] = (64, 128, 256, 5
     where the wall-clock ``msps`` cannot (others' processes on the cores). Exactness is checked on
     channel 0 against complex128 BLAS.
     """
-    from .backends.native import NativeBackend
+    from ..backends.native import NativeBackend
 
     rows = []
     for nthreads in threads:

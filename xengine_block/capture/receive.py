@@ -66,10 +66,10 @@ from numba import types
 from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
-from .array import ArrayDescription
-from .geometry import Geometry
-from .pipeline import SourceBlock
-from .ring import WriteSpan, populate
+from ..array import ArrayDescription
+from ..geometry import Geometry
+from ..runtime.pipeline import SourceBlock
+from ..runtime.ring import WriteSpan, populate
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """``xengine record``: live SPEAD traffic from a UDP address/port into pcap files of bounded
-size, each with the JSON sidecar that reprocessing needs (:mod:`~xengine_block.recording`).
+size, each with the JSON sidecar that reprocessing needs (:mod:`~xengine_block.capture.recording`).
 
 A file is closed once it holds ``max_bytes`` and a packet arrives whose timestamp differs from
 its predecessor's and starts a new X-engine frame (a multiple of P packets), so every file holds
@@ -20,12 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from . import argtypes
-from .argtypes import UsageError
-from .array import ArrayDescription
-from .cli import command
-from .geometry import Geometry
-from .progress import Progress
+from ..array import ArrayDescription
+from ..cli import command
+from ..geometry import Geometry
+from ..tools import argtypes
+from ..tools.argtypes import UsageError
+from ..tools.progress import Progress
 from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 

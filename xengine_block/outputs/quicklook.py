@@ -15,9 +15,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from . import argtypes
-from .cli import command
-from .triangle import unpack_triangle
+from ..cli import command
+from ..tools import argtypes
+from ..triangle import unpack_triangle
 
 
 def _coefficients(matrix: np.ndarray) -> np.ndarray:

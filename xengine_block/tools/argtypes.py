@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .array import ArrayDescription, ArrayError, default_array
-from .geometry import NIBBLE_ORDERS, SAMPLE_BITS, Geometry, GeometryError
+from ..array import ArrayDescription, ArrayError, default_array
+from ..geometry import NIBBLE_ORDERS, SAMPLE_BITS, Geometry, GeometryError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -173,7 +173,7 @@ def input_file(text: str) -> Path:
 
 def backend_name(text: str) -> str:
     """``auto`` or a registered correlator backend (whether it can run is checked later)."""
-    from .backends import REGISTRY
+    from ..backends import REGISTRY
     if text != "auto" and text not in REGISTRY:
         raise argparse.ArgumentTypeError(
             f"unknown backend {text!r}; choose 'auto' or one of {sorted(REGISTRY)}")

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .array import ArrayDescription, ArrayError
-from .geometry import Geometry, GeometryError
+from ..array import ArrayDescription, ArrayError
+from ..geometry import Geometry, GeometryError
 
 FORMAT = "xengine_block recording 1"
 #: Sky fields of a sidecar: (name, lower bound, whether the bound is exclusive).

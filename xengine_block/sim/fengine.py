@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .array import ArrayDescription
-from .geometry import Geometry
-from .layout import natural_to_frames
+from ..array import ArrayDescription
+from ..geometry import Geometry
+from ..layout import natural_to_frames
 
 #: Speed of light in vacuum, m/s.
 C_LIGHT = 299792458.0

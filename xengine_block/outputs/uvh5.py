@@ -46,8 +46,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .geometry import max_spectra_int32
-from .triangle import baseline_index
+from ..geometry import max_spectra_int32
+from ..triangle import baseline_index
 
 #: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
 POLARIZATIONS: tuple[tuple[int, int, int], ...] = ((-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0))

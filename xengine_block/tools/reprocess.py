@@ -1,9 +1,9 @@
 """Offline reprocessing: recorded pcap files -> the same capture, X-engine, integration and UVH5
 blocks -> one UVH5 file per recording, locally or across a dask.distributed cluster.
 
-Each recording carries its sidecar (:mod:`~xengine_block.recording`); the integration length
+Each recording carries its sidecar (:mod:`~xengine_block.capture.recording`); the integration length
 (P packets per X-engine frame, k frames per dump), channel selection and backend are chosen
-anew. Outputs are resumable and failures are per file (:mod:`~xengine_block.tasks`).
+anew. Outputs are resumable and failures are per file (:mod:`~xengine_block.tools.tasks`).
 
 A damaged recording fails unless accepted with ``allow_damaged`` (``--allow-damaged``): heaps
 missing from frames or mangled (capture counters), bytes of the pcap that are no record or not
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cli import command
 from . import argtypes
-from .cli import command
 from .tasks import Task, run_tasks, summarise
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,10 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     Raises with the file's name in the message for a missing/corrupt sidecar, an unreadable
     pcap, or a recording that yields no complete dump.
     """
-    from .capture import CaptureBlock, PcapSource
-    from .chain import correlator_chain
-    from .pipeline import Pipeline
-    from .recording import read_metadata, scan_pcap
+    from ..capture.receive import CaptureBlock, PcapSource
+    from ..capture.recording import read_metadata, scan_pcap
+    from ..chain import correlator_chain
+    from ..runtime.pipeline import Pipeline
 
     if not task.input.exists():
         raise FileNotFoundError(f"{task.input}: no such recording")

@@ -41,7 +41,7 @@ import numpy as np
 import spead2
 import spead2.send
 
-from .geometry import Geometry
+from ..geometry import Geometry
 
 #: SPEAD-64-48: 48-bit immediates and heap addresses (MeerKAT's F-engine flavour).
 FLAVOUR = spead2.Flavour(4, 64, 48, 0)
