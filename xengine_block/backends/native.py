@@ -62,11 +62,14 @@ def isa_status() -> dict[str, tuple[bool, str]]:
         status = _extension().isa_status()
     except ImportError as exc:
         return {isa: (False, str(exc)) for isa in ISAS}
+    stale = (False, "not in this build of xengine_block._native (built from older sources): "
+                    "rebuild it with `pip install -e .`")
+    status = {isa: status.get(isa, stale) for isa in ISAS}
     disabled = {s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()}
     for isa in disabled & set(ISAS):
         if status[isa][0]:
             status[isa] = (False, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}")
-    return {isa: status[isa] for isa in ISAS}
+    return status
 
 
 def select_isa(isa: str = "auto") -> tuple[str, str]:
