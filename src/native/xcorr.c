@@ -100,7 +100,7 @@ static void detect_isas(void)
     set_isa(XE_AVX2, 0, "not an x86-64 CPU");
     set_isa(XE_AVX512VNNI, 0, "not an x86-64 CPU");
     set_isa(XE_AMX, 0, "not an x86-64 CPU");
-    set_isa(XE_AMX_EMU, 0, "not an x86-64 CPU (the emulated AMX path uses the AVX-512 layout code)");
+    set_isa(XE_AMX_EMU, 0, "not an x86-64 CPU (emulated AMX runs the AVX-512 layout code)");
 #else
     unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0;
     uint64_t xcr0 = 0;
