@@ -3,7 +3,10 @@
 The extension compiles on any C compiler; each SIMD kernel (AMX-INT8, AVX-512 VNNI, AVX2) is
 compiled only where the compiler accepts its target attribute, which is probed here, and the
 choice among the compiled kernels is made at run time from CPUID and the kernel's permission
-(see ``src/native/xcorr.c``). A failed probe drops that kernel, never the build.
+(see ``src/native/xcorr.c``). A failed probe drops that kernel, never the build. The AMX
+kernel's source is also compiled over a software emulation of its tiles (``kern_amx_emu.c``,
+the ``amx_emulated`` path) wherever the AVX-512 layout code is built, so that it is tested on
+CPUs without AMX.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ class ProbingBuildExt(build_ext):
 
 native = Extension(
     "xengine_block._native",
-    sources=[f"{NATIVE}/{name}.c" for name in ("xcorr", "kern_amx", "kern_avx512", "kern_avx2")],
-    depends=[f"{NATIVE}/xcorr.h"],
+    sources=[f"{NATIVE}/{name}.c"
+             for name in ("xcorr", "kern_amx", "kern_amx_emu", "kern_avx512", "kern_avx2")],
+    # kern_amx_emu.c #includes kern_amx.c over amx_emu.h: the AMX kernel on software tiles
+    depends=[f"{NATIVE}/{name}" for name in ("xcorr.h", "amx_emu.h", "kern_amx.c")],
     include_dirs=[NATIVE],
     extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing"],
     extra_link_args=["-pthread"],

@@ -9,11 +9,25 @@
  */
 #include "xcorr.h"
 
-#if defined(XE_HAVE_AMX)
+#if defined(XE_AMX_EMULATE)
+/* Second compilation (kern_amx_emu.c): the same text over software tiles, under _emu names. */
+#if defined(XE_HAVE_AMX_EMU)
+#define XE_AMX_COMPILED 1
+#include "amx_emu.h"
+#define XE_AMX_TARGET
+#define xe_kernel_amx xe_kernel_amx_emu
+#define xe_amx_tile_config xe_amx_tile_config_emu
+#define xe_amx_tile_release xe_amx_tile_release_emu
+#define xe_amx_peak_loop xe_amx_peak_loop_emu
+#endif
+#elif defined(XE_HAVE_AMX)
+#define XE_AMX_COMPILED 1
 #include <immintrin.h>
-#include <string.h>
-
 #define XE_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
+#endif
+
+#if defined(XE_AMX_COMPILED)
+#include <string.h>
 
 typedef struct {
     uint8_t palette_id;

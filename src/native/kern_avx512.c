@@ -10,7 +10,7 @@
  */
 #include "xcorr.h"
 
-#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+#if defined(XE_HAVE_AVX512_LAYOUT)
 #include <immintrin.h>
 #include <string.h>
 
@@ -203,6 +203,6 @@ XE_VNNI_TARGET double xe_vnni_peak_loop(long iters)
 #undef XE_DP
 #endif
 
-#if !defined(XE_HAVE_AVX512VNNI) && !defined(XE_HAVE_AMX)
+#if !defined(XE_HAVE_AVX512_LAYOUT)
 typedef int xe_avx512_not_compiled;  /* ISO C forbids an empty translation unit */
 #endif

@@ -14,7 +14,9 @@
  *
  * Dispatch is at run time: AMX where CPUID, XCR0 and the kernel's arch_prctl permission allow,
  * else AVX-512 VNNI, else AVX2, else portable C. Each SIMD kernel is compiled only where the
- * compiler accepts its target attribute (setup.py defines XE_HAVE_<ISA>).
+ * compiler accepts its target attribute (setup.py defines XE_HAVE_<ISA>). "amx_emulated" runs
+ * the AMX kernel's source over software tiles (kern_amx_emu.c, amx_emu.h) wherever the AVX-512
+ * layout code runs: only when asked for by name, to verify the AMX path without AMX.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,7 +39,11 @@
 #include <unistd.h>
 #endif
 
-static const char *const ISA_NAMES[XE_NISA] = {"scalar", "avx2", "avx512vnni", "amx"};
+/* The one list of path names (the module's ISA_NAMES, isa_status(), the isa argument). */
+static const char *const ISA_NAMES[XE_NISA] = {
+    [XE_SCALAR] = "scalar", [XE_AVX2] = "avx2", [XE_AVX512VNNI] = "avx512vnni", [XE_AMX] = "amx",
+    [XE_AMX_EMU] = "amx_emulated",
+};
 
 /* K-steps per chunk by default: 8 (512 spectra) keeps one super block's A and B tiles
  * (2 x 2 x 8 KiB) in L1 while the accumulators and the chunk's tiles stay in L2 at S = 256. */
@@ -94,6 +100,7 @@ static void detect_isas(void)
     set_isa(XE_AVX2, 0, "not an x86-64 CPU");
     set_isa(XE_AVX512VNNI, 0, "not an x86-64 CPU");
     set_isa(XE_AMX, 0, "not an x86-64 CPU");
+    set_isa(XE_AMX_EMU, 0, "not an x86-64 CPU (emulated AMX runs the AVX-512 layout code)");
 #else
     unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0;
     uint64_t xcr0 = 0;
@@ -141,6 +148,19 @@ static void detect_isas(void)
     }
 #else
     set_isa(XE_AMX, 0, "not compiled: the compiler lacks amx-tile/amx-int8");
+#endif
+#ifdef XE_HAVE_AMX_EMU
+    if (!avx512_ok)
+        set_isa(XE_AMX_EMU, 0, !cpu_avx512 ? "emulated AMX runs the AMX path's AVX-512 layout "
+                "code, and the CPU lacks AVX-512 F/BW/VL" : "emulated AMX runs the AMX path's "
+                "AVX-512 layout code, and the OS does not enable ZMM state");
+    else
+        set_isa(XE_AMX_EMU, 1, "AMX kernel (kern_amx.c) on software-emulated tiles (amx_emu.h) "
+                "with the real AVX-512 layout and packing: verification only, slow, never "
+                "chosen automatically");
+#else
+    set_isa(XE_AMX_EMU, 0, "not compiled: the emulated AMX path needs the AVX-512 layout code "
+            "(the compiler lacks avx512bw)");
 #endif
 #endif
 }
@@ -271,7 +291,11 @@ typedef struct {
     xe_kernel_fn kernel;
     xe_copy_fn copy;
     int pack_b, bias;
+    void (*tile_config)(void);   /* AMX paths: per-thread tile configuration, else NULL */
+    void (*tile_release)(void);
+    int (*tile_fault)(char *msg, size_t n);  /* emulated AMX: the thread's first #GP/#UD */
     int failed;
+    char error[256];     /* why a worker failed, if not for memory (under lock) */
     double cpu_seconds;  /* summed over the workers (under lock) */
 } xe_job;
 
@@ -363,7 +387,7 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
         if (L + 1 < nsb)
             prefetch_super_block(p, job->frames, un, L + 1);
         convert_super_block(p, w, job->frames, un, L, job->copy);
-#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+#ifdef XE_HAVE_AVX512_LAYOUT
         if (job->pack_b)
             xe_pack_b_avx512(p, w, un->nt, 2 * L, 2 * L + 2, job->bias);
 #endif
@@ -386,10 +410,8 @@ static void *worker(void *arg)
         __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
         return NULL;
     }
-#ifdef XE_HAVE_AMX
-    if (p->isa == XE_AMX && !job->layout_only)
-        xe_amx_tile_config();  /* tile configuration is per thread */
-#endif
+    if (job->tile_config && !job->layout_only)
+        job->tile_config();  /* tile configuration is per thread */
     xe_unit un, next;
     int cur = -1, have = take_unit(job, &un), converted = 0;
     if (have)
@@ -411,14 +433,19 @@ static void *worker(void *arg)
     }
     if (cur >= 0 && !job->layout_only)
         flush(job, &w, cur);
-#ifdef XE_HAVE_AMX
-    if (p->isa == XE_AMX && !job->layout_only)
-        xe_amx_tile_release();
-#endif
+    if (job->tile_release && !job->layout_only)
+        job->tile_release();
     work_free(&w);
+    char fault[200];
+    const int faulted = job->tile_fault && job->tile_fault(fault, sizeof fault);
     const double cpu = xe_thread_cpu() - cpu0;
     pthread_mutex_lock(&job->lock);
     job->cpu_seconds += cpu;
+    if (faulted && !job->error[0]) {
+        snprintf(job->error, sizeof job->error, "%s: the AMX kernel faulted on the emulated "
+                 "tiles: %s", ISA_NAMES[p->isa], fault);
+        job->failed = 1;
+    }
     pthread_mutex_unlock(&job->lock);
     return NULL;
 }
@@ -431,6 +458,12 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
     job->copy = bits == 8 ? copy_groups_generic : re_low ? copy_ci4_lo_generic
         : copy_ci4_hi_generic;
     job->pack_b = job->bias = 0;
+    job->tile_config = job->tile_release = NULL;
+    job->tile_fault = NULL;
+#ifdef XE_HAVE_AVX512_LAYOUT
+    const xe_copy_fn copy_avx512 = bits == 8 ? xe_copy_groups_avx512 : re_low
+        ? xe_copy_ci4_lo_avx512 : xe_copy_ci4_hi_avx512;
+#endif
     switch (isa) {
     case XE_SCALAR:
         return 1;
@@ -442,17 +475,27 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
 #ifdef XE_HAVE_AVX512VNNI
     case XE_AVX512VNNI:
         job->kernel = xe_kernel_vnni;
-        job->copy = bits == 8 ? xe_copy_groups_avx512 : re_low ? xe_copy_ci4_lo_avx512
-            : xe_copy_ci4_hi_avx512;
+        job->copy = copy_avx512;
         job->pack_b = job->bias = 1;
         return 1;
 #endif
 #ifdef XE_HAVE_AMX
     case XE_AMX:
         job->kernel = xe_kernel_amx;
-        job->copy = bits == 8 ? xe_copy_groups_avx512 : re_low ? xe_copy_ci4_lo_avx512
-            : xe_copy_ci4_hi_avx512;
+        job->copy = copy_avx512;
         job->pack_b = 1;
+        job->tile_config = xe_amx_tile_config;
+        job->tile_release = xe_amx_tile_release;
+        return 1;
+#endif
+#ifdef XE_HAVE_AMX_EMU
+    case XE_AMX_EMU:  /* the AMX path, instruction for instruction, on software tiles */
+        job->kernel = xe_kernel_amx_emu;
+        job->copy = copy_avx512;
+        job->pack_b = 1;
+        job->tile_config = xe_amx_tile_config_emu;
+        job->tile_release = xe_amx_tile_release_emu;
+        job->tile_fault = xe_amx_emu_fault;
         return 1;
 #endif
     default:
@@ -496,11 +539,17 @@ static uint16_t *super_pairs(int nsb, int *nsp)
 
 /* ------------------------------------------------------------------ Python interface */
 
+/* The path named `name`, or -1 with ValueError set (naming the choices). */
 static int parse_isa(const char *name)
 {
-    for (int i = 0; i < XE_NISA; i++)
+    char choices[160] = "";
+    for (int i = 0; i < XE_NISA; i++) {
         if (strcmp(name, ISA_NAMES[i]) == 0)
             return i;
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i ? ", " : "", ISA_NAMES[i]);
+    }
+    PyErr_Format(PyExc_ValueError, "unknown isa '%s'; choose one of %s", name, choices);
     return -1;
 }
 
@@ -565,8 +614,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     detect_isas();
     const int isa = parse_isa(isa_name);
     if (isa < 0)
-        return PyErr_Format(PyExc_ValueError, "unknown isa '%s'; choose scalar, avx2, "
-                            "avx512vnni or amx", isa_name);
+        return NULL;
     if (!isa_ok[isa])
         return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
                             isa_why[isa]);
@@ -644,7 +692,10 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     pthread_mutex_destroy(&job.lock);
     if (rc != 0) {
-        PyErr_NoMemory();
+        if (job.error[0])
+            PyErr_SetString(PyExc_RuntimeError, job.error);
+        else
+            PyErr_NoMemory();
         goto done;
     }
     result = PyFloat_FromDouble(job.cpu_seconds);
@@ -663,6 +714,8 @@ typedef struct {
     xe_peak_fn fn;
     long iters;
     double seconds, cpu;
+    int emulated;     /* an emulated loop: collect its tile faults */
+    char fault[200];  /* "" unless it faulted */
 } peak_arg;
 
 static void *peak_thread(void *arg)
@@ -671,6 +724,11 @@ static void *peak_thread(void *arg)
     const double cpu0 = xe_thread_cpu();
     a->seconds = a->fn(a->iters);
     a->cpu = xe_thread_cpu() - cpu0;
+    a->fault[0] = 0;
+#ifdef XE_HAVE_AMX_EMU
+    if (a->emulated)
+        xe_amx_emu_fault(a->fault, sizeof a->fault);
+#endif
     return NULL;
 }
 
@@ -684,6 +742,12 @@ static xe_peak_fn peak_loop(int isa, double *ops_per_iter, const char **what)
         *ops_per_iter = 4.0 * 16 * 16 * 64 * 2;
         *what = "tdpbssd (AMX-INT8 tiles, 4 accumulators)";
         return xe_amx_peak_loop;
+#endif
+#ifdef XE_HAVE_AMX_EMU
+    case XE_AMX_EMU:  /* the AMX loop's source on software tiles: checks it, measures nothing */
+        *ops_per_iter = 4.0 * 16 * 16 * 64 * 2;
+        *what = "tdpbssd emulated in C (amx_emu.h: not a hardware peak)";
+        return xe_amx_peak_loop_emu;
 #endif
 #ifdef XE_HAVE_AVX512VNNI
     case XE_AVX512VNNI:
@@ -710,7 +774,9 @@ PyDoc_STRVAR(int8_peak_doc,
 "tdpbssd; avx512vnni: vpdpbusd; avx2: vpmaddwd), iters iterations on each of nthreads threads\n"
 "at once, operands loaded once: the ceiling of that path on this machine, measured now.\n"
 "Ops are int8 MACs x 2; ops/s over the slowest thread's wall time, and per CPU second of\n"
-"all threads (insensitive to time slicing). Raises RuntimeError where the path cannot run.");
+"all threads (insensitive to time slicing). amx_emulated runs the AMX loop's source on the\n"
+"emulated tiles (a check of that code, not a peak). Raises RuntimeError where the path cannot\n"
+"run.");
 
 static PyObject *py_int8_peak(PyObject *self, PyObject *args)
 {
@@ -723,7 +789,7 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     detect_isas();
     const int isa = parse_isa(isa_name);
     if (isa < 0)
-        return PyErr_Format(PyExc_ValueError, "unknown isa '%s'", isa_name);
+        return NULL;
     if (!isa_ok[isa])
         return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
                             isa_why[isa]);
@@ -742,6 +808,7 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
         args_[i].fn = fn;
         args_[i].iters = iters;
         args_[i].seconds = args_[i].cpu = 0;
+        args_[i].emulated = isa == XE_AMX_EMU;
         if (pthread_create(&tid[i], NULL, peak_thread, &args_[i]) != 0)
             break;
         started++;
@@ -751,6 +818,9 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     double slowest = 0, cpu = 0;
     for (int i = 0; i < started; i++) {
+        if (args_[i].fault[0])
+            return PyErr_Format(PyExc_RuntimeError, "%s: the peak loop faulted on the "
+                                "emulated tiles: %s", isa_name, args_[i].fault);
         slowest = args_[i].seconds > slowest ? args_[i].seconds : slowest;
         cpu += args_[i].cpu;
     }
@@ -760,12 +830,57 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     return Py_BuildValue("(dsd)", ops / slowest, what, ops / cpu);
 }
 
+PyDoc_STRVAR(amx_emu_tdpbssd_doc,
+"_amx_emu_tdpbssd(config, dst, src1, src2, c, a, b, load_config=True)\n\n"
+"Test hook of the AMX emulation (amx_emu.h) alone: load the 64-byte tile configuration\n"
+"`config` (unless load_config is false), load tiles dst, src1, src2 from the 1024-byte\n"
+"buffers c (int32), a, b (int8; rows 64 bytes apart, as much as each tile's configured\n"
+"rows x colsb), run TDPBSSD dst, src1, src2, store dst back into c and release the tiles.\n"
+"Raises RuntimeError with the emulated #GP/#UD where the hardware would fault.");
+
+static PyObject *py_amx_emu_tdpbssd(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"config", "dst", "src1", "src2", "c", "a", "b", "load_config",
+                             NULL};
+    Py_buffer cfg, c, a, b;
+    int dst, src1, src2, load_config = 1;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*iiiw*y*y*|p", kwlist, &cfg, &dst, &src1,
+                                     &src2, &c, &a, &b, &load_config))
+        return NULL;
+    PyObject *result = NULL;
+#ifdef XE_HAVE_AMX_EMU
+    char fault[200];
+    if (cfg.len != 64 || c.len != XE_TILE_BYTES || a.len != XE_TILE_BYTES
+        || b.len != XE_TILE_BYTES || !PyBuffer_IsContiguous(&c, 'C')
+        || !PyBuffer_IsContiguous(&a, 'C') || !PyBuffer_IsContiguous(&b, 'C'))
+        PyErr_Format(PyExc_ValueError, "config must be 64 bytes and c, a, b contiguous "
+                     "1024-byte tiles (got %zd, %zd, %zd, %zd bytes)", cfg.len, c.len, a.len,
+                     b.len);
+    else if (xe_amx_emu_tdpbssd_test(cfg.buf, load_config, dst, src1, src2, c.buf, a.buf,
+                                     b.buf, fault, sizeof fault))
+        PyErr_SetString(PyExc_RuntimeError, fault);
+    else
+        result = (Py_INCREF(Py_None), Py_None);
+#else
+    PyErr_SetString(PyExc_RuntimeError, "the AMX emulation was not compiled in (it is built "
+                    "with the AVX-512 layout code, which the compiler lacked)");
+#endif
+    PyBuffer_Release(&cfg);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"isa_status", py_isa_status, METH_NOARGS,
-     "isa_status() -> {name: (runnable, reason)} for scalar, avx2, avx512vnni, amx."},
+     "isa_status() -> {name: (runnable, reason)} for every name in ISA_NAMES."},
     {"correlate", (PyCFunction)(void (*)(void))py_correlate, METH_VARARGS | METH_KEYWORDS,
      correlate_doc},
     {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},
+    {"_amx_emu_tdpbssd", (PyCFunction)(void (*)(void))py_amx_emu_tdpbssd,
+     METH_VARARGS | METH_KEYWORDS, amx_emu_tdpbssd_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -780,9 +895,16 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
-    PyObject *names = Py_BuildValue("(ssss)", ISA_NAMES[0], ISA_NAMES[1], ISA_NAMES[2],
-                                    ISA_NAMES[3]);
-    if (PyModule_AddObject(m, "ISA_NAMES", names) != 0) {
+    PyObject *names = PyTuple_New(XE_NISA);
+    for (int i = 0; names && i < XE_NISA; i++) {
+        PyObject *name = PyUnicode_FromString(ISA_NAMES[i]);
+        if (!name) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    if (!names || PyModule_AddObject(m, "ISA_NAMES", names) != 0) {
         Py_XDECREF(names);
         Py_DECREF(m);
         return NULL;

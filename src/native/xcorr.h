@@ -20,7 +20,17 @@
 #define XE_TILE_BYTES 1024   /* one 16 x 64 int8 tile, or one 16 x 16 int32 tile */
 #define XE_ACC_INTS 256      /* int32 per accumulator tile */
 
-enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_NISA = 4 };
+/* The native paths; xcorr.c's ISA_NAMES names them (the one list: Python reads it from there).
+ * XE_AMX_EMU is the AMX kernel's source over software tiles (amx_emu.h): verification only. */
+enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_AMX_EMU = 4,
+              XE_NISA = 5 };
+
+/* The AVX-512 layout code (frame copy, VNNI packing; kern_avx512.c) is compiled for either
+ * AVX-512 VNNI or AMX; the emulated AMX path needs it too, and nothing else SIMD. */
+#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+#define XE_HAVE_AVX512_LAYOUT 1
+#define XE_HAVE_AMX_EMU 1
+#endif
 
 /* One correlate() call: sizes derived once, shared read-only by the worker threads. */
 typedef struct {
@@ -124,7 +134,21 @@ void xe_amx_tile_config(void);
 void xe_amx_tile_release(void);
 double xe_amx_peak_loop(long iters);
 #endif
-#if defined(XE_HAVE_AVX512VNNI) || defined(XE_HAVE_AMX)
+#if defined(XE_HAVE_AMX_EMU)
+/* kern_amx.c compiled over amx_emu.h (kern_amx_emu.c): the same functions, _emu names. */
+void xe_kernel_amx_emu(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+void xe_amx_tile_config_emu(void);
+void xe_amx_tile_release_emu(void);
+double xe_amx_peak_loop_emu(long iters);
+/* The calling thread's first emulated #GP/#UD since the last call, into msg; 1 if any. */
+int xe_amx_emu_fault(char *msg, size_t n);
+/* One emulated TDPBSSD on tiles loaded from 16 x 64-byte buffers (stride 64) under the
+ * 64-byte configuration cfg (not loaded if !load_config), dst stored back to c: the unit test
+ * of the emulation against a model of Intel's definition. Returns xe_amx_emu_fault's. */
+int xe_amx_emu_tdpbssd_test(const uint8_t cfg[64], int load_config, int dst, int src1, int src2,
+                            int32_t *c, const int8_t *a, const int8_t *b, char *msg, size_t n);
+#endif
+#if defined(XE_HAVE_AVX512_LAYOUT)
 void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int bias);
 void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 void xe_copy_ci4_hi_avx512(const int8_t *src, int8_t *re_row, long d0, long n);

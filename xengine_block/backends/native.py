@@ -13,6 +13,11 @@ kernel's arch_prctl permission), ``avx512vnni``, ``avx2``; the portable ``scalar
 only when forced (``isa="scalar"``), since numpy's float32 BLAS ("cpu") is faster than it.
 Set ``XENGINE_NATIVE_DISABLE=amx[,avx512vnni,...]`` to treat paths as unavailable (to test the
 fallbacks, or to rule a path out on a misbehaving machine).
+
+``amx_emulated`` is the AMX path's own kernel source compiled over a software emulation of the
+AMX tiles (``src/native/amx_emu.h``), fed by the real AVX-512 layout and packing code: it runs
+wherever AVX-512 F/BW does, bit for bit what the AMX path computes, so the AMX path is tested
+on CPUs without AMX. It is slow and is never chosen automatically, only by name.
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ from .base import Backend, BackendUnavailable
 
 log = logging.getLogger(__name__)
 
-#: Dispatch order, fastest first; the last is never chosen automatically.
-ISAS = ("amx", "avx512vnni", "avx2", "scalar")
-#: Paths ``auto`` may choose (scalar C is slower than numpy BLAS, so "cpu" wins over it).
-AUTO_ISAS = ISAS[:-1]
+#: Every path of the extension (its ``ISA_NAMES``): the hardware ones in dispatch order,
+#: fastest first, then the emulations.
+ISAS = ("amx", "avx512vnni", "avx2", "scalar", "amx_emulated")
+#: Paths that run a kernel's source over software-emulated instructions: exact but slow, to
+#: verify that kernel on CPUs without its ISA; never chosen automatically, never benchmarked.
+EMULATED_ISAS = ("amx_emulated",)
+#: Paths ``auto`` may choose: not scalar C (numpy BLAS, "cpu", beats it), not an emulation.
+AUTO_ISAS = tuple(i for i in ISAS if i != "scalar" and i not in EMULATED_ISAS)
 #: Comma-separated ISA names to treat as unavailable.
 DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
 
@@ -53,11 +62,14 @@ def isa_status() -> dict[str, tuple[bool, str]]:
         status = _extension().isa_status()
     except ImportError as exc:
         return {isa: (False, str(exc)) for isa in ISAS}
+    stale = (False, "not in this build of xengine_block._native (built from older sources): "
+                    "rebuild it with `pip install -e .`")
+    status = {isa: status.get(isa, stale) for isa in ISAS}
     disabled = {s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()}
     for isa in disabled & set(ISAS):
         if status[isa][0]:
             status[isa] = (False, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}")
-    return {isa: status[isa] for isa in ISAS}
+    return status
 
 
 def select_isa(isa: str = "auto") -> tuple[str, str]:

@@ -130,7 +130,7 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
     products alone; each runnable path's rate on the same frames (the slow portable paths on
     ``slow_packets`` packets), each checked exact and divided by its own instruction's peak.
     """
-    from ..backends.native import ISAS, NativeBackend, isa_status
+    from ..backends.native import EMULATED_ISAS, ISAS, NativeBackend, isa_status
 
     nsamp = frames.shape[0] * g.nspectra_pkt * g.nchan
     best = NativeBackend(g)
@@ -162,6 +162,9 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
     for isa, (ok, why) in isa_status().items():
         if not ok:
             details["per_isa"][isa] = {"runnable": False, "reason": why}
+            continue
+        if isa in EMULATED_ISAS:  # verifies a kernel's source; its rate measures the emulator
+            details["per_isa"][isa] = {"runnable": True, "reason": why, "benchmarked": False}
             continue
         sub = frames if isa in ISAS[:2] else frames[:slow_packets]
         b = NativeBackend(g, isa=isa)
