@@ -103,10 +103,10 @@ def machine_int8_tops(isa: str | None = None, nthreads: int | None = None, secon
     except (BackendUnavailable, ImportError) as exc:
         return None, None, f"no native SIMD path: {exc}"
     n = nthreads or os.cpu_count() or 1
-    rate = ext.int8_peak(isa, 1, 20_000)[0]  # calibrate the loop length to ~`seconds`
-    ops_per_iter = {"amx": 4 * 16 * 16 * 64 * 2, "avx512vnni": 16 * 64 * 2,
-                    "avx2": 6 * 16 * 2}[isa]
-    iters = max(1, int(seconds * rate / ops_per_iter))
+    calib = 20_000  # iterations timed once to size the loop to ~`seconds`
+    t0 = time.perf_counter()
+    ext.int8_peak(isa, 1, calib)
+    iters = max(1, int(seconds * calib / max(time.perf_counter() - t0, 1e-6)))
     runs = [ext.int8_peak(isa, n, iters) for _ in range(repeat)]
     old = _PEAKS.get((isa, n), (0.0, "", 0.0))
     best = (max(old[0], *(r[0] for r in runs)), runs[0][1], max(old[2], *(r[2] for r in runs)))
