@@ -1,7 +1,8 @@
 """Exact CPU backends against the int64 reference, bit for bit (DESIGN.md section 3).
 
-Every exact CPU backend runs the same cases, the native one once per dispatch path (AMX,
-AVX-512 VNNI, AVX2, portable C); a variant this machine cannot run is skipped with its reason.
+Every exact CPU backend runs the same cases, the native one once per dispatch path (AMX, its
+software-emulated twin, AVX-512 VNNI, AVX2, portable C); a variant this machine cannot run is
+skipped with its reason.
 """
 
 from functools import lru_cache
