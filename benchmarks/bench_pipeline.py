@@ -2,7 +2,7 @@
 X-engine, integration and the UVH5 writer, next to the bare backend in the same run; prints
 one JSON object.
 
-    python benchmarks/bench_pipeline.py [--transport both] [--nstream 256] [--dumps 4]
+    python benchmarks/bench_pipeline.py [--transport both] [--nstream 256] [--dumps 8]
 
 Per transport (``inproc``: a spead2 in-process queue filled with every packet before the
 chain starts, so the chain takes them as fast as it can and the sender competes for no core;
@@ -11,8 +11,11 @@ correlated and written per second, from the capture's first packet to the last d
 disk, start-up included; ``first_to_last_dump_msps`` leaves it out), ``bare_backend_msps``
 (the same backend on the same frames, alone), ``ratio``, ``lost`` heaps, the capture alone
 on the same packets (``capture_only``: where it is below the bare backend, the capture is
-the limit), each block's counters, and the sender's own CPU seconds (its C++ thread and the
-Python thread driving it), since everything shares the cores.
+the limit), each block's counters, the CPU seconds of each role (``cpu_s``, per dump
+``cpu_s_per_dump``: each block's thread and the threads it started, told apart by their OS
+thread names) with the X-engine's share of it (``xengine_cpu_share``: with every core busy the
+ratio cannot pass it), ``limit`` (one sentence from these figures), and the sender's own CPU
+seconds (its C++ thread and the Python thread driving it), since everything shares the cores.
 UDP starts at the payload rate that carries the lower of the bare backend and the in-process
 chain, and steps down by 0.7x until nothing is lost; the capture alone is run at the first
 rate (paced: its rate there is the feed rate, its loss says whether it keeps up).
@@ -242,6 +245,21 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
             "blocks": blocks}
 
 
+def what_limits(entry: dict, bare_msps: float) -> str:
+    """One sentence: what held the chain below the bare backend, from the figures measured."""
+    cap = entry["capture_only"]
+    if entry["capture_is_limit"]:
+        return (f"capture: alone it took {cap['msps']:.2f} Msps ({cap['lost']} heaps lost), "
+                f"{cap['msps'] / bare_msps:.2f} of the bare backend")
+    cpu, share = entry["cpu_s_per_dump"], entry["xengine_cpu_share"]
+    busy = sum(entry["cpu_s"].values()) / (entry["run_s"] * (os.cpu_count() or 1))
+    return (f"cores: the chain kept {busy:.0%} of the {os.cpu_count()} cores busy and the "
+            f"X-engine had {share:.2f} of that CPU; per dump the capture took "
+            f"{cpu['capture']:.3f} CPU-s, the writer {cpu['writer']:.3f}, the integrator "
+            f"{cpu['integrate']:.3f} and the X-engine {cpu['xengine']:.3f} (bare: all cores "
+            f"for the X-engine), so the ratio cannot pass ~{share:.2f} here")
+
+
 def gbps_for(g: Geometry, msps: float) -> float:
     """Payload Gb/s that carries ``msps`` samples per second (2 bytes per sample per stream)."""
     return msps * 1e6 * g.nstream * 2 * 8 / 1e9
@@ -296,6 +314,7 @@ def main() -> None:
         entry["ratio"] = entry["sustained_msps"] / bare["msps"]
         entry["capture_is_limit"] = (entry["capture_only"]["lost"] > 0
                                      or entry["capture_only"]["msps"] < bare["msps"])
+        entry["limit"] = what_limits(entry, bare["msps"])
         result[kind] = entry
     best = max((result[k] for k in kinds), key=lambda e: e["sustained_msps"] if e["lost"] == 0
                else 0.0)
