@@ -67,6 +67,9 @@ _BLT_HEADER = {
     "phase_center_frame_pa": ((), np.float64),
 }
 
+#: Largest chunk of the /Data datasets, bytes (rows of Nfreqs x Npols); tests make it small.
+DATA_CHUNK_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class BaselineMap:
@@ -415,7 +418,7 @@ class UVH5Writer:
                                             dtype=dtype, chunks=(max(nbls, 1), *shape))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
-        chunk = (max(1, min(nbls, (1 << 20) // max(1, nfreq * npol * 8))), nfreq, npol)
+        chunk = (max(1, min(nbls, DATA_CHUNK_BYTES // max(1, nfreq * npol * 8))), nfreq, npol)
         self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
                                              maxshape=(None, nfreq, npol), dtype=dtype,
                                              chunks=chunk)
