@@ -338,3 +338,16 @@ def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch):
                                  only_new_kinds=True)
     assert not failures, "\n".join(failures)
 
+
+def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
+    """The replay can fail: the in-place writes in HDF5's own order (the code before this
+    test) leave files pyuvdata refuses, or that hold rows of zeros."""
+    from xengine_block.uvh5 import StagedFile
+
+    def hdf5_order(self, old):
+        return [(off, data[:old - off]) for off, data in self._writes if off < old]
+
+    monkeypatch.setattr(StagedFile, "_in_place", hdf5_order)
+    failures = crash_states_fail(tmp_path, monkeypatch, nant=4, nchan=2, ndump=2)
+    assert any("not expected shape" in f for f in failures)
+    assert any("AssertionError: data_array" in f for f in failures)
