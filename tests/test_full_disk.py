@@ -181,14 +181,19 @@ def test_writer_that_cannot_create_the_file_removes_it(tmp_path, monkeypatch, si
     assert info.value.errno == errno.ENOSPC and not path.exists()
 
 
-def test_failed_in_place_write_is_undone(tmp_path, monkeypatch, sizes):
+@pytest.mark.parametrize("which", ["superblock", "publishing"])
+def test_failed_in_place_write_is_undone(tmp_path, monkeypatch, sizes, which):
     """An in-place metadata write that fails (EIO) is rolled back: the file is the previous
-    dump's (the path a copy-on-write filesystem would take)."""
+    dump's (the path a copy-on-write filesystem would take). The superblock is the first one,
+    the object headers that publish the dump the last (after the chunk B-tree nodes)."""
     pwrite = StagedFile._pwrite
     state = {"armed": False}
 
+    def hit(self, offset) -> bool:
+        return offset == 0 if which == "superblock" else 0 < offset < self.atomic_below
+
     def flaky(self, data, offset):
-        if state["armed"] and offset < self.size:
+        if state["armed"] and offset < self.size and hit(self, offset):
             state["armed"] = False
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         pwrite(self, data, offset)
@@ -200,9 +205,12 @@ def test_failed_in_place_write_is_undone(tmp_path, monkeypatch, sizes):
     tri, valid = reference_triangle(x), np.full((1, g.nbaseline), 960)
     for i in range(2):
         w.append(tri * (i + 1), valid, 960, 1.8e9 + i, 1.0)
+    committed = path.read_bytes()
     state["armed"] = True
     with pytest.raises(UVH5WriteError, match="EIO"):
         w.append(tri * 3, valid, 960, 1.8e9 + 2, 1.0)
+    assert not state["armed"]  # the chosen write was reached, and failed
+    assert path.read_bytes() == committed  # every in-place byte written before it put back
     w.close()
     assert path.stat().st_size == sizes[2]
     assert_file_holds(path, 2)

@@ -15,20 +15,44 @@ Conventions, written down once:
   streams 2i, 2i + 1, so the file order follows the numbers and the triangle the indices.
 
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
-update of Nblts/Ntimes and a flush, so that a writer killed at any moment leaves a file that
-reads with every dump completed before the kill (tested with SIGKILL). Two settings make that
-hold: HDF5's metadata cache may not evict (so dataset extents reach the disk only at a flush,
-together), and Nblts/Ntimes are compact datasets (their values live in metadata, so they cannot
-reach the disk before the extents they describe).
+update of Nblts/Ntimes and a flush. HDF5 writes through h5py's ``fileobj`` driver into
+:class:`StagedFile`, which keeps one dump's writes in memory and puts them on disk after HDF5's
+flush (``commit``).
 
-Write failures (full disk, quota, EIO): HDF5 never sees them. It writes through h5py's
-``fileobj`` driver into :class:`StagedFile`, which keeps one dump's writes in memory and puts
-them on disk after HDF5's flush (``commit``): first the bytes past the old end of file, then the
-in-place metadata. When a write fails the file is cut back to its old end, so it is exactly the
-file of the previous dump, and :meth:`UVH5Writer.append` raises :class:`UVH5WriteError` (file,
-errno). Letting HDF5 see the error instead loses it (h5py ignores errors of ids closed in
-``__dealloc__``, leaving rows of zeros and counters ahead of the data) and leaves half-closed
-dataset ids that HDF5's exit handler closes again: a segfault at exit.
+Crash guarantee: a writer killed at any moment (SIGKILL, the OOM killer: the kernel keeps what
+the process wrote) leaves a file that pyuvdata reads, with its default checks, holding every dump
+whose ``append`` returned and at most the one being appended, complete and never in part. Killed
+before its first dump is complete, the file opens with h5py with no dump (Nblts 0), or, killed
+while the constructor writes it, may not open at all. Power loss or a kernel crash is not covered
+(nothing is fsync'ed). Why it holds: a kill lands between two system calls, and ``commit`` orders
+its calls so that the file between any two of them reads as the old one or the new one:
+
+1. the bytes past the committed end (new chunks, new B-tree nodes): nothing committed points
+   there; then the file is grown to HDF5's end, so no end-of-allocation exceeds the file;
+2. the superblock: its end-of-allocation grows, and a larger one is harmless;
+3. the other in-place writes past the metadata written at creation, in HDF5's order: chunk-index
+   B-tree nodes, which only gain entries for chunks past the committed extents (a split copies
+   the old root to new space, then rewrites the root in one write), and chunks the previous dump
+   filled in part (their committed rows are rewritten with the same bytes). A reader of the
+   committed extents never looks there;
+4. one pwrite of all HDF5 changed in the metadata written at creation: the object headers of the
+   resizable datasets (extents) and of Nblts/Ntimes, compact datasets whose values live in their
+   object headers. This write publishes the dump (about 6 KB, whatever the array size);
+5. the file is cut to HDF5's end if that is smaller.
+
+``tests/test_uvh5.py`` records the calls of every commit and reads the file as it is after each
+of them (dumps across chunks and B-tree node splits included). Left open: Linux stops a buffered
+write at a page boundary when a fatal signal arrives while it copies, so the publishing write,
+two or three pages, could in principle be cut there (a window of microseconds per dump). The
+file format is HDF5's earliest, whose superblock has no "open for write" mark.
+
+Write failures (full disk, quota, EIO): HDF5 never sees them. ``commit`` writes new space first
+(the only writes a full disk refuses); when a write fails the file is cut back to its old end and
+any in-place bytes written are put back, so it is exactly the file of the previous dump, and
+:meth:`UVH5Writer.append` raises :class:`UVH5WriteError` (file, errno). Letting HDF5 see the
+error instead loses it (h5py ignores errors of ids closed in ``__dealloc__``, leaving rows of
+zeros and counters ahead of the data) and leaves half-closed dataset ids that HDF5's exit handler
+closes again: a segfault at exit.
 """
 
 from __future__ import annotations
@@ -66,6 +90,9 @@ _BLT_HEADER = {
     "phase_center_app_dec": ((), np.float64),
     "phase_center_frame_pa": ((), np.float64),
 }
+
+#: Largest chunk of the /Data datasets, bytes (rows of Nfreqs x Npols); tests make it small.
+DATA_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -188,8 +215,9 @@ class StagedFile:
 
     Between commits, writes and truncations are kept in memory (reads see them), so HDF5 never
     meets an I/O error. ``commit`` writes the bytes past the committed end first (new space: the
-    only writes a full disk refuses), then the in-place ones (old bytes saved and restored if
-    one fails), then sets the size. A failure cuts the file back to its committed size and
+    only writes a full disk refuses), grows the file to HDF5's end, overwrites committed bytes in
+    the crash-safe order of the module docstring (old bytes saved and restored if one fails), and
+    then cuts the file to HDF5's end. A failure cuts the file back to its committed size and
     raises ``OSError`` with errno: the file is again exactly the last committed one.
     ``discard`` drops everything written afterwards (closing HDF5 after a failure).
     """
@@ -200,6 +228,8 @@ class StagedFile:
         self.fd = os.open(self.path, flags, 0o644)
         self.size = 0  # bytes on disk (committed)
         self.discard = False
+        #: In-place writes in ``[1, atomic_below)`` reach the disk together, in one pwrite, last.
+        self.atomic_below = 0
         self._lock = threading.Lock()  # close() (e.g. at exit) waits for a commit to finish
         self._end = 0  # HDF5's end of file
         self._pos = 0
@@ -261,18 +291,13 @@ class StagedFile:
                 if off + len(data) > old:
                     cut = max(old - off, 0)
                     self._pwrite(data[cut:], off + cut)
-            saved = []
-            # Then overwrite committed bytes in place, the superblock (offset 0: it holds the
-            # end-of-allocation address) first: a SIGKILL between two of these writes must never
-            # leave an object header pointing past the end the superblock allows (pyuvdata then
-            # fails with "addr overflow"); seen in 1 of ~10 kill runs before this order.
-            in_place = sorted(self._writes, key=lambda w: w[0] != 0)  # stable: HDF5's order
+            if self._end > os.fstat(self.fd).st_size:  # all of it, before anything points there
+                self._ftruncate(self._end)
+            saved: list[tuple[int, bytes]] = []
             try:
-                for off, data in in_place:
-                    if off < old:
-                        part = data[:old - off]
-                        saved.append((off, os.pread(self.fd, len(part), off)))
-                        self._pwrite(part, off)
+                for off, data in self._in_place(old):
+                    saved.append((off, os.pread(self.fd, len(data), off)))
+                    self._pwrite(data, off)
             except OSError:
                 with contextlib.suppress(OSError):  # best effort: put the old bytes back
                     for off, data in reversed(saved):
@@ -286,6 +311,26 @@ class StagedFile:
             raise
         self.size = self._end
         self._writes = []
+
+    def _in_place(self, old: int) -> list[tuple[int, bytes]]:
+        """The overwrites of the committed bytes ``[0, old)``, in the order that keeps every
+        state between two of them a file that reads as the old one (module docstring): the
+        superblock (offset 0; a larger end-of-allocation is harmless) first, then the other
+        writes at or past ``atomic_below`` in HDF5's order, then one write of everything HDF5
+        changed in ``[1, atomic_below)``, the object headers that publish the new dump."""
+        first, middle, atomic = [], [], []
+        for off, data in self._writes:
+            if off < old:
+                part = (off, data[:old - off])
+                (first if off == 0 else atomic if off < self.atomic_below else middle).append(part)
+        if atomic:
+            lo = min(off for off, _ in atomic)
+            hi = max(off + len(data) for off, data in atomic)
+            buf = bytearray(os.pread(self.fd, hi - lo, lo))
+            for off, data in atomic:  # in HDF5's order: a later write wins
+                buf[off - lo:off - lo + len(data)] = data
+            atomic = [(lo, bytes(buf))]
+        return first + middle + atomic
 
     def _pwrite(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -360,6 +405,9 @@ class UVH5Writer:
             self._file.id.set_mdc_config(cfg)
             self._create(channel_width_hz, instrument, history, x_orientation)
             self._commit()
+            # Every object header (extents, counters) is in the file by now; what a dump later
+            # changes there is published by one write (StagedFile._in_place).
+            self._io.atomic_below = self._io.size
         except BaseException as exc:
             self.abandon()
             self.path.unlink(missing_ok=True)  # nothing of it was ever complete
@@ -422,7 +470,7 @@ class UVH5Writer:
                                             dtype=dtype, chunks=(max(nbls, 1), *shape))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
-        chunk = (max(1, min(nbls, (1 << 20) // max(1, nfreq * npol * 8))), nfreq, npol)
+        chunk = (max(1, min(nbls, DATA_CHUNK_BYTES // max(1, nfreq * npol * 8))), nfreq, npol)
         self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
                                              maxshape=(None, nfreq, npol), dtype=dtype,
                                              chunks=chunk)
