@@ -23,7 +23,7 @@ import numpy as np
 
 from xengine_block.array import default_array
 from xengine_block.blocks.writer import site_info
-from xengine_block.uvh5 import StagedFile, UVH5Writer
+from xengine_block.outputs.uvh5 import StagedFile, UVH5Writer
 
 
 def hdf5_order(self: StagedFile, old: int) -> list[tuple[int, bytes]]:

@@ -201,7 +201,7 @@ def record_writer(monkeypatch, path, nant: int, nchan: int, ndump: int):
     """Write ``ndump`` distinct dumps (dump i: the samples' triangle times i + 1) and close;
     returns the file as the constructor left it, the (offset, bytes) / (size, None) calls of
     each commit (dump 1..ndump, then close) and the complex samples ``[stream, chan, time]``."""
-    from xengine_block.uvh5 import StagedFile
+    from xengine_block.outputs.uvh5 import StagedFile
 
     calls: list[tuple[int, bytes | None]] = []
     pwrite, ftruncate = StagedFile._pwrite, StagedFile._ftruncate
@@ -322,7 +322,7 @@ def test_every_crash_point_of_appends_leaves_a_readable_file(tmp_path, monkeypat
 def test_every_crash_point_with_dumps_across_chunks(tmp_path, monkeypatch):
     """Chunks of 10 rows, dumps of 15: each dump fills the last chunk of the one before (data
     written in place into a chunk the committed file already has) and starts new ones."""
-    from xengine_block import uvh5
+    from xengine_block.outputs import uvh5
 
     monkeypatch.setattr(uvh5, "DATA_CHUNK_BYTES", 10 * 3 * 4 * 8)  # 10 rows of 3 x 4 x ci32
     failures = crash_states_fail(tmp_path, monkeypatch, nant=5, nchan=3, ndump=3)
@@ -333,7 +333,7 @@ def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch):
     """70 dumps: HDF5's chunk B-tree nodes (64 entries) fill and split (data after 42 dumps,
     baseline-time after 64), rewriting nodes in place and adding new ones; the first commit of
     each kind (and the last) is checked at every call."""
-    from xengine_block import uvh5
+    from xengine_block.outputs import uvh5
 
     monkeypatch.setattr(uvh5, "DATA_CHUNK_BYTES", 10 * 2 * 4 * 8)  # 1.5 chunks per dump
     failures = crash_states_fail(tmp_path, monkeypatch, nant=5, nchan=2, ndump=70,
@@ -345,7 +345,7 @@ def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch):
 def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     """The replay can fail: the in-place writes in HDF5's own order (the code before this
     test) leave files pyuvdata refuses, or that hold rows of zeros."""
-    from xengine_block.uvh5 import StagedFile
+    from xengine_block.outputs.uvh5 import StagedFile
 
     def hdf5_order(self, old):
         return [(off, data[:old - off]) for off, data in self._writes if off < old]
