@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pyuvdata
 
 from xengine_block.array import default_array
 from xengine_block.capture.spead import frame_datagrams
@@ -229,6 +230,28 @@ def test_restart_continues_into_new_files(tmp_path):
         files.append(summary["files"])
     assert files[0] and files[1] and not set(files[0]) & set(files[1])
     assert len(list((tmp_path / "out").glob("*.uvh5"))) == len(files[0]) + len(files[1])
+
+
+def test_restart_on_replayed_data_writes_a_new_file_beside_the_old_one(tmp_path):
+    """The same recording replayed into a restarted instance: same first dump time, so the
+    second file is ``...-1.uvh5`` (was: exit 1, refusing to overwrite); both hold the data."""
+    cfg = write_config(tmp_path / "c.toml", merged(BASE))
+    g = Geometry(nstream=16, nchan=9, npacket=4)
+    frames = random_frames(g, 16, seed=5)
+    files = []
+    for _ in range(2):
+        inst = Instance(cfg)
+        try:
+            inst.wait_packets(send(frames, g, inst.port, time_tag=0))
+        finally:
+            summary = inst.finish()
+        files.append([Path(f) for f in summary["files"]])
+    assert files[0] and len(files[1]) == len(files[0])
+    assert [f.name for f in files[1]] == [f.stem + "-1.uvh5" for f in files[0]]
+    for first, again in zip(files[0], files[1], strict=True):
+        a, b = pyuvdata.UVData.from_file(first), pyuvdata.UVData.from_file(again)
+        np.testing.assert_array_equal(a.data_array, b.data_array)
+        assert a.Ntimes == b.Ntimes >= 1
 
 
 def test_deploy_doc_lists_every_key_with_its_flag():

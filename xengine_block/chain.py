@@ -49,7 +49,8 @@ class Chain:
 
 def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "auto",
                      ninteg: int = 1, prefix: str = "xengine_", dumps_per_file: int | None = None,
-                     overwrite: bool = False, quicklook: bool = True,
+                     overwrite: bool = False, new_name_if_exists: bool = False,
+                     quicklook: bool = True,
                      filename: str | Path | None = None,
                      channels: list[int] | None = None,
                      geometry: Geometry | None = None, runtime_name: str = "ours") -> Chain:
@@ -65,6 +66,7 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
     integ = rt.IntegrateBlock(x, ninteg=ninteg)
     writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                                 dumps_per_file=dumps_per_file, overwrite=overwrite,
+                                new_name_if_exists=new_name_if_exists,
                                 filename=filename, channels=channels)
     look = rt.QuicklookBlock(integ.orings[0], directory=directory) if quicklook else None
     return Chain(x, integ, writer, look)

@@ -2,7 +2,9 @@
 
 A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are named
 ``{prefix}{unix start time}.uvh5``, or ``filename`` for the first file when given (later ones
-``filename`` + ``.1``, ``.2``...); an existing file is never overwritten unless ``overwrite``.
+``filename`` + ``.1``, ``.2``...); an existing file is never overwritten unless ``overwrite``:
+the block stops with FileExistsError, or with ``new_name_if_exists`` (a service restarted on
+data it already wrote, e.g. a replayed recording) writes ``{prefix}{time}-1.uvh5``, ``-2``...
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
@@ -45,7 +47,8 @@ class UVH5WriterLogic(BlockLogic):
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
-                 overwrite: bool = False, filename: str | Path | None = None,
+                 overwrite: bool = False, new_name_if_exists: bool = False,
+                 filename: str | Path | None = None,
                  channels: list[int] | None = None, **kwargs: Any) -> None:
         super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
         self.orings = []
@@ -53,6 +56,7 @@ class UVH5WriterLogic(BlockLogic):
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
         self.directory = Path(directory)
         self.prefix, self.dumps_per_file, self.overwrite = prefix, dumps_per_file, overwrite
+        self.new_name_if_exists = new_name_if_exists
         self.filename = Path(filename) if filename is not None else None
         self.channels = None if channels is None else np.asarray(channels, np.intp)
         self.files: list[Path] = []
@@ -87,16 +91,27 @@ class UVH5WriterLogic(BlockLogic):
     def _open(self, time_tag: int) -> UVH5Writer:
         start = frame_start_unix(self.hdr, time_tag)
         if self.filename is None:
-            path = self.directory / f"{self.prefix}{start:.3f}.uvh5"
+            stem = f"{self.prefix}{start:.3f}"
+            names = [f"{stem}.uvh5"] + ([f"{stem}-{n}.uvh5" for n in range(1, 1000)]
+                                        if self.new_name_if_exists else [])
         else:
             n = len(self.files)
-            path = self.directory / (self.filename.name + (f".{n}" if n else ""))
+            names = [self.filename.name + (f".{n}" if n else "")]
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
-        writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"], self.nspectra,
-                            sample_bits=self.geometry.sample_bits, overwrite=self.overwrite,
-                            instrument=self.hdr.get("instrument", "xengine_block"),
-                            history=history)
+        for i, name in enumerate(names):
+            path = self.directory / name
+            try:
+                writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"],
+                                    self.nspectra, sample_bits=self.geometry.sample_bits,
+                                    overwrite=self.overwrite,
+                                    instrument=self.hdr.get("instrument", "xengine_block"),
+                                    history=history)
+            except FileExistsError:
+                if i + 1 == len(names):
+                    raise
+                continue
+            break
         self.files.append(path)
         log.info("%s: writing %s", self.name, path)
         return writer

@@ -9,7 +9,8 @@ printed and the process exits 0. A second signal, or a drain longer than ``drain
 stops every block at once (completed dumps are already on disk: each is flushed as written).
 
 Output files are named by their first dump's start time (``{prefix}{unix}.uvh5``) and never
-overwritten, so a restart continues into new files. One JSON line on stdout says when the
+overwritten, so a restart continues into new files (``{prefix}{unix}-1.uvh5`` where a file of
+that start time exists: a restart on replayed data). One JSON line on stdout says when the
 instance receives (``{"event": "ready", ...}``, with the bound ports) and one when it has
 finished (``{"event": "summary", ...}``).
 """
@@ -81,6 +82,7 @@ class CorrelatorService:
             self.chain: Chain = correlator_chain(
                 self.capture, directory=v["directory"], backend=v["backend"],
                 ninteg=v["ninteg"], prefix=v["prefix"], dumps_per_file=cfg.dumps_per_file,
+                new_name_if_exists=True,
                 quicklook=v["quicklook"], geometry=cfg.geometry)
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
         self.metrics: MetricsServer | None = None
