@@ -32,6 +32,20 @@ def test_valid_counts_per_group():
     assert (c[:9] == v[0]).all() and (c[9:] == v[1]).all()
 
 
+@pytest.mark.parametrize("missing", [0.0, 0.02, 0.6, 1.0])
+def test_valid_counts_match_a_loop_over_every_pair(missing):
+    """Whole frames, a few lost packets, most lost, none arrived: against plain loops."""
+    g = Geometry(nstream=12, nchan=18, npacket=7)
+    rng = np.random.default_rng(int(missing * 100))
+    mask = (rng.random((7, 12, 2)) >= missing).astype(np.uint8) * rng.integers(1, 4, (7, 12, 2))
+    v = valid_counts(mask, g)
+    for grp in range(2):
+        for j in range(12):
+            for k in range(j, 12):
+                both = sum(1 for p in range(7) if mask[p, j, grp] and mask[p, k, grp])
+                assert v[grp, baseline_index(j, k)] == both * 480, (grp, j, k)
+
+
 def test_valid_counts_rejects_wrong_shape():
     with pytest.raises(ValueError, match="mask must be"):
         valid_counts(np.ones((2, 5)), Geometry(nstream=4, nchan=9, npacket=2))
