@@ -179,3 +179,42 @@ def test_record_live_udp_then_reprocess(tmp_path):
         assert np.all(uv.nsample_array == 1.0)  # every file holds whole frames
     assert total == 8 // g.npacket
     assert time.time() > 0
+
+
+def test_a_recording_with_a_time_jump_gives_one_readable_file_per_sequence(tmp_path):
+    """F-engines restarted mid-recording: the capture resynchronises, the writer opens a file
+    per sequence; each ends as ``.uvh5`` (was ``NAME.uvh5.partial.1``, kept under that name)
+    and holds the exact correlation of its own frames."""
+    import pyuvdata
+
+    sim = simulator(seed=7)
+    g = sim.geometry
+    jump = 480 * 2000
+    a, b = sim.frames(0, 8), sim.frames(jump, 8)
+    path = tmp_path / "jumpy.pcap"
+    write_metadata(path, sim.array, g, **SKY)
+    with pcap_sender(g, path) as s:
+        s.send_frames(a, 0)
+        s.send_frames(b, jump)
+    # the frames that voted for the jump are not delivered: damaged, accepted here
+    (r,) = reprocess([path], tmp_path / "out", ReprocessOptions(allow_damaged=True),
+                     progress=None)
+    assert r.ok, r.error
+    assert r.summary["damaged"].startswith("out_of_window=")
+    second = tmp_path / "out" / "jumpy.1.uvh5"
+    assert r.summary["extra_files"] == [str(second)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["jumpy.1.uvh5", "jumpy.uvh5"]
+
+    def xx01(frames):  # K[2, 0]: x of antenna 0 with x of antenna 1, as the file stores it
+        re, im = reference_full(frames_to_natural(frames, g))
+        return (re - 1j * im)[:, 0, 2]
+
+    first = pyuvdata.UVData.from_file(r.task.output)
+    assert first.Ntimes == 2
+    assert np.array_equal(first.get_data(0, 1, "xx")[0], xx01(a[:4]))
+    assert np.array_equal(first.get_data(0, 1, "xx")[1], xx01(a[4:]))
+    later = pyuvdata.UVData.from_file(second)
+    assert later.Ntimes == 1  # the new sequence starts a few frames into the jump
+    starts = [k for k in range(5)
+              if np.array_equal(later.get_data(0, 1, "xx")[0], xx01(b[k:k + 4]))]
+    assert len(starts) == 1 and starts[0] > 0, starts

@@ -1,5 +1,6 @@
 """Offline reprocessing: recorded pcap files -> the same capture, X-engine, integration and UVH5
-blocks -> one UVH5 file per recording, locally or across a dask.distributed cluster.
+blocks -> one UVH5 file per recording (``NAME.1.uvh5``, ``NAME.2.uvh5``... for each further
+sequence where the F-engines jumped in time), locally or across a dask.distributed cluster.
 
 Each recording carries its sidecar (:mod:`~xengine_block.capture.recording`); the integration length
 (P packets per X-engine frame, k frames per dump), channel selection and backend are chosen
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import socket
 import sys
 from dataclasses import dataclass
@@ -115,9 +117,18 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                 f"{task.input}: damaged recording: {what}; {summary['dumps']} dumps, "
                 f"{summary['dumps_with_gaps']} with gaps (--allow-damaged writes it anyway)")
         summary["damaged"] = what.replace(" ", ",")
-    if extra:
-        summary["extra_files"] = [str(p) for p in extra]
+    if extra:  # the F-engines jumped in time: a file per sequence, named for the output
+        finals = [extra_output(task.output, i) for i in range(1, len(extra) + 1)]
+        for partial, final in zip(extra, finals, strict=True):
+            os.replace(partial, final)  # before the main output: a rerun redoes both
+        summary["extra_files"] = [str(p) for p in finals]
     return summary
+
+
+def extra_output(output: Path, n: int) -> Path:
+    """Where the ``n``-th further sequence of a recording goes: ``obs.uvh5`` -> ``obs.1.uvh5``
+    (still ``.uvh5``, so pyuvdata knows the type)."""
+    return output.with_name(f"{output.stem}.{n}{output.suffix}")
 
 
 def plan_tasks(inputs: list[Path], outdir: Path) -> list[Task]:
