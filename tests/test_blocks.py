@@ -107,6 +107,16 @@ def test_file_equals_reference_with_lost_packets(tmp_path):
                 assert np.all(uv.get_flags(a1, a2, pol)[d] == (nvalid == 0))
 
 
+def test_named_file_rotates_to_names_that_keep_the_suffix(tmp_path):
+    """``filename="obs.uvh5"`` with rotation: obs.uvh5, obs.1.uvh5 (pyuvdata infers the type
+    from the suffix), each read with its own dumps."""
+    g = Geometry(nstream=4, nchan=9, npacket=1)
+    w, _, _ = run_chain(tmp_path, g, random_frames(g, 3, seed=2), np.ones((3, 4), np.uint8), 1,
+                        dumps_per_file=2, filename="obs.uvh5")
+    assert [f.name for f in w.files] == ["obs.uvh5", "obs.1.uvh5"]
+    assert [pyuvdata.UVData.from_file(f).Ntimes for f in w.files] == [2, 1]
+
+
 def test_dumps_per_file_and_no_overwrite(tmp_path):
     g = Geometry(nstream=4, nchan=9, npacket=1)
     frames = random_frames(g, 3, seed=1)

@@ -2,9 +2,10 @@
 
 A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are named
 ``{prefix}{unix start time}.uvh5``, or ``filename`` for the first file when given (later ones
-``filename`` + ``.1``, ``.2``...); an existing file is never overwritten unless ``overwrite``:
-the block stops with FileExistsError, or with ``new_name_if_exists`` (a service restarted on
-data it already wrote, e.g. a replayed recording) writes ``{prefix}{time}-1.uvh5``, ``-2``...
+``obs.1.uvh5``, ``obs.2.uvh5``... for ``obs.uvh5``). An existing file is never overwritten
+unless ``overwrite``: the block stops with FileExistsError, or with ``new_name_if_exists`` (a
+service restarted on data it already wrote, e.g. a replayed recording) writes
+``{prefix}{time}-1.uvh5``, ``-2``...
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
@@ -94,9 +95,10 @@ class UVH5WriterLogic(BlockLogic):
             stem = f"{self.prefix}{start:.3f}"
             names = [f"{stem}.uvh5"] + ([f"{stem}-{n}.uvh5" for n in range(1, 1000)]
                                         if self.new_name_if_exists else [])
-        else:
+        else:  # later files: obs.uvh5 -> obs.1.uvh5 (the suffix stays last: pyuvdata reads it)
             n = len(self.files)
-            names = [self.filename.name + (f".{n}" if n else "")]
+            names = [f"{self.filename.stem}.{n}{self.filename.suffix}" if n
+                     else self.filename.name]
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
         for i, name in enumerate(names):
