@@ -53,16 +53,20 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
                      quicklook: bool = True,
                      filename: str | Path | None = None,
                      channels: list[int] | None = None,
-                     geometry: Geometry | None = None, runtime_name: str = "ours") -> Chain:
+                     geometry: Geometry | None = None, runtime_name: str = "ours",
+                     backend_options: dict[str, Any] | None = None) -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).
     ``runtime_name``: "ours" or "bifrost" (the current pipeline must be that runtime's).
+    ``backend_options``: the backend's constructor keywords (e.g. ``{"nthreads": 1}`` for
+    ``native``), with a backend name rather than ``auto``.
     """
     rt = runtime(runtime_name)
-    x = rt.XEngineBlock(capture, backend=backend, geometry=geometry)
+    x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
+                        backend_options=backend_options)
     integ = rt.IntegrateBlock(x, ninteg=ninteg)
     writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                                 dumps_per_file=dumps_per_file, overwrite=overwrite,
