@@ -553,6 +553,18 @@ static int parse_isa(const char *name)
     return -1;
 }
 
+/* The ISA named `name` if this CPU runs it; else -1 with a Python exception naming why. */
+static int runnable_isa(const char *name)
+{
+    detect_isas();
+    const int isa = parse_isa(name);
+    if (isa >= 0 && !isa_ok[isa]) {
+        PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", name, isa_why[isa]);
+        return -1;
+    }
+    return isa;
+}
+
 static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -611,13 +623,9 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     if (!re_low && strcmp(nibble_order, "re_high") != 0)
         return PyErr_Format(PyExc_ValueError, "unknown nibble_order '%s'; choose re_high or "
                             "re_low", nibble_order);
-    detect_isas();
-    const int isa = parse_isa(isa_name);
+    const int isa = runnable_isa(isa_name);
     if (isa < 0)
         return NULL;
-    if (!isa_ok[isa])
-        return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
-                            isa_why[isa]);
     if (S < 1 || C < 1 || ncoarse < 1 || nthreads < 1 || kt < 0 || kt > 1024 || S > 8 * 65535)
         return PyErr_Format(PyExc_ValueError, "bad sizes: nstream=%d nchan=%d ncoarse=%d "
                             "nthreads=%d kt=%d", S, C, ncoarse, nthreads, kt);
@@ -786,13 +794,9 @@ static PyObject *py_int8_peak(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "sil", &isa_name, &nthreads, &iters))
         return NULL;
-    detect_isas();
-    const int isa = parse_isa(isa_name);
+    const int isa = runnable_isa(isa_name);
     if (isa < 0)
         return NULL;
-    if (!isa_ok[isa])
-        return PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", isa_name,
-                            isa_why[isa]);
     double ops_per_iter = 0;
     const char *what = "";
     const xe_peak_fn fn = peak_loop(isa, &ops_per_iter, &what);
