@@ -78,6 +78,31 @@ def test_xengine_on_bifrost_exact_against_reference():
         assert np.array_equal(c[0], want)
 
 
+def test_xengine_sizes_and_faults_in_its_bifrost_ring_before_data():
+    """With geometry= the data ring is sized in the constructor, its pages resident, and the
+    run does not reallocate it (the capture would otherwise fault it in while packets arrive)."""
+    from xengine_block.bifrost.runtime import ring_memory
+
+    from .test_ring import resident_pages
+
+    g = Geometry(nstream=8, nchan=9, npacket=4)
+    frames, mask = lossy_frames(g, 8)
+    with BF.Pipeline() as p:
+        src = array_source(BF, capture_like(g, frames, mask), g.npacket)
+        x = xb.XEngineBlock(src, backend="cpu", geometry=g)
+        address, nbyte = ring_memory(x.irings[0])
+        assert nbyte >= 3 * g.npacket * g.frame_bytes
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbyte).from_address(address))
+        resident, total = resident_pages(view)
+        assert resident == total
+        vis = collector(BF, x.orings[0])
+        p.run()
+    assert ring_memory(x.irings[0]) == (address, nbyte) and len(vis.out) == 2
+    for f, v in enumerate(vis.out):
+        sl = slice(4 * f, 4 * f + 4)
+        assert np.array_equal(v, reference_triangle(frames_to_natural(frames[sl], g)))
+
+
 def run_file_chain(rt, tmp_path: Path, g: Geometry, frames, mask) -> Path:
     with rt.Pipeline() as p:
         x = rt.XEngineBlock(array_source(rt, capture_like(g, frames, mask), g.npacket),

@@ -428,7 +428,7 @@ def test_allocator_provides_the_memory_and_data_stay_exact_across_the_wrap():
         short.resize(64)
 
 
-def _resident_pages(buf: np.ndarray) -> tuple[int, int]:
+def resident_pages(buf: np.ndarray) -> tuple[int, int]:
     """(resident, total) pages of ``buf``'s whole pages, from mincore(2)."""
     page = mmap.PAGESIZE
     start = -(-buf.ctypes.data // page) * page
@@ -444,10 +444,10 @@ def _resident_pages(buf: np.ndarray) -> tuple[int, int]:
 def test_populate_faults_every_page_in_and_keeps_the_contents():
     area = mmap.mmap(-1, 32 << 20)  # a fresh anonymous mapping: nothing resident yet
     fresh = np.frombuffer(area, np.uint8)
-    resident, total = _resident_pages(fresh)
+    resident, total = resident_pages(fresh)
     assert resident < total  # else this test could not tell
     populate(fresh)
-    assert _resident_pages(fresh) == (total, total)
+    assert resident_pages(fresh) == (total, total)
     del fresh
     area.close()
     data = np.random.default_rng(1).integers(0, 256, (3, 5001), dtype=np.uint8)
@@ -461,5 +461,5 @@ def test_ring_memory_is_faulted_in_when_it_is_allocated():
     not while the capture writes (a fresh page cost ~2.5 s/GiB on the development VM)."""
     ring = Ring()
     ring.resize(8 << 20, 24 << 20)
-    resident, total = _resident_pages(ring._buf)
+    resident, total = resident_pages(ring._buf)
     assert resident == total

@@ -4,15 +4,19 @@ Constructor arguments are those of our blocks."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 from typing import Any
+
+import numpy as np
 
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
 from ..geometry import Geometry
+from ..runtime.ring import populate
 from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
 
 log = logging.getLogger(__name__)
@@ -26,24 +30,30 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
 
     def _size_input_ring(self, g: Geometry) -> None:
         """Bifrost rings allocate in C (no allocator to install): size the data ring now, once,
-        and have the backend map that memory as user-pointer buffer objects, where XRT allows."""
-        adopt = getattr(self.backend, "adopt_host_memory", None)
-        if adopt is None or not getattr(self.backend, "zero_copy", False):
-            if adopt is not None:  # an NPU backend that cannot read these frames in place
-                log.info("%s: frames are copied into NPU buffers: frame layout differs from "
-                         "the NPU input (S != npu_block or several channel groups)", self.name)
-            return
+        fault its pages in (:func:`~xengine_block.runtime.ring.populate`, as our rings do), and
+        have an NPU backend map that memory as user-pointer buffer objects, where XRT allows."""
         ring = self.irings[0]
+        zero_copy = getattr(self.backend, "zero_copy", False)
+        adopt = getattr(self.backend, "adopt_host_memory", None)
         if self._ring_holds_memory():
-            log.info("%s: data ring %r already holds memory; frames are copied into NPU buffers "
-                     "(give geometry= before the pipeline runs for zero copy)", self.name,
-                     ring.name)
+            log.info("%s: data ring %r already holds memory; it is not resized here%s",
+                     self.name, ring.name, " and frames are copied into NPU buffers (give "
+                     "geometry= before the pipeline runs for zero copy)"
+                     if adopt is not None and zero_copy else "")
             return
         gulp = g.npacket
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
-        self._ring_memory = ring_memory(ring)
-        reason = adopt(*self._ring_memory)
+        address, nbyte = ring_memory(ring)
+        populate(np.ctypeslib.as_array((ctypes.c_uint8 * nbyte).from_address(address)))
+        if adopt is None:
+            return
+        if not zero_copy:
+            log.info("%s: frames are copied into NPU buffers: frame layout differs from "
+                     "the NPU input (S != npu_block or several channel groups)", self.name)
+            return
+        self._ring_memory = (address, nbyte)
+        reason = adopt(address, nbyte)
         if reason:
             log.info("%s: frames are copied into NPU buffers: %s", self.name, reason)
             return
