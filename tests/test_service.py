@@ -3,6 +3,7 @@ the Prometheus endpoint, start-up errors."""
 
 from __future__ import annotations
 
+import io
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import pyuvdata
 
 from xengine_block.array import default_array
+from xengine_block.backends import availability
 from xengine_block.capture.spead import frame_datagrams
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
@@ -66,6 +68,8 @@ BAD = [  # (change to BASE, key the one-line error must name)
     ({"monitor": {"like_top_s": -1}}, "monitor.like_top_s"),
     ({"extra": {"a": 1}}, "extra"),
     ({"chan0": 9}, "chan0"),
+    ({"correlator": {"threads": 0}}, "correlator.threads"),
+    ({"correlator": {"threads": 1}}, "correlator.threads"),  # BASE runs backend cpu
 ]
 
 
@@ -106,6 +110,26 @@ def test_sample_bits_and_nibble_order_reach_the_geometry(tmp_path):
     flags = load_config(write_config(tmp_path / "e.toml", BASE),
                         {"sample_bits": 4, "nibble_order": None})
     assert (flags.geometry.sample_bits, flags.geometry.nibble_order) == (4, "re_high")
+
+
+@pytest.mark.skipif(not availability().get("native", (False,))[0],
+                    reason="the native backend is unavailable here")
+def test_threads_reach_the_native_backend(tmp_path):
+    """correlator.threads = 1: the X-engine's native backend runs one worker thread, leaving
+    the capture and writer a core (bench_pipeline.py's inproc_dedicated)."""
+    from xengine_block.service.correlate import CorrelatorService
+
+    cfg = load_config(write_config(tmp_path / "c.toml", merged(
+        BASE, correlator={"backend": "auto", "threads": 1})))
+    assert cfg.backend_choice == ("native", {"nthreads": 1})
+    svc = CorrelatorService(cfg, stdout=io.StringIO())
+    try:
+        assert svc.chain.xengine.backend.name == "native"
+        assert svc.chain.xengine.backend.nthreads == 1
+    finally:
+        svc.source.close()
+    default = load_config(write_config(tmp_path / "d.toml", BASE))
+    assert default.backend_choice == ("cpu", None)
 
 
 def test_cli_bad_key_is_one_line_exit_2_and_binds_nothing(tmp_path):

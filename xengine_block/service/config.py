@@ -189,6 +189,9 @@ KEYS: tuple[Key, ...] = (
         "socket receive buffer per source (capped by net.core.rmem_max)"),
     Key("correlator", "backend", text, "auto", "correlator backend or 'auto'"),
     Key("correlator", "ninteg", int_at_least(1), 1, "X-engine frames per dump"),
+    Key("correlator", "threads", int_at_least(1), None,
+        "native backend's worker threads (default: one per core; one fewer gives the capture "
+        "and the writer a core of their own)"),
     Key("output", "directory", path, REQUIRED, "output directory (created if missing)"),
     Key("output", "prefix", text, "xengine_", "file name prefix"),
     Key("output", "dumps_per_file", int_at_least(1), None, "start a new file every N dumps"),
@@ -228,6 +231,15 @@ class ServiceConfig:
         return {"sync_time": v["sync_time"], "fs_hz": v["fs_hz"],
                 "freq0_hz": v["freq0_hz"] + v["chan0"] * v["chan_bw_hz"],
                 "chan_bw_hz": v["chan_bw_hz"]}
+
+    @property
+    def backend_choice(self) -> tuple[str, dict[str, Any] | None]:
+        """(backend name or "auto", constructor options): the native backend by name when
+        ``correlator.threads`` is set (validated: only then does it apply)."""
+        threads = self.values["threads"]
+        if threads is None:
+            return self.values["backend"], None
+        return "native", {"nthreads": threads}
 
     @property
     def dump_seconds(self) -> float:
@@ -332,9 +344,12 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry]:
             field = "array" if v["array"] else "nant"
         raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
     try:
-        choose_backend(v["backend"], geometry)
+        backend = choose_backend(v["backend"], geometry)[0]
     except (BackendUnavailable, KeyError, ValueError) as exc:
         raise ConfigError("correlator.backend", str(exc).strip("'\"")) from None
+    if v["threads"] is not None and backend != "native":
+        raise ConfigError("correlator.threads", f"applies to the native backend; this "
+                                                f"configuration runs {backend!r}")
     if v["dumps_per_file"] is not None and v["seconds_per_file"] is not None:
         raise ConfigError("output.seconds_per_file", "give dumps_per_file or seconds_per_file, "
                                                      "not both")

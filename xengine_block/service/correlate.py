@@ -79,8 +79,10 @@ class CorrelatorService:
         with self.pipeline:
             self.capture = CaptureBlock(self.source, cfg.geometry, cfg.array, **cfg.sky,
                                         chan0=v["chan0"], window=v["window"])
+            backend, options = cfg.backend_choice
             self.chain: Chain = correlator_chain(
-                self.capture, directory=v["directory"], backend=v["backend"],
+                self.capture, directory=v["directory"], backend=backend,
+                backend_options=options,
                 ninteg=v["ninteg"], prefix=v["prefix"], dumps_per_file=cfg.dumps_per_file,
                 new_name_if_exists=True,
                 quicklook=v["quicklook"], geometry=cfg.geometry)
