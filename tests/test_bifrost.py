@@ -8,7 +8,6 @@ and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from xengine_block.chain import correlator_chain, runtime
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_triangle
+from xengine_block.runtime.memory import bytes_at
 
 from .conftest import bifrost_or_skip, random_frames
 from .runtimes import OURS, array_source, bifrost_runtime, collector
@@ -92,7 +92,7 @@ def test_xengine_sizes_and_faults_in_its_bifrost_ring_before_data():
         x = xb.XEngineBlock(src, backend="cpu", geometry=g)
         address, nbyte = ring_memory(x.irings[0])
         assert nbyte >= 3 * g.npacket * g.frame_bytes
-        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbyte).from_address(address))
+        view = bytes_at(address, nbyte)
         resident, total = resident_pages(view)
         assert resident == total
         vis = collector(BF, x.orings[0])
@@ -285,7 +285,7 @@ def test_npu_reads_bifrost_ring_memory_through_user_pointer_bos(tmp_path):
             if isinstance(device, SimulatedDevice) and isinstance(flags, int):
                 address, size = nbytes, flags
                 super().__init__(device, size, SimulatedBo.host_only, group)
-                self.host = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(address))
+                self.host = bytes_at(address, size)
                 self.device.xrt.count("userptr_bos")
             else:
                 super().__init__(device, nbytes, flags, group)

@@ -10,13 +10,13 @@ import time
 import numpy as np
 import pytest
 
+from xengine_block.runtime.memory import populate
 from xengine_block.runtime.ring import (
     EndOfDataStop,
     Ring,
     RingInterrupted,
     RingWouldBlock,
     Tensor,
-    populate,
 )
 
 pytestmark = pytest.mark.timeout(30)  # a deadlock fails instead of hanging

@@ -56,7 +56,6 @@ Everything pyxrt comes through ``xrt`` (default: ``import pyxrt``); tests pass
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import threading
@@ -84,6 +83,7 @@ from ..npu.artifacts import (
     list_builds,
 )
 from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, frames_are_input
+from ..runtime.memory import bytes_at
 from .base import Backend, BackendUnavailable
 
 PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
@@ -309,7 +309,7 @@ class NpuBackend(Backend, BlockPairExecutor):
             bo = self._xrt.bo(self._device, address, nbytes, self._kernel.group_id(A_GROUP))
         except Exception as exc:  # XRT (or the driver) refuses user pointers here
             return f"XRT refused a user-pointer buffer object: {type(exc).__name__}: {exc}"
-        array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+        array = bytes_at(address, nbytes)
         with self._lock:
             self._host_bos[address] = _HostBo(address + nbytes, bo, weakref.ref(array), {})
             self._adopted[address] = array  # the registry holds only a weak reference

@@ -4,19 +4,16 @@ Constructor arguments are those of our blocks."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 from typing import Any
-
-import numpy as np
 
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
 from ..geometry import Geometry
-from ..runtime.ring import populate
+from ..runtime.memory import bytes_at, populate
 from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
 
 log = logging.getLogger(__name__)
@@ -30,7 +27,7 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
 
     def _size_input_ring(self, g: Geometry) -> None:
         """Bifrost rings allocate in C (no allocator to install): size the data ring now, once,
-        fault its pages in (:func:`~xengine_block.runtime.ring.populate`, as our rings do), and
+        fault its pages in (:func:`~xengine_block.runtime.memory.populate`, as our rings do), and
         have an NPU backend map that memory as user-pointer buffer objects, where XRT allows."""
         ring = self.irings[0]
         zero_copy = getattr(self.backend, "zero_copy", False)
@@ -45,7 +42,7 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
         address, nbyte = ring_memory(ring)
-        populate(np.ctypeslib.as_array((ctypes.c_uint8 * nbyte).from_address(address)))
+        populate(bytes_at(address, nbyte))
         if adopt is None:
             return
         if not zero_copy:

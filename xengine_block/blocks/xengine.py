@@ -44,8 +44,8 @@ class XEngineLogic(BlockLogic):
         the choice and the reason are logged and put in the output header.
     geometry : the run's geometry, if known when the pipeline is built: the backend is then
         created here rather than at the first sequence, the data ring is sized for this block's
-        reads (its pages faulted in: :func:`~xengine_block.runtime.ring.populate`) before any packet
-        arrives, and if the backend can read the frames in place
+        reads (its pages faulted in: :func:`~xengine_block.runtime.memory.populate`) before any
+        packet arrives, and if the backend can read the frames in place
         (the NPU backend with S == npu_block and one channel group: ``backend.zero_copy``) its
         ``allocate_host`` becomes the data ring's allocator, so the capture block writes frames
         straight into NPU buffer objects and ``correlate`` copies nothing (see below).

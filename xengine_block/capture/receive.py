@@ -68,8 +68,9 @@ from spead2.recv.numba import chunk_place_data
 
 from ..array import ArrayDescription
 from ..geometry import Geometry
+from ..runtime.memory import populate
 from ..runtime.pipeline import SourceBlock
-from ..runtime.ring import WriteSpan, populate
+from ..runtime.ring import WriteSpan
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 log = logging.getLogger(__name__)

@@ -33,13 +33,8 @@ ringlets (axes before the frame axis) are not supported.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import itertools
 import json
-import mmap
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -48,39 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from .memory import populate
+
 #: Byte alignment of buffer sizes and of the first frame of every sequence.
 ALIGN = 64
-
-#: Linux madvise advice that faults a range in, writable, in one call (kernel 5.14+).
-_MADV_POPULATE_WRITE = 23
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
-def populate(buf: np.ndarray) -> None:
-    """Fault every page of ``buf`` in now (contents unchanged where madvise works).
-
-    A fresh buffer's pages are mapped on first touch; on a virtual machine each fault can cost
-    more than the copy that causes it (measured here: first writes into a 1.2 GB ring ran at
-    ~1 GB/s, the kernel zeroing pages). Rings and capture chunks are filled at line rate from
-    their first frame, so they take that cost when they are made, not while packets arrive.
-    """
-    if not buf.nbytes:
-        return
-    page = mmap.PAGESIZE
-    start, end = buf.ctypes.data, buf.ctypes.data + buf.nbytes
-    lo, hi = start - start % page, end - end % page  # whole pages, all mapped (lo's holds buf)
-    touch_from = 0  # byte of buf from which pages are touched one by one
-    if hi > lo:
-        if _libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_POPULATE_WRITE):
-            code = ctypes.get_errno()
-            if code == errno.ENOMEM:  # the memory is not there: say so now, not mid-run
-                raise MemoryError(f"cannot populate {buf.nbytes} bytes: {os.strerror(code)}")
-        else:
-            touch_from = hi - start
-    flat = buf.reshape(-1).view(np.uint8)
-    flat[touch_from::page] |= 0  # one byte of each page left (older kernels: every page)
-    flat[-1:] |= 0
-
 
 #: Memory spaces this runtime provides (``cuda_host`` is host memory in Bifrost too).
 HOST_SPACES = ("system", "cuda_host")
