@@ -5,14 +5,12 @@ Constructor arguments are those of our blocks."""
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
-from ..geometry import Geometry
 from ..runtime.memory import bytes_at, populate
 from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
 
@@ -25,32 +23,25 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
     def _ring_holds_memory(self) -> bool:
         return ring_memory(self.irings[0])[1] > 0
 
-    def _size_input_ring(self, g: Geometry) -> None:
-        """Bifrost rings allocate in C (no allocator to install): size the data ring now, once,
-        fault its pages in (:func:`~xengine_block.runtime.memory.populate`, as our rings do), and
-        have an NPU backend map that memory as user-pointer buffer objects, where XRT allows."""
+    def _zero_copy(self) -> bool:
+        return (getattr(self.backend, "adopt_host_memory", None) is not None
+                and getattr(self.backend, "zero_copy", False))
+
+    def _allocate_input_ring(self, contiguous: int, total: int, zero_copy: bool) -> None:
+        """Bifrost rings allocate in C (no allocator to install): resize, fault the pages in
+        (:func:`~xengine_block.runtime.memory.populate`, as our rings do), and have an NPU
+        backend map that memory as user-pointer buffer objects, where XRT allows."""
         ring = self.irings[0]
-        zero_copy = getattr(self.backend, "zero_copy", False)
-        adopt = getattr(self.backend, "adopt_host_memory", None)
-        if self._ring_holds_memory():
-            log.info("%s: data ring %r already holds memory; it is not resized here%s",
-                     self.name, ring.name, " and frames are copied into NPU buffers (give "
-                     "geometry= before the pipeline runs for zero copy)"
-                     if adopt is not None and zero_copy else "")
-            return
-        gulp = g.npacket
-        nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
-        ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
+        ring.resize(contiguous, total)
         address, nbyte = ring_memory(ring)
         populate(bytes_at(address, nbyte))
-        if adopt is None:
-            return
         if not zero_copy:
-            log.info("%s: frames are copied into NPU buffers: frame layout differs from "
-                     "the NPU input (S != npu_block or several channel groups)", self.name)
+            if getattr(self.backend, "adopt_host_memory", None) is not None:
+                log.info("%s: frames are copied into NPU buffers: frame layout differs from "
+                         "the NPU input (S != npu_block or several channel groups)", self.name)
             return
         self._ring_memory = (address, nbyte)
-        reason = adopt(address, nbyte)
+        reason = self.backend.adopt_host_memory(address, nbyte)
         if reason:
             log.info("%s: frames are copied into NPU buffers: %s", self.name, reason)
             return

@@ -92,26 +92,31 @@ class XEngineLogic(BlockLogic):
         return backend
 
     def _size_input_ring(self, g: Geometry) -> None:
-        """Size the data ring for this block's reads now, before data flows, so that it
-        allocates (and faults its pages in) once; through the backend's allocator if the
-        backend can read frames in place."""
+        """Size the data ring for this block's reads (gulps of P frames, ``buffer_nframe`` or
+        ``buffer_factor`` (3) gulps deep) now, before data flows, so that it allocates (and
+        faults its pages in) once; in the backend's memory where it reads frames in place."""
         ring = self.irings[0]
-        if ring.total_bytes:
+        zero_copy = self._zero_copy()
+        if self._ring_holds_memory():
             log.info("%s: data ring %r already holds memory; it is not resized here%s", self.name,
                      ring.name, " and frames are copied into NPU buffers (give geometry= before "
-                     "the pipeline runs for zero copy)" if self._zero_copy() else "")
+                     "the pipeline runs for zero copy)" if zero_copy else "")
             return
-        if self._zero_copy():
+        nframe = self.buffer_nframe or math.ceil(g.npacket * (self.buffer_factor or 3))
+        self._allocate_input_ring(g.npacket * g.frame_bytes, nframe * g.frame_bytes, zero_copy)
+
+    def _zero_copy(self) -> bool:
+        """Whether the backend can lend this runtime's ring its memory (the NPU's buffers)."""
+        return (getattr(self.backend, "allocate_host", None) is not None
+                and getattr(self.backend, "zero_copy", False))
+
+    def _allocate_input_ring(self, contiguous: int, total: int, zero_copy: bool) -> None:
+        ring = self.irings[0]
+        if zero_copy:
             ring.set_allocator(self.backend.allocate_host)
             log.info("%s: data ring %r allocated in NPU buffer objects (zero copy)", self.name,
                      ring.name)
-        gulp = g.npacket
-        nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
-        ring.resize(gulp * g.frame_bytes, nframe * g.frame_bytes)
-
-    def _zero_copy(self) -> bool:
-        return (getattr(self.backend, "allocate_host", None) is not None
-                and getattr(self.backend, "zero_copy", False))
+        ring.resize(contiguous, total)  # our rings populate what they allocate
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
         hdr = iseqs[0].header
