@@ -43,7 +43,7 @@ from xengine_block.capture.receive import Capture, CaptureBlock, InprocSource, U
 from xengine_block.capture.spead import FrameSender, inproc_sender, udp_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry
-from xengine_block.runtime.pipeline import Pipeline
+from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
@@ -69,18 +69,14 @@ def _thread_cpu() -> dict[str, float]:
     return {tid: cpu for tid, (_, cpu) in _thread_stats().items()}
 
 
-#: Roles of the chain, by the OS thread name prefix each block's thread carries (the pipeline
-#: names block threads; threads a block starts, spead2's receiver and the native workers,
-#: inherit the name).
-ROLES = {"capture": "CaptureBlock", "xengine": "XEngineBlock", "integrate": "IntegrateBlo",
-         "writer": "UVH5WriterBlo"}
-
-
 class CpuByRole:
     """CPU seconds per chain role while running: /proc sampled every ``period`` s (a thread
-    that ends loses at most its last period: the native workers live one call, ~0.2 s)."""
+    that ends loses at most its last period: the native workers live one call, ~0.2 s).
+    ``roles``: role -> block; the pipeline names each block's thread after the block in the OS
+    and the threads a block starts (spead2's receiver, the native workers) inherit the name."""
 
-    def __init__(self, exclude: set[str], period: float = 0.005) -> None:
+    def __init__(self, roles: dict[str, Block], exclude: set[str], period: float = 0.005) -> None:
+        self.roles = {role: os_thread_name(block.name) for role, block in roles.items()}
         self.exclude, self.period = exclude, period
         self.base = _thread_stats()
         self.last: dict[str, tuple[str, float]] = {}
@@ -98,11 +94,11 @@ class CpuByRole:
         self._thread.join()
         self.last.update(_thread_stats())
         me = str(self._thread.native_id)
-        out = dict.fromkeys((*ROLES, "other"), 0.0)
+        out = dict.fromkeys((*self.roles, "other"), 0.0)
         for tid, (name, cpu) in self.last.items():
             if tid in self.exclude or tid == me:
                 continue
-            role = next((r for r, prefix in ROLES.items() if name.startswith(prefix)), "other")
+            role = next((r for r, os_name in self.roles.items() if name == os_name), "other")
             out[role] += cpu - self.base.get(tid, (name, 0.0))[1]
         return {k: round(v, 3) for k, v in out.items()}
 
@@ -215,7 +211,9 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         if sender:
             sender.start()
         watcher.start()
-        cpu = CpuByRole(exclude=replay.tids | {str(watcher.native_id)})
+        cpu = CpuByRole({"capture": capture, "xengine": chain.xengine,
+                         "integrate": chain.integrate, "writer": chain.writer},
+                        exclude=replay.tids | {str(watcher.native_id)})
         pipeline.run()
         cpu_s = cpu.stop()
         pipeline_done.set()

@@ -70,13 +70,18 @@ class PipelineError(RuntimeError):
         self.block_name = block_name
 
 
+def os_thread_name(name: str) -> str:
+    """What the OS shows for a thread named ``name`` by :func:`name_os_thread` (15 bytes)."""
+    return name.encode("ascii", "replace")[:15].decode("ascii")
+
+
 def name_os_thread(name: str) -> None:
-    """Give the calling thread ``name`` (15 bytes) in the OS, where ``top -H`` and
-    ``/proc/<pid>/task/*/comm`` show it; threads it starts (spead2's receiver, the native
+    """Give the calling thread ``name`` in the OS (:func:`os_thread_name`), where ``top -H``
+    and ``/proc/<pid>/task/*/comm`` show it; threads it starts (spead2's receiver, the native
     backend's workers) inherit it, so each block's CPU can be told apart. Linux only; elsewhere
     nothing happens."""
     with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).prctl(15, name.encode("ascii", "replace")[:15], 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None).prctl(15, os_thread_name(name).encode(), 0, 0, 0)  # PR_SET_NAME
 
 
 class RunControl:
