@@ -73,6 +73,22 @@ def test_short_packets(isa):
 
 
 @pytest.mark.parametrize("isa", nat.ISAS)
+@pytest.mark.parametrize(("ncoarse", "npacket", "chunk_ksteps"),
+                         [(4, 5, 1), (12, 3, 2), (8, 3, 3), (60, 3, 2), (60, 2, 0)])
+def test_packets_of_whole_vector_groups(isa, ncoarse, npacket, chunk_ksteps):
+    """Packets of a multiple of 4 groups: the AVX-512 paths build and pack whole K-steps in
+    one pass (xe_build_tiles_avx512), finishing partial K-steps the two-pass way. Cases: a
+    packet change inside every K-step (4), chunks starting mid-packet (12, 60), partial last
+    K-steps (4, 12, 8, 60 x 3), a partial last block (S = 20) and padding blocks."""
+    g = Geometry(nstream=20, nchan=3, nchan_pkt=3, ncoarse=ncoarse, npacket=npacket,
+                 tile_t=4 if ncoarse < 60 else 15)
+    frames = random_frames(g, npacket, seed=ncoarse + npacket)
+    ref = reference_triangle(frames_to_natural(frames, g))
+    assert np.array_equal(correlate(isa, g, frames, chunk_ksteps=chunk_ksteps, nthreads=2),
+                          ref)
+
+
+@pytest.mark.parametrize("isa", nat.ISAS)
 def test_calls_are_independent_and_fill_out(isa):
     runnable(isa)
     g, frames, ref = random_case(34, 2)

@@ -89,16 +89,15 @@ XE_AVX512_TARGET void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, l
     copy_ci4(src, re_row, d0, n, 1);
 }
 
-/* 16 x 16 transpose of 32-bit elements: Y tile [16 rows][16 k-quads] -> VNNI [16 k-quads]
- * [16 rows][4]; with bias, xor 0x80 (the +128 bias of the unsigned vpdpbusd operand) and add
- * each row's biased byte sums (vpsadbw, 8 lanes) into rowsum[16][8] while it is in a
- * register: the VNNI correction then costs no pass over the tiles. */
-static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __m512i bias,
+/* 16 x 16 transpose of 32-bit elements: the Y tile's 16 rows r (in registers) [16 rows][16
+ * k-quads] -> VNNI [16 k-quads][16 rows][4] at dst; with bias, xor 0x80 (the +128 bias of the
+ * unsigned vpdpbusd operand) and add each row's biased byte sums (vpsadbw, 8 lanes) into
+ * rowsum[16][8] while it is in a register: the VNNI correction then costs no pass over the
+ * tiles. */
+static inline XE_AVX512_TARGET void pack_rows(__m512i *r, int8_t *dst, __m512i bias,
                                               int64_t *rowsum)
 {
-    __m512i r[16], t[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = _mm512_loadu_si512(src + 64 * i);
+    __m512i t[16];
     if (rowsum)
         for (int i = 0; i < 16; i++) {
             __m512i *acc = (__m512i *)(rowsum + 8 * i);
@@ -128,17 +127,79 @@ static inline XE_AVX512_TARGET void pack_tile(const int8_t *src, int8_t *dst, __
     }
 }
 
-/* VNNI-pack blocks [i0, i1) of the chunk's Y tiles. */
-XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1,
-                                       int bias)
+/* VNNI-pack K-steps [t0, t1) of blocks [i0, i1) of the chunk's Y tiles. */
+XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int t1, int i0,
+                                       int i1, int bias)
 {
     const size_t blk = xe_block_bytes(p);
     const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
     for (int i = i0; i < i1; i++)
-        for (int t = 0; t < nt; t++) {
+        for (int t = t0; t < t1; t++) {
             const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
-            pack_tile(w->a + o, w->b + o, x, bias ? w->rowsum + (size_t)i * 16 * 8 : NULL);
+            __m512i r[16];
+            for (int m = 0; m < 16; m++)
+                r[m] = _mm512_loadu_si512(w->a + o + 64 * m);
+            pack_rows(r, w->b + o, x, bias ? w->rowsum + (size_t)i * 16 * 8 : NULL);
         }
+}
+
+/* Frames -> Y tiles and their VNNI packing in one pass: the first nt (whole) K-steps of the
+ * unit, blocks 2 sb and 2 sb + 1; ci8 with every 4 aligned groups inside one packet
+ * (ncoarse % 4 == 0). Per stream and K-step, two 64-byte loads (r i r i r i r i: 4 groups
+ * each) become its whole real and imaginary rows by two vpermt2q; the tile's 16 rows, still
+ * in registers, are stored as the A tile and transposed into the B tile. Against the copy
+ * then the pack (xe_copy_groups_avx512, xe_pack_b_avx512): full-line stores instead of half
+ * lines, and no second pass over the A tiles. Streams past nstream read as zeros. */
+XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const int8_t *frames,
+                                            const xe_unit *un, int sb, int nt, int bias)
+{
+    const size_t blk = xe_block_bytes(p);
+    const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
+    const __m512i re_idx = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i im_idx = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    /* from the end of one packet's groups of the channel to the next packet's first */
+    const size_t jump = (size_t)p->nstream * p->nchan * p->chan_bytes - p->chan_bytes;
+    for (int i = 2 * sb; i < 2 * sb + 2; i++) {
+        const int8_t *src[8];
+        int ns = 0;
+        for (; ns < 8 && 8 * i + ns < p->nstream; ns++) {
+            long run;
+            src[ns] = xe_group_src(p, frames, 8 * i + ns, un->c, un->g0, un->g1, &run);
+        }
+        long q = un->g0 % p->ncoarse;  /* group within the packet, shared by the streams */
+        int8_t *a = w->a + (size_t)i * blk, *b = w->b + (size_t)i * blk;
+        int64_t *rowsum = bias ? w->rowsum + (size_t)i * 16 * 8 : NULL;
+        for (int t = 0; t < nt; t++) {
+            const int8_t *h0[8], *h1[8];
+            for (int half = 0; half < 2; half++) {
+                if (q == p->ncoarse) {
+                    for (int m = 0; m < ns; m++)
+                        src[m] += jump;
+                    q = 0;
+                }
+                for (int m = 0; m < ns; m++) {
+                    (half ? h1 : h0)[m] = src[m];
+                    src[m] += 4 * 2 * XE_GROUP;
+                }
+                q += 4;
+            }
+            __m512i r[16];
+            for (int m = 0; m < 8; m++) {
+                if (m < ns) {
+                    const __m512i v0 = _mm512_loadu_si512(h0[m]);
+                    const __m512i v1 = _mm512_loadu_si512(h1[m]);
+                    r[m] = _mm512_permutex2var_epi64(v0, re_idx, v1);
+                    r[m + 8] = _mm512_permutex2var_epi64(v0, im_idx, v1);
+                } else {
+                    r[m] = r[m + 8] = _mm512_setzero_si512();
+                }
+            }
+            int8_t *at = a + (size_t)t * XE_TILE_BYTES;
+            for (int m = 0; m < 16; m++)
+                _mm512_store_si512(at + 64 * m, r[m]);
+            pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, rowsum);
+        }
+    }
 }
 #endif
 

@@ -59,6 +59,23 @@ typedef struct {
     long ntiles;      /* K-steps packed since the last write-out (undoes the + 128) */
 } xe_work;
 
+/* One unit of work: channel c, groups [g0, g1) spanning nt K-steps. */
+typedef struct {
+    int c, nt;
+    long g0, g1;
+} xe_unit;
+
+/* Where group g of stream s, channel c starts in the frames, and how many groups follow it
+ * contiguously (to the end of its packet or of the chunk at g1). */
+static inline const int8_t *xe_group_src(const xe_plan *p, const int8_t *frames, int s, int c,
+                                         long g, long g1, long *run)
+{
+    const long pk = g / p->ncoarse, q = g % p->ncoarse;
+    *run = (p->ncoarse - q < g1 - g) ? p->ncoarse - q : g1 - g;
+    return frames + (((size_t)pk * p->nstream + s) * p->nchan + c) * p->chan_bytes
+        + (size_t)q * p->group_bytes;
+}
+
 /* Monotonic wall time in seconds (the peak loops time themselves). */
 static inline double xe_now(void)
 {
@@ -149,7 +166,10 @@ int xe_amx_emu_tdpbssd_test(const uint8_t cfg[64], int load_config, int dst, int
                             int32_t *c, const int8_t *a, const int8_t *b, char *msg, size_t n);
 #endif
 #if defined(XE_HAVE_AVX512_LAYOUT)
-void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int bias);
+void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int t1, int i0, int i1,
+                      int bias);
+void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const int8_t *frames,
+                           const xe_unit *un, int sb, int nt, int bias);
 void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 void xe_copy_ci4_hi_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
