@@ -23,7 +23,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..geometry import Geometry
-from ..layout import frames_to_natural, pack_ci4, to_complex
+from ..layout import frames_to_natural, to_complex
 from ..triangle import pack_triangle
 
 
@@ -158,7 +158,6 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
                                            if per_cpu else None),
         "per_isa": {},
     }
-    details["ci4"] = ci4_rate(frames[:34], g, best.isa, best.nthreads, repeat)
     for isa, (ok, why) in isa_status().items():
         if not ok:
             details["per_isa"][isa] = {"runnable": False, "reason": why}
@@ -181,26 +180,6 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
             "fraction_of_int8_peak": useful / peak_tops if peak_tops else None,
             "exact": bool(np.array_equal(out, exact_oracle(sub, g))), "packets": sub.shape[0]}
     return details
-
-
-def ci4_rate(frames: np.ndarray, g: Geometry, isa: str, nthreads: int, repeat: int) -> dict:
-    """The native path on 4-bit input (ci4 bytes, re in the high nibble) of the same shape:
-    each int8 sample >> 4 packed two to a byte; exact against the oracle of those values."""
-    from ..backends.native import _extension
-
-    small = frames >> 4  # -8..7
-    ci4 = pack_ci4(np.moveaxis(small, -2, -1))  # [P, S, C, coarse, fine] bytes, re high
-    out = np.empty(g.output_shape, np.int32)
-    ext = _extension()
-
-    def run() -> None:
-        ext.correlate(ci4, out, g.nstream, g.nchan, g.ncoarse, isa, nthreads, 0, "full", 4,
-                      "re_high")
-
-    t, _ = _best_time(run, repeat)
-    nsamp = frames.shape[0] * g.nspectra_pkt * g.nchan
-    return {"msps": nsamp / t / 1e6, "packets": frames.shape[0],
-            "exact": bool(np.array_equal(out, exact_oracle(small, g)))}
 
 
 def machine_sgemm_gflops(n: int = 2048, repeat: int = 3) -> float:
