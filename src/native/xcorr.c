@@ -54,9 +54,106 @@ static const char *const ISA_NAMES[XE_NISA] = {
 
 /* ------------------------------------------------------------------ run-time ISA detection */
 
-static int isa_ok[XE_NISA];
-static char isa_why[XE_NISA][256];
+/* What the CPU and the OS say, read once: CPUID leaf 1 ECX, leaf 7 sub-leaf 0 EBX/ECX/EDX, and
+ * XCR0 (0 unless OSXSAVE). Kept apart from the decision so that the decision can be tested
+ * with the facts of CPUs this machine is not (decide_isas, _decide_isas). */
+typedef struct {
+    uint32_t ecx1, ebx7, ecx7, edx7;
+    uint64_t xcr0;
+} xe_cpu_facts;
+
+/* The kernel's permission for AMX tile data: 1 if granted; why says what happened. */
+typedef int (*xe_amx_permit_fn)(char *why, size_t n);
+
+typedef struct {
+    int ok[XE_NISA];
+    char why[XE_NISA][256];
+} xe_isa_table;
+
+static xe_isa_table detected_isas;
 static int detected;
+
+static void set_isa(xe_isa_table *t, int isa, int ok, const char *why)
+{
+    t->ok[isa] = ok;
+    snprintf(t->why[isa], sizeof t->why[isa], "%s", why);
+}
+
+/* Which compiled paths these facts allow, and why (Intel SDM vol. 2 CPUID, vol. 1 13.3 XCR0).
+ * permit is asked only when everything else allows AMX. */
+static void decide_isas(const xe_cpu_facts *f, xe_amx_permit_fn permit, xe_isa_table *t)
+{
+    set_isa(t, XE_SCALAR, 1, "portable C (int32)");
+    const uint64_t xcr0 = (f->ecx1 >> 27) & 1 ? f->xcr0 : 0;  /* OSXSAVE, else no XCR0 */
+    const int os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+    const int os_tile = (xcr0 & 0x60000) == 0x60000;
+    const int cpu_avx2 = (f->ebx7 >> 5) & 1;
+    const int cpu_avx512 = ((f->ebx7 >> 16) & 1) && ((f->ebx7 >> 30) & 1)
+        && ((f->ebx7 >> 31) & 1);
+    const int cpu_vnni = (f->ecx7 >> 11) & 1;
+    const int cpu_amx = ((f->edx7 >> 24) & 1) && ((f->edx7 >> 25) & 1);
+    const int avx512_ok = cpu_avx512 && os_zmm;
+    /* some of these go unused where a path is not compiled */
+    (void)permit, (void)os_ymm, (void)os_tile, (void)cpu_avx2, (void)cpu_vnni, (void)cpu_amx,
+        (void)avx512_ok;
+#ifdef XE_HAVE_AVX2
+    if (!cpu_avx2 || !os_ymm)
+        set_isa(t, XE_AVX2, 0, !cpu_avx2 ? "CPU lacks AVX2" : "OS does not enable YMM state");
+    else
+        set_isa(t, XE_AVX2, 1, "AVX2 vpmaddwd on sign-extended int16");
+#else
+    set_isa(t, XE_AVX2, 0, "not compiled: the compiler lacks -mavx2");
+#endif
+#ifdef XE_HAVE_AVX512VNNI
+    if (!avx512_ok || !cpu_vnni)
+        set_isa(t, XE_AVX512VNNI, 0, !cpu_avx512 ? "CPU lacks AVX-512 F/BW/VL"
+                : !os_zmm ? "OS does not enable ZMM state" : "CPU lacks AVX512-VNNI");
+    else
+        set_isa(t, XE_AVX512VNNI, 1,
+                "AVX-512 VNNI vpdpbusd with +128 bias and row-sum correction");
+#else
+    set_isa(t, XE_AVX512VNNI, 0, "not compiled: the compiler lacks avx512vnni");
+#endif
+#ifdef XE_HAVE_AMX
+    if (!cpu_amx)
+        set_isa(t, XE_AMX, 0, "CPU lacks AMX-TILE/AMX-INT8");
+    else if (!avx512_ok)
+        set_isa(t, XE_AMX, 0, "AMX path also needs AVX-512 F/BW for its layout code");
+    else if (!os_tile)
+        set_isa(t, XE_AMX, 0, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)");
+    else {
+        char why[256];
+        const int ok = permit(why, sizeof why);
+        set_isa(t, XE_AMX, ok, why);
+    }
+#else
+    set_isa(t, XE_AMX, 0, "not compiled: the compiler lacks amx-tile/amx-int8");
+#endif
+#ifdef XE_HAVE_AMX_EMU
+    if (!avx512_ok)
+        set_isa(t, XE_AMX_EMU, 0, !cpu_avx512 ? "emulated AMX runs the AMX path's AVX-512 "
+                "layout code, and the CPU lacks AVX-512 F/BW/VL" : "emulated AMX runs the AMX "
+                "path's AVX-512 layout code, and the OS does not enable ZMM state");
+    else
+        set_isa(t, XE_AMX_EMU, 1, "AMX kernel (kern_amx.c) on software-emulated tiles "
+                "(amx_emu.h) with the real AVX-512 layout and packing: verification only, slow, "
+                "never chosen automatically");
+#else
+    set_isa(t, XE_AMX_EMU, 0, "not compiled: the emulated AMX path needs the AVX-512 layout "
+            "code (the compiler lacks avx512bw)");
+#endif
+}
+
+/* The reason string of the AMX permission request: granted when error is NULL. */
+static int amx_permission(char *why, size_t n, const char *error)
+{
+    if (error)
+        snprintf(why, n, "AMX not permitted by kernel: arch_prctl(ARCH_REQ_XCOMP_PERM, "
+                 "XTILEDATA) failed: %s", error);
+    else
+        snprintf(why, n, "AMX-INT8 tiles (CPUID, XCR0 and arch_prctl permission ok)");
+    return error == NULL;
+}
 
 #ifdef XE_X86
 static uint64_t xgetbv0(void)
@@ -65,27 +162,26 @@ static uint64_t xgetbv0(void)
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
 }
-#endif
 
-static void set_isa(int isa, int ok, const char *why)
+static xe_cpu_facts read_cpu_facts(void)
 {
-    isa_ok[isa] = ok;
-    snprintf(isa_why[isa], sizeof isa_why[isa], "%s", why);
+    xe_cpu_facts f = {0};
+    unsigned a, b, d;
+    __cpuid(1, a, b, f.ecx1, d);
+    if ((f.ecx1 >> 27) & 1)
+        f.xcr0 = xgetbv0();  /* OSXSAVE: the OS manages extended state */
+    if (__get_cpuid_max(0, NULL) >= 7)
+        __cpuid_count(7, 0, a, f.ebx7, f.ecx7, f.edx7);
+    return f;
 }
 
-#ifdef XE_X86
 /* Ask Linux for the AMX tile data state (off by default since 5.16); 1 if granted. */
 static int request_amx(char *why, size_t n)
 {
 #if defined(__linux__) && defined(SYS_arch_prctl)
     const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
-        snprintf(why, n, "AMX not permitted by kernel: arch_prctl(ARCH_REQ_XCOMP_PERM, "
-                 "XTILEDATA) failed: %s", strerror(errno));
-        return 0;
-    }
-    snprintf(why, n, "AMX-INT8 tiles (CPUID, XCR0 and arch_prctl permission ok)");
-    return 1;
+    const int ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return amx_permission(why, n, ok ? NULL : strerror(errno));
 #else
     snprintf(why, n, "AMX needs Linux arch_prctl(ARCH_REQ_XCOMP_PERM) to enable tile data");
     return 0;
@@ -98,73 +194,16 @@ static void detect_isas(void)
     if (detected)
         return;
     detected = 1;
-    set_isa(XE_SCALAR, 1, "portable C (int32)");
 #ifndef XE_X86
-    set_isa(XE_AVX2, 0, "not an x86-64 CPU");
-    set_isa(XE_AVX512VNNI, 0, "not an x86-64 CPU");
-    set_isa(XE_AMX, 0, "not an x86-64 CPU");
-    set_isa(XE_AMX_EMU, 0, "not an x86-64 CPU (emulated AMX runs the AVX-512 layout code)");
+    xe_isa_table *t = &detected_isas;
+    set_isa(t, XE_SCALAR, 1, "portable C (int32)");
+    set_isa(t, XE_AVX2, 0, "not an x86-64 CPU");
+    set_isa(t, XE_AVX512VNNI, 0, "not an x86-64 CPU");
+    set_isa(t, XE_AMX, 0, "not an x86-64 CPU");
+    set_isa(t, XE_AMX_EMU, 0, "not an x86-64 CPU (emulated AMX runs the AVX-512 layout code)");
 #else
-    unsigned a, b, c, d, b7 = 0, c7 = 0, d7 = 0;
-    uint64_t xcr0 = 0;
-    __cpuid(1, a, b, c, d);
-    if (c & (1u << 27))
-        xcr0 = xgetbv0();  /* OSXSAVE: the OS manages extended state */
-    if (__get_cpuid_max(0, NULL) >= 7)
-        __cpuid_count(7, 0, a, b7, c7, d7);
-    const int os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
-    const int os_tile = (xcr0 & 0x60000) == 0x60000;
-    const int cpu_avx2 = (b7 >> 5) & 1;
-    const int cpu_avx512 = ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 31) & 1);
-    const int cpu_vnni = (c7 >> 11) & 1;
-    const int cpu_amx = ((d7 >> 24) & 1) && ((d7 >> 25) & 1);
-
-#ifdef XE_HAVE_AVX2
-    if (!cpu_avx2 || !os_ymm)
-        set_isa(XE_AVX2, 0, !cpu_avx2 ? "CPU lacks AVX2" : "OS does not enable YMM state");
-    else
-        set_isa(XE_AVX2, 1, "AVX2 vpmaddwd on sign-extended int16");
-#else
-    set_isa(XE_AVX2, 0, "not compiled: the compiler lacks -mavx2");
-#endif
-    const int avx512_ok = cpu_avx512 && os_zmm;
-#ifdef XE_HAVE_AVX512VNNI
-    if (!avx512_ok || !cpu_vnni)
-        set_isa(XE_AVX512VNNI, 0, !cpu_avx512 ? "CPU lacks AVX-512 F/BW/VL"
-                : !os_zmm ? "OS does not enable ZMM state" : "CPU lacks AVX512-VNNI");
-    else
-        set_isa(XE_AVX512VNNI, 1, "AVX-512 VNNI vpdpbusd with +128 bias and row-sum correction");
-#else
-    set_isa(XE_AVX512VNNI, 0, "not compiled: the compiler lacks avx512vnni");
-#endif
-#ifdef XE_HAVE_AMX
-    if (!cpu_amx)
-        set_isa(XE_AMX, 0, "CPU lacks AMX-TILE/AMX-INT8");
-    else if (!avx512_ok)
-        set_isa(XE_AMX, 0, "AMX path also needs AVX-512 F/BW for its layout code");
-    else if (!os_tile)
-        set_isa(XE_AMX, 0, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)");
-    else {
-        char why[256];
-        int ok = request_amx(why, sizeof why);
-        set_isa(XE_AMX, ok, why);
-    }
-#else
-    set_isa(XE_AMX, 0, "not compiled: the compiler lacks amx-tile/amx-int8");
-#endif
-#ifdef XE_HAVE_AMX_EMU
-    if (!avx512_ok)
-        set_isa(XE_AMX_EMU, 0, !cpu_avx512 ? "emulated AMX runs the AMX path's AVX-512 layout "
-                "code, and the CPU lacks AVX-512 F/BW/VL" : "emulated AMX runs the AMX path's "
-                "AVX-512 layout code, and the OS does not enable ZMM state");
-    else
-        set_isa(XE_AMX_EMU, 1, "AMX kernel (kern_amx.c) on software-emulated tiles (amx_emu.h) "
-                "with the real AVX-512 layout and packing: verification only, slow, never "
-                "chosen automatically");
-#else
-    set_isa(XE_AMX_EMU, 0, "not compiled: the emulated AMX path needs the AVX-512 layout code "
-            "(the compiler lacks avx512bw)");
-#endif
+    const xe_cpu_facts f = read_cpu_facts();
+    decide_isas(&f, request_amx, &detected_isas);
 #endif
 }
 
@@ -557,21 +596,19 @@ static int runnable_isa(const char *name)
 {
     detect_isas();
     const int isa = parse_isa(name);
-    if (isa >= 0 && !isa_ok[isa]) {
-        PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", name, isa_why[isa]);
+    if (isa >= 0 && !detected_isas.ok[isa]) {
+        PyErr_Format(PyExc_RuntimeError, "isa %s cannot run here: %s", name,
+                     detected_isas.why[isa]);
         return -1;
     }
     return isa;
 }
 
-static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
+static PyObject *isa_dict(const xe_isa_table *t)
 {
-    (void)self;
-    (void)noargs;
-    detect_isas();
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < XE_NISA; i++) {
-        PyObject *v = Py_BuildValue("(Os)", isa_ok[i] ? Py_True : Py_False, isa_why[i]);
+        PyObject *v = Py_BuildValue("(Os)", t->ok[i] ? Py_True : Py_False, t->why[i]);
         if (!v || PyDict_SetItemString(d, ISA_NAMES[i], v) != 0) {
             Py_XDECREF(v);
             Py_DECREF(d);
@@ -580,6 +617,55 @@ static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
         Py_DECREF(v);
     }
     return d;
+}
+
+static PyObject *py_isa_status(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    detect_isas();
+    return isa_dict(&detected_isas);
+}
+
+/* _decide_isas' stand-in for the kernel: the error it is to report, or NULL to grant. */
+static const char *permit_error;
+
+static int fake_permission(char *why, size_t n) { return amx_permission(why, n, permit_error); }
+
+static PyObject *py_cpu_facts(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+#ifdef XE_X86
+    const xe_cpu_facts f = read_cpu_facts();
+    return Py_BuildValue("(IIIIK)", f.ecx1, f.ebx7, f.ecx7, f.edx7, (unsigned long long)f.xcr0);
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
+PyDoc_STRVAR(decide_isas_doc,
+"_decide_isas(ecx1, ebx7, ecx7, edx7, xcr0, amx_permit_error=None)\n\n"
+"Test hook: what isa_status() would say on a CPU with these CPUID words (leaf 1 ECX, leaf 7\n"
+"EBX/ECX/EDX) and this XCR0, of the paths compiled into this build; the kernel's AMX\n"
+"permission is granted, or refused with amx_permit_error. Nothing is detected or changed.");
+
+static PyObject *py_decide_isas(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ecx1", "ebx7", "ecx7", "edx7", "xcr0", "amx_permit_error", NULL};
+    unsigned int ecx1, ebx7, ecx7, edx7;
+    unsigned long long xcr0;
+    const char *error = NULL;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIK|z", kwlist, &ecx1, &ebx7, &ecx7, &edx7,
+                                     &xcr0, &error))
+        return NULL;
+    const xe_cpu_facts f = {.ecx1 = ecx1, .ebx7 = ebx7, .ecx7 = ecx7, .edx7 = edx7,
+                            .xcr0 = xcr0};
+    xe_isa_table t;
+    permit_error = error;  /* under the GIL */
+    decide_isas(&f, fake_permission, &t);
+    return isa_dict(&t);
 }
 
 PyDoc_STRVAR(correlate_doc,
@@ -882,6 +968,11 @@ static PyMethodDef methods[] = {
     {"correlate", (PyCFunction)(void (*)(void))py_correlate, METH_VARARGS | METH_KEYWORDS,
      correlate_doc},
     {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},
+    {"_decide_isas", (PyCFunction)(void (*)(void))py_decide_isas, METH_VARARGS | METH_KEYWORDS,
+     decide_isas_doc},
+    {"_cpu_facts", py_cpu_facts, METH_NOARGS,
+     "_cpu_facts() -> (ecx1, ebx7, ecx7, edx7, xcr0) as the detection reads them (None off "
+     "x86-64): the test of _decide_isas against this machine."},
     {"_amx_emu_tdpbssd", (PyCFunction)(void (*)(void))py_amx_emu_tdpbssd,
      METH_VARARGS | METH_KEYWORDS, amx_emu_tdpbssd_doc},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,179 @@
+"""Path choice on CPUs this machine is not: the extension's decision (``decide_isas`` in
+src/native/xcorr.c) fed with the CPUID words and XCR0 of Sapphire Rapids, Zen 4/5, AVX2-only
+CPUs and OS setups that withhold state, then the Python dispatch over its answer.
+
+The real detection only ever sees the CPU it runs on; these cases exercise the branches that
+guard the AMX path (CPU bits, XCR0 tile state, the kernel's arch_prctl permission) without an
+AMX machine. Bit positions are Intel's (SDM vol. 2, CPUID; vol. 1, 13.3 XCR0), written here
+independently of the C code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xengine_block.backends import BackendUnavailable
+from xengine_block.backends import native as nat
+
+# CPUID.1:ECX
+OSXSAVE, AVX = 1 << 27, 1 << 28
+# CPUID.(EAX=7,ECX=0):EBX / ECX / EDX
+AVX2, AVX512F, AVX512DQ, AVX512BW, AVX512VL = 1 << 5, 1 << 16, 1 << 17, 1 << 30, 1 << 31
+AVX512_VNNI = 1 << 11
+AMX_BF16, AMX_TILE, AMX_INT8 = 1 << 22, 1 << 24, 1 << 25
+# XCR0 state components
+X87, SSE, YMM, OPMASK, ZMM_HI256, HI16_ZMM, PKRU = 1, 2, 4, 1 << 5, 1 << 6, 1 << 7, 1 << 9
+XTILECFG, XTILEDATA = 1 << 17, 1 << 18
+
+AVX512_EBX = AVX2 | AVX512F | AVX512DQ | AVX512BW | AVX512VL
+AVX512_XCR0 = X87 | SSE | YMM | OPMASK | ZMM_HI256 | HI16_ZMM | PKRU
+
+#: name -> (ecx1, ebx7, ecx7, edx7, xcr0)
+MACHINES = {
+    "sapphire_rapids": (OSXSAVE | AVX, AVX512_EBX, AVX512_VNNI, AMX_BF16 | AMX_TILE | AMX_INT8,
+                        AVX512_XCR0 | XTILECFG | XTILEDATA),
+    "zen4_zen5": (OSXSAVE | AVX, AVX512_EBX, AVX512_VNNI, 0, AVX512_XCR0),
+    "avx2_only": (OSXSAVE | AVX, AVX2, 0, 0, X87 | SSE | YMM),
+    # Linux before 5.16 on Sapphire Rapids: no tile state in XCR0
+    "sapphire_rapids_old_kernel": (OSXSAVE | AVX, AVX512_EBX, AVX512_VNNI,
+                                   AMX_BF16 | AMX_TILE | AMX_INT8, AVX512_XCR0),
+    # a hypervisor that hides the AVX-512 state of an AVX-512 CPU
+    "avx512_cpu_without_zmm_state": (OSXSAVE | AVX, AVX512_EBX, AVX512_VNNI,
+                                     AMX_TILE | AMX_INT8, X87 | SSE | YMM),
+    # no OSXSAVE: XCR0 cannot be read and no extended state is enabled
+    "no_osxsave": (AVX, AVX512_EBX, AVX512_VNNI, AMX_TILE | AMX_INT8,
+                   AVX512_XCR0 | XTILECFG | XTILEDATA),
+}
+
+
+def decide(machine: str, permit_error: str | None = None) -> dict[str, tuple[bool, str]]:
+    return nat._extension()._decide_isas(*MACHINES[machine], amx_permit_error=permit_error)
+
+
+def compiled(*isas: str) -> None:
+    """Skip, saying which, where this build lacks a path (the compiler could not build it)."""
+    status = nat._extension().isa_status()
+    missing = [i for i in isas if status[i][1].startswith("not compiled")]
+    if missing:
+        pytest.skip(f"this build lacks {missing}: {[status[i][1] for i in missing]}")
+
+
+@pytest.fixture
+def on(monkeypatch):
+    """Make the Python dispatch see the decision for a given machine."""
+    monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
+    ext = nat._extension()
+
+    def use(machine: str, permit_error: str | None = None) -> None:
+        status = decide(machine, permit_error)
+        monkeypatch.setattr(nat, "_extension", lambda: type("Facts", (), {
+            "isa_status": staticmethod(lambda: dict(status)),
+            "_decide_isas": ext._decide_isas}))
+    return use
+
+
+def test_sapphire_rapids_runs_amx(on):
+    compiled("amx", "avx512vnni", "avx2")
+    status = decide("sapphire_rapids")
+    assert status["amx"] == (True, "AMX-INT8 tiles (CPUID, XCR0 and arch_prctl permission ok)")
+    assert status["avx512vnni"][0] and status["avx2"][0] and status["amx_emulated"][0]
+    on("sapphire_rapids")
+    isa, reason = nat.select_isa()
+    assert isa == "amx" and "fell back" not in reason
+
+
+def test_amx_refused_by_the_kernel_falls_back_and_says_why(on):
+    compiled("amx", "avx512vnni")
+    on("sapphire_rapids", "Operation not permitted")
+    isa, reason = nat.select_isa()
+    assert isa == "avx512vnni"
+    assert ("fell back past amx (AMX not permitted by kernel: arch_prctl(ARCH_REQ_XCOMP_PERM, "
+            "XTILEDATA) failed: Operation not permitted)") in reason
+    with pytest.raises(BackendUnavailable, match="AMX not permitted by kernel"):
+        nat.select_isa("amx")
+
+
+def test_old_kernel_without_tile_state(on):
+    compiled("amx", "avx512vnni")
+    status = decide("sapphire_rapids_old_kernel")
+    assert status["amx"] == (False, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)")
+    on("sapphire_rapids_old_kernel")
+    assert nat.select_isa()[0] == "avx512vnni"
+
+
+@pytest.mark.parametrize("tile_state", [XTILECFG, XTILEDATA])
+def test_half_the_tile_state_is_not_enough(tile_state):
+    compiled("amx")
+    ecx1, ebx7, ecx7, edx7, _ = MACHINES["sapphire_rapids"]
+    status = nat._extension()._decide_isas(ecx1, ebx7, ecx7, edx7, AVX512_XCR0 | tile_state)
+    assert status["amx"] == (False, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)")
+
+
+def test_zen_runs_avx512_vnni(on):
+    compiled("amx", "avx512vnni")
+    status = decide("zen4_zen5")
+    assert status["amx"] == (False, "CPU lacks AMX-TILE/AMX-INT8")
+    assert status["avx512vnni"][0] and status["amx_emulated"][0]
+    on("zen4_zen5")
+    isa, reason = nat.select_isa()
+    assert isa == "avx512vnni" and "fell back past amx (CPU lacks AMX-TILE/AMX-INT8)" in reason
+
+
+def test_avx2_only_cpu(on):
+    compiled("avx512vnni", "avx2")
+    status = decide("avx2_only")
+    assert status["avx512vnni"] == (False, "CPU lacks AVX-512 F/BW/VL")
+    assert not status["amx"][0] and not status["amx_emulated"][0]
+    on("avx2_only")
+    assert nat.select_isa()[0] == "avx2"
+
+
+def test_zmm_state_withheld_disables_every_avx512_path(on):
+    compiled("amx", "avx512vnni", "avx2")
+    status = decide("avx512_cpu_without_zmm_state")
+    assert status["avx512vnni"] == (False, "OS does not enable ZMM state")
+    assert status["amx"] == (False, "AMX path also needs AVX-512 F/BW for its layout code")
+    assert not status["amx_emulated"][0] and "ZMM state" in status["amx_emulated"][1]
+    on("avx512_cpu_without_zmm_state")
+    assert nat.select_isa()[0] == "avx2"
+
+
+def test_no_osxsave_leaves_only_portable_c(on):
+    compiled("amx", "avx512vnni", "avx2")
+    status = decide("no_osxsave")
+    assert status["scalar"][0]
+    assert status["avx2"] == (False, "OS does not enable YMM state")
+    assert not any(ok for isa, (ok, _) in status.items() if isa != "scalar")
+    on("no_osxsave")
+    with pytest.raises(BackendUnavailable, match="no SIMD path runnable"):
+        nat.select_isa()
+
+
+def test_the_hook_decides_as_the_detection_does_here():
+    """Over this CPU's own CPUID words and XCR0 the hook says what isa_status() says (the AMX
+    permission aside: the hook grants it), and the words agree with the kernel's own reading
+    of them, /proc/cpuinfo's flags: the bit positions are right on this machine at least."""
+    ext = nat._extension()
+    facts = ext._cpu_facts()
+    if facts is None:
+        pytest.skip("not an x86-64 CPU: no CPUID to read")
+    ecx1, ebx7, ecx7, edx7, xcr0 = facts
+    real = ext.isa_status()
+    hook = ext._decide_isas(*facts)
+    assert {k: v for k, v in hook.items() if k != "amx"} == \
+        {k: v for k, v in real.items() if k != "amx"}
+    if not real["amx"][0]:
+        assert hook["amx"] == real["amx"] or "permission" in real["amx"][1]
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":")[1].split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags to compare the CPUID words with")
+    assert "avx" not in flags or ecx1 & OSXSAVE  # Linux lists AVX only with XSAVE on
+    for flag, word, bit in [("avx", ecx1, AVX), ("avx2", ebx7, AVX2),
+                            ("avx512f", ebx7, AVX512F), ("avx512bw", ebx7, AVX512BW),
+                            ("avx512vl", ebx7, AVX512VL), ("avx512_vnni", ecx7, AVX512_VNNI),
+                            ("amx_tile", edx7, AMX_TILE), ("amx_int8", edx7, AMX_INT8)]:
+        assert (flag in flags) == bool(word & bit), flag
+    if "avx512f" in flags:  # Linux lists AVX-512 only where it enabled the state
+        assert xcr0 & (OPMASK | ZMM_HI256 | HI16_ZMM) == OPMASK | ZMM_HI256 | HI16_ZMM
