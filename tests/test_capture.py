@@ -3,6 +3,7 @@ with exact counters, resynchronisation, and the CaptureBlock in a pipeline."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 import numpy as np
@@ -13,6 +14,7 @@ import spead2.send
 from xengine_block.array import default_array
 from xengine_block.capture.receive import (
     COUNTERS,
+    Capture,
     CaptureBlock,
     InprocSource,
     PcapSource,
@@ -20,6 +22,7 @@ from xengine_block.capture.receive import (
     capture_frames,
     parse_source,
 )
+from xengine_block.capture.sockets import PROC_UDP, socket_drops
 from xengine_block.capture.spead import (
     FLAVOUR,
     InprocDatagramSink,
@@ -326,7 +329,7 @@ def test_udp_receive_buffer_is_granted_or_the_shortfall_is_logged(caplog):
     net.core.rmem_max where the process may (CAP_NET_ADMIN), else a warning says so."""
     asked = 48 << 20
     source = UdpSource("127.0.0.1", 0, buffer_size=asked)
-    with caplog.at_level("WARNING", logger="xengine_block.capture.receive"):
+    with caplog.at_level("WARNING", logger="xengine_block.capture.sockets"):
         source.bind()
     try:
         granted = source._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
@@ -335,3 +338,91 @@ def test_udp_receive_buffer_is_granted_or_the_shortfall_is_logged(caplog):
         assert (granted >= asked) != bool(warned), (granted, warned)
     finally:
         source.close()
+
+
+def _flood(port: int, n: int, size: int = 1000) -> None:
+    """``n`` datagrams of ``size`` bytes to ``port`` on loopback, as fast as the kernel takes
+    them (a blocking UDP send never drops on the sender's side)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        for i in range(n):
+            tx.sendto(i.to_bytes(4, "little") * (size // 4), ("127.0.0.1", port))
+
+
+def _drain(sock: socket.socket) -> int:
+    """Datagrams waiting in ``sock`` (read and discarded)."""
+    sock.setblocking(False)
+    n = 0
+    while True:
+        try:
+            sock.recv(65536)
+        except BlockingIOError:
+            return n
+        n += 1
+
+
+def _needs_proc_udp() -> None:
+    if not any(os.path.exists(p) for p in PROC_UDP):
+        pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
+
+
+def test_socket_drops_are_what_the_receive_buffer_could_not_hold():
+    """Datagrams sent to a socket nobody reads fill its (smallest) buffer; every one the
+    kernel did not queue is counted by dropped(), exactly, and the count outlives the socket."""
+    _needs_proc_udp()
+    source = UdpSource("127.0.0.1", 0, buffer_size=1)  # the kernel's minimum
+    source.bind()
+    sent = 300
+    _flood(source.port, sent)
+    queued = _drain(source._sock)
+    assert 0 < queued < sent
+    assert source.dropped() == sent - queued
+    source.close()
+    assert source.dropped() == sent - queued
+
+
+def test_socket_drops_of_a_service_source_sum_its_endpoints():
+    _needs_proc_udp()
+    from xengine_block.service.config import UdpEndpoint
+    from xengine_block.service.sources import ServiceSource
+
+    src = ServiceSource([UdpEndpoint("127.0.0.1", 0), UdpEndpoint("127.0.0.1", 0)],
+                        buffer_size=1)
+    ports = [ep.port for ep in src.bind()]
+    _flood(ports[0], 200)
+    _flood(ports[1], 100)
+    queued = [_drain(s) for s in src.sockets]
+    assert src.dropped() == 300 - sum(queued) > 0
+    src.close()
+    assert src.dropped() == 300 - sum(queued)
+
+
+def test_socket_drops_is_zero_without_a_socket():
+    """Sources without a socket (pcap, in-process) report 0; a closed or unlisted socket is
+    not found (None), and a table without it says nothing."""
+    with Capture(InprocSource(spead2.InprocQueue()), G) as cap:
+        assert cap.counters()["socket_drops"] == 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.close()
+    assert socket_drops(sock) is None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as live:
+        assert socket_drops(live, proc_files=("/nonexistent/udp",)) is None
+
+
+def test_service_sockets_get_the_buffer_or_say_so(caplog):
+    """The service's sockets are sized like UdpSource's (SO_RCVBUFFORCE first, then a warning
+    naming the endpoint when less was granted); they used plain SO_RCVBUF, silently capped."""
+    from xengine_block.service.config import UdpEndpoint
+    from xengine_block.service.sources import ServiceSource
+
+    asked = 48 << 20
+    src = ServiceSource([UdpEndpoint("127.0.0.1", 0)], buffer_size=asked)
+    with caplog.at_level("WARNING", logger="xengine_block.capture.sockets"):
+        src.bind()
+    try:
+        granted = src.sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        warned = [r.getMessage() for r in caplog.records if "UDP receive buffer" in
+                  r.getMessage()]
+        assert (granted >= asked) != bool(warned), (granted, warned)
+        assert all(m.startswith("source udp://127.0.0.1:0: ") for m in warned)
+    finally:
+        src.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import fcntl
+import os
 import termios
 import threading
 import time
@@ -22,6 +23,7 @@ import pytest
 import spead2
 
 from xengine_block.capture.receive import COUNTERS, Capture, CapturedFrame, UdpSource
+from xengine_block.capture.sockets import PROC_UDP
 from xengine_block.capture.spead import (
     FREQUENCY,
     PAYLOAD,
@@ -163,6 +165,26 @@ def test_junk_truncation_and_malformed_heaps_are_counted():
     # spead2 itself also calls the heap whose pointer lies past its payload incomplete.
     assert c == zero_counters(heaps=4 * NHEAP, frames=4, sequences=1, packets=decodable,
                               incomplete=1, **{k: len(v) for k, v in malformed.items()})
+
+
+def test_a_burst_past_the_socket_buffer_is_counted_as_socket_drops():
+    """A burst sent while the capture is not reading yet: the kernel keeps what its smallest
+    receive buffer holds and drops the rest; every datagram is then either decoded (packets)
+    or counted in socket_drops, exactly."""
+    if not any(os.path.exists(p) for p in PROC_UDP):
+        pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
+    sent = list(heaps(make_frames(8, seed=5)).values())
+    source = UdpSource("127.0.0.1", 0, buffer_size=64 << 10)
+    source.bind()
+    sink = UdpDatagramSink(port=source.port)
+    for d in sent:
+        sink.send(d)
+    sink.close()
+    cap = Capture(source, G, copy=True, idle_timeout=0.5)
+    list(cap)
+    c = cap.counters()
+    assert 0 < c["socket_drops"] < len(sent)
+    assert c["packets"] + c["socket_drops"] == len(sent)
 
 
 def test_stop_heaps_are_counted_not_followed():

@@ -71,6 +71,7 @@ from ..geometry import Geometry
 from ..runtime.memory import populate
 from ..runtime.pipeline import SourceBlock
 from ..runtime.ring import WriteSpan
+from .sockets import set_receive_buffer, socket_drops
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ COUNTERS: dict[str, str] = {
     "incomplete": "heaps with packets missing when their frame was delivered (spead2)",
     "packets": "SPEAD packets decoded (spead2); datagrams that are not SPEAD, truncated, or "
                "whose payload runs past their heap size are dropped by spead2 before any count",
+    "socket_drops": "UDP datagrams the kernel dropped because the capture's socket receive "
+                    "buffer was full (the receiver fell behind: more buffer or cores, not the "
+                    "network); 0 for pcap and in-process sources",
     "frames": "frames delivered",
     "sequences": "sequences begun (the first, then one per resynchronisation)",
 }
@@ -580,19 +584,14 @@ class Source(Protocol):
     def attach(self, stream: spead2.recv.ChunkRingStream) -> None: ...
 
 
-#: Linux: set the receive buffer past net.core.rmem_max (needs CAP_NET_ADMIN).
-_SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-
-
 class UdpSource:
     """UDP on an explicit bind address and port (loopback by default).
 
     ``port=0`` binds an ephemeral port; :attr:`port` then holds the bound one after attach.
     ``buffer_size`` is the socket receive buffer: it carries the packets that arrive while the
     receiving thread is off the CPU (on a machine whose cores the X-engine also uses, for a
-    few milliseconds at a time). The kernel caps it at net.core.rmem_max unless the process
-    may exceed that (CAP_NET_ADMIN: ``SO_RCVBUFFORCE``, tried first); the size obtained is
-    logged and kept in :attr:`buffer_obtained`.
+    few milliseconds at a time); see :func:`.sockets.set_receive_buffer` (the size obtained
+    is kept in :attr:`buffer_obtained`). :meth:`dropped` counts what overflowed it.
     """
 
     def __init__(self, address: str = DEFAULT_ADDRESS, port: int = DEFAULT_PORT, *,
@@ -601,21 +600,19 @@ class UdpSource:
         self.buffer_size, self.max_size = buffer_size, max_size
         self.buffer_obtained = 0  # bytes the kernel granted (it reports twice the payload room)
         self._sock: socket.socket | None = None
+        self._dropped_at_close = 0
 
     def bind(self) -> int:
         """Bind now (before senders start); returns the port."""
         if self._sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, self.buffer_size)
-            except OSError:  # not permitted: the kernel's rmem_max applies
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_size)
-            self.buffer_obtained = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-            if self.buffer_obtained < self.buffer_size:
-                log.warning("UDP receive buffer %d bytes, %d asked (raise net.core.rmem_max): "
-                            "packets may be lost while the receiver is off the CPU",
-                            self.buffer_obtained, self.buffer_size)
-            sock.bind((self.address, self.port))
+                self.buffer_obtained = set_receive_buffer(
+                    sock, self.buffer_size, f"udp://{self.address}:{self.port}")
+                sock.bind((self.address, self.port))
+            except BaseException:
+                sock.close()
+                raise
             self._sock = sock
             self.port = sock.getsockname()[1]
         return self.port
@@ -624,9 +621,20 @@ class UdpSource:
         self.bind()
         stream.add_udp_reader(self._sock, max_size=self.max_size)
 
+    def dropped(self) -> int:
+        """Datagrams the kernel dropped for this source's socket so far (its receive buffer
+        was full); kept when the socket closes; 0 where the kernel does not say (not Linux)."""
+        if self._sock is not None:
+            n = socket_drops(self._sock)
+            if n is not None:
+                return n
+        return self._dropped_at_close
+
     def close(self) -> None:
         if self._sock is not None:
+            self._dropped_at_close = self.dropped()
             self._sock.close()
+            self._sock = None
 
     def __repr__(self) -> str:
         return f"UdpSource({self.address!r}, {self.port})"
@@ -755,6 +763,8 @@ class Capture:
         out["late"] += stats["too_old_heaps"]
         out["incomplete"] = stats["incomplete_heaps_evicted"] + stats["incomplete_heaps_flushed"]
         out["packets"] = stats["packets"]
+        dropped = getattr(self.source, "dropped", None)
+        out["socket_drops"] = int(dropped()) if dropped is not None else 0
         # spead2 counts every heap it finished or evicted; those never offered for placement
         # have no payload. A stop heap that ended the stream is offered but not counted.
         offered = cb["placed"] + sum(cb[k] for k in _REJECTIONS)

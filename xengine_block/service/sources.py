@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import spead2
 import spead2.recv
 
+from ..capture.sockets import set_receive_buffer, socket_drops
 from .config import UdpEndpoint
 
 
@@ -29,7 +30,7 @@ class SourceError(OSError):
 def _bind(ep: UdpEndpoint, interface: str | None, buffer_size: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_size)
+        set_receive_buffer(sock, buffer_size, f"source {ep}")
         if ep.multicast:
             # Several instances (or tools) may listen to one group; bind the group address so
             # this socket sees only that group's datagrams.
@@ -66,6 +67,7 @@ class ServiceSource:
         self.endpoints, self.interface = list(endpoints), interface
         self.buffer_size, self.max_size = buffer_size, max_size
         self.sockets: list[socket.socket] = []
+        self._dropped_at_close = 0
         self._lock = threading.Lock()
         self._control: spead2.InprocQueue | None = None
         self._stopped = False
@@ -102,7 +104,14 @@ class ServiceSource:
         if control is not None:
             control.stop()
 
+    def dropped(self) -> int:
+        """Datagrams the kernel dropped on this instance's sockets so far (receive buffers
+        full); kept when they close; 0 where the kernel does not say."""
+        live = [socket_drops(sock) for sock in self.sockets]
+        return self._dropped_at_close + sum(n for n in live if n is not None)
+
     def close(self) -> None:
+        self._dropped_at_close = self.dropped()
         for sock in self.sockets:
             sock.close()
         self.sockets = []
