@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from xengine_block.geometry import Geometry
+
+
+def needs_proc_udp() -> None:
+    """Skip, saying why, where the kernel lists no per-socket UDP drops (not Linux)."""
+    from xengine_block.capture.sockets import PROC_UDP
+
+    if not any(os.path.exists(p) for p in PROC_UDP):
+        pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
 
 
 def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:
@@ -26,8 +36,6 @@ REQUIRE_BIFROST_ENV = "XENGINE_REQUIRE_BIFROST"
 def bifrost_or_skip():
     """``xengine_block.bifrost`` (real Bifrost), or skip the module with the reason; fail
     instead where ``$XENGINE_REQUIRE_BIFROST`` is set."""
-    import os
-
     try:
         import xengine_block.bifrost as xb
     except ImportError as exc:

@@ -3,7 +3,6 @@ with exact counters, resynchronisation, and the CaptureBlock in a pipeline."""
 
 from __future__ import annotations
 
-import os
 import socket
 
 import numpy as np
@@ -22,7 +21,7 @@ from xengine_block.capture.receive import (
     capture_frames,
     parse_source,
 )
-from xengine_block.capture.sockets import PROC_UDP, socket_drops
+from xengine_block.capture.sockets import socket_drops
 from xengine_block.capture.spead import (
     FLAVOUR,
     InprocDatagramSink,
@@ -43,6 +42,8 @@ from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.runtime.pipeline import MultiTransformBlock, Pipeline
 from xengine_block.sim.fengine import FEngineSimulator, PointSource
+
+from .conftest import needs_proc_udp
 
 #: 32 streams, 2 channel groups of 9 (mask [S, G]), P = 2.
 G = Geometry(nstream=32, nchan=18, npacket=2)
@@ -360,15 +361,10 @@ def _drain(sock: socket.socket) -> int:
         n += 1
 
 
-def _needs_proc_udp() -> None:
-    if not any(os.path.exists(p) for p in PROC_UDP):
-        pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
-
-
 def test_socket_drops_are_what_the_receive_buffer_could_not_hold():
     """Datagrams sent to a socket nobody reads fill its (smallest) buffer; every one the
     kernel did not queue is counted by dropped(), exactly, and the count outlives the socket."""
-    _needs_proc_udp()
+    needs_proc_udp()
     source = UdpSource("127.0.0.1", 0, buffer_size=1)  # the kernel's minimum
     source.bind()
     sent = 300
@@ -381,7 +377,7 @@ def test_socket_drops_are_what_the_receive_buffer_could_not_hold():
 
 
 def test_socket_drops_of_a_service_source_sum_its_endpoints():
-    _needs_proc_udp()
+    needs_proc_udp()
     from xengine_block.service.config import UdpEndpoint
     from xengine_block.service.sources import ServiceSource
 

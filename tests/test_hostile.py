@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import array
 import fcntl
-import os
 import termios
 import threading
 import time
@@ -23,7 +22,6 @@ import pytest
 import spead2
 
 from xengine_block.capture.receive import COUNTERS, Capture, CapturedFrame, UdpSource
-from xengine_block.capture.sockets import PROC_UDP
 from xengine_block.capture.spead import (
     FREQUENCY,
     PAYLOAD,
@@ -40,6 +38,8 @@ from xengine_block.capture.spead import (
     truncated,
 )
 from xengine_block.geometry import Geometry
+
+from .conftest import needs_proc_udp
 
 #: 16 streams x 1 channel group: 16 heaps a frame, quorum 9; P = 2 (starts align to 2).
 G = Geometry(nstream=16, nchan=9, npacket=2)
@@ -171,8 +171,7 @@ def test_a_burst_past_the_socket_buffer_is_counted_as_socket_drops():
     """A burst sent while the capture is not reading yet: the kernel keeps what its smallest
     receive buffer holds and drops the rest; every datagram is then either decoded (packets)
     or counted in socket_drops, exactly."""
-    if not any(os.path.exists(p) for p in PROC_UDP):
-        pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
+    needs_proc_udp()
     sent = list(heaps(make_frames(8, seed=5)).values())
     source = UdpSource("127.0.0.1", 0, buffer_size=64 << 10)
     source.bind()

@@ -71,7 +71,7 @@ from ..geometry import Geometry
 from ..runtime.memory import populate
 from ..runtime.pipeline import SourceBlock
 from ..runtime.ring import WriteSpan
-from .sockets import set_receive_buffer, socket_drops
+from .sockets import set_receive_buffer, sockets_drops
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -624,11 +624,7 @@ class UdpSource:
     def dropped(self) -> int:
         """Datagrams the kernel dropped for this source's socket so far (its receive buffer
         was full); kept when the socket closes; 0 where the kernel does not say (not Linux)."""
-        if self._sock is not None:
-            n = socket_drops(self._sock)
-            if n is not None:
-                return n
-        return self._dropped_at_close
+        return self._dropped_at_close + sockets_drops([self._sock] if self._sock else [])
 
     def close(self) -> None:
         if self._sock is not None:

@@ -62,3 +62,8 @@ def socket_drops(sock: socket.socket, proc_files: tuple[str, ...] = PROC_UDP) ->
         except OSError:
             continue
     return None
+
+
+def sockets_drops(socks: list[socket.socket]) -> int:
+    """:func:`socket_drops` summed over ``socks``, those the kernel says nothing of as 0."""
+    return sum(n for n in map(socket_drops, socks) if n is not None)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import spead2
 import spead2.recv
 
-from ..capture.sockets import set_receive_buffer, socket_drops
+from ..capture.sockets import set_receive_buffer, sockets_drops
 from .config import UdpEndpoint
 
 
@@ -107,8 +107,7 @@ class ServiceSource:
     def dropped(self) -> int:
         """Datagrams the kernel dropped on this instance's sockets so far (receive buffers
         full); kept when they close; 0 where the kernel does not say."""
-        live = [socket_drops(sock) for sock in self.sockets]
-        return self._dropped_at_close + sum(n for n in live if n is not None)
+        return self._dropped_at_close + sockets_drops(self.sockets)
 
     def close(self) -> None:
         self._dropped_at_close = self.dropped()
