@@ -8,7 +8,7 @@
  *      4-byte transpose of the tile (for VNNI also biased by +128, see kern_avx512.c); for ci8
  *      frames whose packets hold a multiple of 4 groups (the seed's 60), steps 1 and 2 are one
  *      pass per whole K-step, the tile never leaving registers between them
- *      (xe_build_tiles_avx512: the layout 1.07-1.14x faster, benchmarks/bench_correlator.py);
+ *      (xe_build_tiles_avx512; its measured gain is in docs/native.md);
  *   3. runs the ISA kernel over the Hermitian triangle of 16-stream super-block pairs, adding
  *      into int32 accumulator tiles that persist across the channel's chunks.
  * When a thread moves on to another channel it adds its accumulators (re = rr + ii,
@@ -495,7 +495,7 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
     job->tile_config = job->tile_release = NULL;
     job->tile_fault = NULL;
 #ifdef XE_HAVE_AVX512_LAYOUT
-    const int fused = bits == 8 && job->plan->ncoarse % 4 == 0;
+    const int build = bits == 8 && job->plan->ncoarse % 4 == 0;  /* one-pass tiles */
     const xe_copy_fn copy_avx512 = bits == 8 ? xe_copy_groups_avx512 : re_low
         ? xe_copy_ci4_lo_avx512 : xe_copy_ci4_hi_avx512;
 #endif
@@ -512,7 +512,7 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
         job->kernel = xe_kernel_vnni;
         job->copy = copy_avx512;
         job->pack_b = job->bias = 1;
-        job->build = fused;
+        job->build = build;
         return 1;
 #endif
 #ifdef XE_HAVE_AMX
@@ -520,7 +520,7 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
         job->kernel = xe_kernel_amx;
         job->copy = copy_avx512;
         job->pack_b = 1;
-        job->build = fused;
+        job->build = build;
         job->tile_config = xe_amx_tile_config;
         job->tile_release = xe_amx_tile_release;
         return 1;
@@ -530,7 +530,7 @@ static int select_isa(xe_job *job, enum xe_isa isa, int bits, int re_low)
         job->kernel = xe_kernel_amx_emu;
         job->copy = copy_avx512;
         job->pack_b = 1;
-        job->build = fused;
+        job->build = build;
         job->tile_config = xe_amx_tile_config_emu;
         job->tile_release = xe_amx_tile_release_emu;
         job->tile_fault = xe_amx_emu_fault;
