@@ -12,7 +12,8 @@ Start with ``pipelines/fx.py`` (end to end) and the README. The tree follows the
   NPU dataflow plan, validator and host code;
 - ``outputs/``: UVH5 files and the quick-look PNG;
 - ``service/``: ``xengine correlate`` and scale-out; ``tools/``: command-line support,
-  reprocessing, benchmarking; ``sim/``: the F-engine simulator; ``cli``: the ``xengine`` command.
+  reprocessing, benchmarking; ``sim/``: the F-engine simulator; ``cli/``: the ``xengine`` command
+  (one module per subcommand, on top of everything else: no library module imports it).
 """
 
 __version__ = "0.1.0"

@@ -9,14 +9,11 @@ quick-look sink block (from the packed triangle).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from ..cli import command
-from ..tools import argtypes
 from ..triangle import unpack_triangle
 
 
@@ -139,21 +136,3 @@ def quicklook_uvh5(path: str | Path, png: str | Path | None = None) -> Path:
     png = Path(png) if png else path.with_suffix(".png")
     c = next(iter(spectra.values())).size // 2 if spectra else 0
     return render(png, freq, spectra, matrix, f"antennas, XX, channel {c}", title)
-
-
-def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=argtypes.input_file, help="UVH5 file")
-    p.add_argument("-o", "--output", type=argtypes.output_file,
-                   help="PNG path (default: FILE with .png)")
-
-
-@command("quicklook", "write a quick-look PNG of a UVH5 file's last integration", _args)
-def _main(a: argparse.Namespace) -> int:
-    png = a.output or a.file.with_suffix(".png")
-    if png.resolve() == a.file.resolve():
-        raise argtypes.UsageError("-o/--output", f"{png} would overwrite the UVH5 file")
-    try:
-        print(quicklook_uvh5(a.file, png))
-    except (OSError, KeyError, ValueError) as exc:  # not HDF5, not UVH5, or empty
-        raise argtypes.UsageError("file", f"{a.file}: no quick-look made: {exc}") from None
-    return 0

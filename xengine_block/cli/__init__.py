@@ -1,0 +1,64 @@
+"""``xengine`` command line: parses arguments and calls library code, nothing more.
+
+One thin module per subcommand (``cli/bench.py``, ``cli/reprocess.py``, ...) declares its
+options and registers ``run`` in ``COMMANDS`` (name -> (help, add_arguments, run)) with
+``@command``; the library never imports this package (the command line sits on top of the
+layers, not inside them). A module whose optional dependency is missing only hides its
+subcommand. Options are checked with the shared argparse types of
+:mod:`~xengine_block.tools.argtypes`; a check that needs several options raises
+:class:`~xengine_block.tools.argtypes.UsageError` from ``run``, which ``main`` reports like
+argparse (one line naming the option, exit status 2) before the command has done anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+
+from ..tools import argtypes
+
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+COMMANDS: dict[str, Command] = {}
+#: The subcommand modules of this package, in the order ``xengine --help`` lists them.
+SUBCOMMANDS = ("bench", "backends", "quicklook", "record", "reprocess", "correlate", "combine")
+
+
+def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
+    """Decorator registering ``run(args) -> exit status`` as subcommand ``name``."""
+    def register(run: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = (help, add_arguments, run)
+        return run
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Import the modules that add subcommands (a missing optional extra only hides its own).
+    for module in SUBCOMMANDS:
+        try:
+            importlib.import_module(f"{__name__}.{module}")
+        except ImportError as exc:
+            logging.getLogger(__name__).debug("subcommand module %s not loaded: %s", module, exc)
+    parser = argtypes.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add_arguments(p)
+        p.set_defaults(run=run, parser=p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        with argtypes.usage_errors(args.parser):
+            return args.run(args)
+    except KeyboardInterrupt:  # finished outputs are kept; a rerun resumes after them
+        print(f"xengine {args.command}: interrupted", file=sys.stderr)
+        return 130
+

@@ -1,0 +1,16 @@
+"""``xengine backends``: which correlator backends run here, and why."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import command
+
+
+@command("backends", "list correlator backends and whether they can run here", lambda p: None)
+def run(a: argparse.Namespace) -> int:
+    from ..backends import availability, choose_backend
+    for name, (ok, reason) in availability().items():
+        print(f"{name:10s} {'yes' if ok else 'no ':3s}  {reason}")
+    print("auto ->", *choose_backend("auto"))
+    return 0

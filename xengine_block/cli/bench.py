@@ -1,0 +1,35 @@
+"""``xengine bench``: one backend's throughput against numpy peers, as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..tools import argtypes
+from ..tools.argtypes import UsageError
+from . import command
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", type=argtypes.backend_name, default="auto",
+                   help="backend name or 'auto'")
+    p.add_argument("--nstream", type=argtypes.positive_int, default=256)
+    p.add_argument("--nchan", type=argtypes.positive_int, default=9)
+    p.add_argument("--npacket", type=argtypes.positive_int, default=136)
+    p.add_argument("--repeat", type=argtypes.positive_int, default=2)
+
+
+@command("bench", "measure a correlator backend against numpy peers (JSON)", _args)
+def run(a: argparse.Namespace) -> int:
+    from ..backends import BackendUnavailable, choose_backend
+    from ..tools import benchmarking
+    g = argtypes.geometry({"nstream": "--nstream", "nchan": "--nchan", "npacket": "--npacket"},
+                          nstream=a.nstream, nchan=a.nchan, npacket=a.npacket)
+    try:
+        choose_backend(a.backend, g)
+    except BackendUnavailable as exc:
+        raise UsageError("--backend", str(exc)) from None
+    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
+                              with_scaling=False)  # the sweep: benchmarks/bench_correlator.py
+    print(json.dumps(result, indent=2))
+    return 0 if result["exact"] else 1
