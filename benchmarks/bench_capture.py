@@ -25,7 +25,8 @@ import time
 import numpy as np
 import spead2
 
-from xengine_block.capture.receive import Capture, InprocSource, UdpSource
+from xengine_block.capture.receive import Capture
+from xengine_block.capture.sources import InprocSource, UdpSource
 from xengine_block.capture.spead import frame_datagrams, udp_sender
 from xengine_block.geometry import Geometry
 from xengine_block.tools.argtypes import sample_bits

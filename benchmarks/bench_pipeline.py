@@ -39,7 +39,8 @@ import spead2
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
-from xengine_block.capture.receive import Capture, CaptureBlock, InprocSource, UdpSource
+from xengine_block.capture.receive import Capture, CaptureBlock
+from xengine_block.capture.sources import InprocSource, UdpSource
 from xengine_block.capture.spead import FrameSender, inproc_sender, udp_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry

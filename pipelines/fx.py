@@ -31,8 +31,8 @@ from typing import Any
 
 from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.capture.receive import InprocSource, PcapSource, Source, UdpSource
 from xengine_block.capture.recording import finish_metadata, write_metadata
+from xengine_block.capture.sources import InprocSource, PcapSource, Source, UdpSource
 from xengine_block.capture.spead import inproc_sender, pcap_sender, udp_sender
 from xengine_block.chain import RUNTIMES, correlator_chain, runtime
 from xengine_block.geometry import Geometry

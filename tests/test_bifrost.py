@@ -140,7 +140,7 @@ def test_uvh5_on_bifrost_equals_our_runtime(tmp_path):
 
 def test_capture_to_uvh5_on_bifrost_equals_our_runtime(tmp_path):
     """The fx.py chain from the same recorded packets: real capture block on both runtimes."""
-    from xengine_block.capture.receive import PcapSource
+    from xengine_block.capture.sources import PcapSource
     from xengine_block.capture.spead import pcap_sender
     from xengine_block.sim.fengine import FEngineSimulator
 

@@ -11,17 +11,10 @@ import spead2
 import spead2.send
 
 from xengine_block.array import default_array
-from xengine_block.capture.receive import (
-    COUNTERS,
-    Capture,
-    CaptureBlock,
-    InprocSource,
-    PcapSource,
-    UdpSource,
-    capture_frames,
-    parse_source,
-)
+from xengine_block.capture.placement import COUNTERS
+from xengine_block.capture.receive import Capture, CaptureBlock, capture_frames
 from xengine_block.capture.sockets import socket_drops
+from xengine_block.capture.sources import InprocSource, PcapSource, UdpSource, parse_source
 from xengine_block.capture.spead import (
     FLAVOUR,
     InprocDatagramSink,

@@ -241,7 +241,8 @@ def test_recording_sidecar_keeps_ci4(tmp_path):
 
 def test_capture_drops_ci8_sized_heaps_on_a_ci4_stream(tmp_path):
     from xengine_block.array import default_array
-    from xengine_block.capture.receive import PcapSource, capture_frames, capture_headers
+    from xengine_block.capture.receive import capture_frames, capture_headers
+    from xengine_block.capture.sources import PcapSource
     from xengine_block.capture.spead import PcapWriter, frame_datagrams
 
     g4 = Geometry(nstream=4, nchan=9, npacket=1, sample_bits=4)

@@ -27,8 +27,9 @@ import pytest
 
 from xengine_block.array import default_array
 from xengine_block.blocks.writer import site_info
-from xengine_block.capture.receive import CaptureBlock, PcapSource
+from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.recording import write_metadata
+from xengine_block.capture.sources import PcapSource
 from xengine_block.capture.spead import pcap_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry

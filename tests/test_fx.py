@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xengine_block.capture.receive import PcapSource, capture_frames
+from xengine_block.capture.receive import capture_frames
 from xengine_block.capture.recording import read_metadata, write_metadata
+from xengine_block.capture.sources import PcapSource
 from xengine_block.capture.spead import PcapWriter, descriptor_datagrams, frame_datagrams
 from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_full

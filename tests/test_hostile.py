@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 import spead2
 
-from xengine_block.capture.receive import COUNTERS, Capture, CapturedFrame, UdpSource
+from xengine_block.capture.placement import COUNTERS
+from xengine_block.capture.receive import Capture, CapturedFrame
+from xengine_block.capture.sources import UdpSource
 from xengine_block.capture.spead import (
     FREQUENCY,
     PAYLOAD,

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..geometry import Geometry, max_spectra_int32
 from ..layout import as_frames, unpack_frames
+from ..sample_layout import SampleLayout, to_packet_frames
 
 
 class BackendUnavailable(RuntimeError):
@@ -64,6 +65,35 @@ class Backend(ABC):
     @abstractmethod
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Correlate whole frames; return (and fill ``out`` if given) ``[C, nbaseline, 2]``."""
+
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None) -> np.ndarray:
+        """Correlate every spectrum of ``nframe`` frames (default: all ``data`` holds) of
+        ``layout`` (:mod:`~xengine_block.sample_layout`: any input layout, any number of
+        spectra); return (and fill ``out`` if given) ``[C, nbaseline, 2]`` int32.
+
+        This default is the plain reading (:func:`~xengine_block.sample_layout.
+        to_packet_frames`, zero-padded to whole packets) followed by :meth:`correlate` in
+        calls of at most ``max_npacket`` frames summed in int64: exact, not fast. Backends
+        with a layout pass of their own override it.
+        """
+        g = self.geometry
+        if (layout.nstream, layout.nchan) != (g.nstream, g.nchan):
+            raise ValueError(f"layout has {layout.nstream} streams x {layout.nchan} channels, "
+                             f"the backend's geometry {g.nstream} x {g.nchan}")
+        n = layout.nframes(data) if nframe is None else nframe
+        layout.check_spectra(n * layout.nspectra)
+        frames, _ = to_packet_frames(data, layout, g, n)
+        step = g.max_npacket
+        if frames.shape[0] <= step:
+            return self.correlate(frames, out)
+        acc = np.zeros(g.output_shape, np.int64)
+        for p0 in range(0, frames.shape[0], step):
+            acc += self.correlate(frames[p0:p0 + step])
+        if out is None:
+            out = self.new_output()
+        out[...] = acc  # exact: check_spectra kept the sum within int32
+        return out
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release resources (device buffers, threads)."""

@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..capture.receive import COUNTERS as CAPTURE_COUNTERS
+from ..capture.placement import COUNTERS as CAPTURE_COUNTERS
 from ..runtime.monitor import BLOCK_COUNTERS
 
 NAMESPACE = "xengine"

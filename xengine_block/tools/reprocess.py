@@ -68,8 +68,9 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     Raises with the file's name in the message for a missing/corrupt sidecar, an unreadable
     pcap, or a recording that yields no complete dump.
     """
-    from ..capture.receive import CaptureBlock, PcapSource
+    from ..capture.receive import CaptureBlock
     from ..capture.recording import read_metadata, scan_pcap
+    from ..capture.sources import PcapSource
     from ..chain import correlator_chain
     from ..runtime.pipeline import Pipeline
 

@@ -1,0 +1,564 @@
+"""The capture's placement callback and time policy: which heap goes where in which frame.
+
+spead2 receives in its own C++ thread and places every heap's payload straight into its frame
+(a spead2 *chunk*) through a numba ``cfunc`` placement callback built from the
+:class:`CaptureLayout`: heap index = ``stream * nchan_group + group``, offset = index *
+payload_bytes, so a chunk is exactly a ring frame ``[stream][chan][coarse][reim][fine]``.
+:mod:`.receive` delivers the chunks; this module decides, per heap, in spead2's thread.
+
+Many F-engines feed one X-engine, so no single sender may steer it (DESIGN.md 6). The callback
+judges every heap once (``_Stat``, spead2 custom stream stats), in this order: end-of-stream
+heaps (counted per stream, never followed unless ``stop_on_end_heap``), missing items
+(descriptors, foreign SPEAD), wrong size, item pointers other than one payload at address 0,
+timestamp not a multiple of nspectra_pkt, unknown stream, wrong channel; then the time policy:
+
+- **Start.** The first well-formed heap opens a *provisional* sequence at its frame (rounded up
+  to ``align``); it is confirmed once ``quorum`` distinct heaps of one frame are placed in it.
+  Heaps far from it (more than the chunk window away, either side) vote for a *candidate* time
+  base instead; a candidate reaching ``quorum`` distinct heaps in one frame before the
+  provisional sequence is confirmed replaces it (its heaps are dropped as ``start_rejected``).
+  So one outlier, or a few, cannot hold the start.
+- **Head.** The head is the newest frame with ``quorum`` distinct heaps, not the newest
+  heap: heaps up to ``max_ahead`` frames beyond it are placed; heaps further ahead are
+  ``out_of_window`` (dropped, never followed) and vote; heaps ``window`` frames or more behind
+  it are ``late``. spead2 keeps ``window + max_ahead`` chunks, so a heap aimed ahead can never
+  flush a frame still inside the reorder window.
+- **Resynchronisation.** The capture jumps (a new aligned sequence after the candidate's newest
+  frame) only when the candidate holds ``resync_frames`` frames each with ``quorum`` distinct
+  heaps *and* the current sequence has accepted fewer than ``quorum`` heaps since the candidate
+  appeared (the F-engines really moved on). Votes are distinct (frame, heap) pairs; a heap that
+  matches neither sequence nor candidate takes a vote away, and the candidate is replaced when
+  its votes reach zero (majority voting), so sparse junk never accumulates.
+
+Slots: a heap whose first packet carries all of it (the format: one heap = one packet) claims
+its slot for good; a partial heap claims it only tentatively, so a later complete heap still
+wins (``displaced``); any further copy is a ``duplicate``. Chunk ids are frame + offset, the
+offset growing when a new sequence must start behind chunks already used (a start-up outlier
+in the future), so spead2's window always moves forward; sequences are recorded in a small
+history the consumer reads to turn chunk ids back into frames.
+
+Missing heaps are zero-filled when the frame is delivered (chunks are recycled, so this is what
+keeps stale or partial data out); the mask is the per-heap presence, ``[S]`` when a stream has
+one channel group (the seed) and ``[S, G]`` otherwise, so no received heap is ever discarded and
+valid counts stay exact per group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numba
+import numpy as np
+import scipy
+import spead2
+import spead2.recv
+from numba import types
+from spead2.numba import intp_to_voidptr
+from spead2.recv.numba import chunk_place_data
+
+from ..geometry import Geometry
+from .spead import FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
+
+#: Every capture counter, declared once: name -> description (docs/capture.md has the policy).
+COUNTERS: dict[str, str] = {
+    "heaps": "heaps placed in delivered frames",
+    "missing": "heaps absent from delivered frames (zero-filled, mask cleared)",
+    "late": "heaps for a frame window or more behind the head (already delivered or due)",
+    "duplicate": "further copies of a heap whose slot a complete heap holds (dropped)",
+    "displaced": "partial heaps whose slot a later complete heap took over",
+    "bad_size": "heaps whose heap-size item is not payload_bytes",
+    "bad_pointer": "heaps with an item pointer other than one payload at address 0 "
+                   "(extra payload pointers, addresses past the payload)",
+    "bad_zero_length": "heaps with no payload at all (spead2 never offers them for placement)",
+    "bad_unsized": "packets without a heap-size item (spead2 drops them; derived: packets - "
+                   "packets of sized heaps, exact unless multi-packet heaps lose packets)",
+    "bad_timestamp": "heaps whose timestamp is not a multiple of nspectra_pkt",
+    "bad_stream": "heaps whose stream id is >= nstream",
+    "bad_channel": "heaps whose first channel is not chan0 + k * nchan_pkt, k < nchan_group",
+    "out_of_window": "heaps more than max_ahead frames ahead of the head (dropped, they vote "
+                     "for a resynchronisation)",
+    "before_start": "heaps before the first (aligned) frame of a sequence",
+    "start_rejected": "heaps placed in a provisional start that a quorum elsewhere overruled",
+    "stop_heaps": "end-of-stream heaps received (any sender; per stream: stop_heaps_by_stream)",
+    "metadata": "heaps without timestamp, stream id or frequency (descriptors, foreign SPEAD)",
+    "incomplete": "heaps with packets missing when their frame was delivered (spead2)",
+    "packets": "SPEAD packets decoded (spead2); datagrams that are not SPEAD, truncated, or "
+               "whose payload runs past their heap size are dropped by spead2 before any count",
+    "socket_drops": "UDP datagrams the kernel dropped because the capture's socket receive "
+                    "buffer was full (the receiver fell behind: more buffer or cores, not the "
+                    "network); 0 for pcap and in-process sources",
+    "frames": "frames delivered",
+    "sequences": "sequences begun (the first, then one per resynchronisation)",
+}
+
+
+class _Stat(IntEnum):
+    """Counters the placement callback keeps (spead2 custom stats, in registration order).
+
+    All but PLACED and PARTIAL are :data:`COUNTERS` of the same name; those two only serve
+    derived counters. Every heap offered for placement is counted once in STOP_HEAPS ..
+    PLACED; PARTIAL counts, besides, the packets of heaps whose first packet is not the whole
+    heap (heap size / that packet's payload length, rounded up).
+    """
+
+    STOP_HEAPS = 0
+    METADATA = 1
+    BAD_SIZE = 2
+    BAD_POINTER = 3
+    BAD_TIMESTAMP = 4
+    BAD_STREAM = 5
+    BAD_CHANNEL = 6
+    BEFORE_START = 7
+    OUT_OF_WINDOW = 8
+    LATE = 9
+    DUPLICATE = 10
+    DISPLACED = 11
+    PLACED = 12
+    PARTIAL = 13
+
+
+_CALLBACK_STATS = tuple(s.name.lower() for s in _Stat)
+_REJECTIONS = tuple(s.name.lower() for s in _Stat if s <= _Stat.DUPLICATE)
+_STAT_PREFIX = "xengine."
+
+
+class _State(IntEnum):
+    """Scalar slots of the callback's int64 state array (arrays follow, see _Offsets)."""
+
+    STATS_BASE = 0  # index of the first custom stat in spead2's batch_stats
+    STATUS = 1  # current sequence: -1 none yet, else an _Epoch status
+    START = 2  # first frame of the current sequence
+    HEAD = 3  # newest frame holding a quorum of distinct heaps (start - 1 before)
+    OFFSET = 4  # chunk id = frame + offset in the current sequence
+    MAXCHUNK = 5  # largest chunk id placed so far (-1: none)
+    ACCEPTED = 6  # distinct heaps placed in the current sequence
+    BITMAP = 7  # address of the uint8 [nchunks, nheap] slot claims (0 free, 1 partial, 2 whole)
+    CAND_BITMAP = 8  # address of the uint8 [nchunks, nheap] candidate votes
+    CAND_BASE = 9  # first frame of the candidate
+    CAND_VOTES = 10  # its votes (distinct (frame, heap) pairs minus heaps that disagreed; 0:
+    #                  no candidate)
+    CAND_NEWEST = 11  # its newest frame
+    CAND_QFRAMES = 12  # its frames holding a quorum of votes
+    CAND_ACCEPTED0 = 13  # ACCEPTED when it appeared
+    NEPOCH = 14  # sequences recorded so far
+    # The layout's parameters (one compiled callback serves every layout).
+    NSTREAM = 15
+    NGROUP = 16
+    NCHAN_PKT = 17
+    CHAN0 = 18
+    HEAP_BYTES = 19
+    STEP = 20
+    WINDOW = 21
+    ALIGN = 22
+    AHEAD = 23
+    QUORUM = 24
+    RESYNC = 25
+
+
+class _Epoch(IntEnum):
+    """A sequence record: 4 int64 (start chunk, offset, end chunk or -1, status)."""
+
+    PROVISIONAL = 0
+    CONFIRMED = 1
+    ABANDONED = 2
+
+
+#: Sequence records remembered for the consumer (it may lag several sequences behind).
+_NHISTORY = 16
+
+
+@dataclass(frozen=True)
+class _Offsets:
+    """Where the arrays of the state live: the sequence history, then per chunk slot its
+    chunk id and distinct-heap count, the candidate's per-frame votes, stop heaps per stream."""
+
+    nchunks: int
+    nstream: int
+
+    @property
+    def history(self) -> int:
+        return len(_State)
+
+    @property
+    def tags(self) -> int:
+        return self.history + 4 * _NHISTORY
+
+    @property
+    def counts(self) -> int:
+        return self.tags + self.nchunks
+
+    @property
+    def cand_counts(self) -> int:
+        return self.counts + self.nchunks
+
+    @property
+    def stops(self) -> int:
+        return self.cand_counts + self.nchunks
+
+    @property
+    def size(self) -> int:
+        return self.stops + self.nstream
+
+
+@dataclass(frozen=True)
+class CaptureLayout:
+    """Sizes and rules of the capture, all derived from the geometry (katgpucbf-style).
+
+    Parameters
+    ----------
+    geometry : the correlator geometry (streams, channels, payload).
+    chan0 : first (absolute) channel of this X-engine; packets carry absolute channels.
+    window : reorder depth: heaps this many frames behind the head are late.
+    align : the first frame of a sequence is a multiple of ``align`` packet times (0: P).
+    max_ahead : heaps more than this many frames ahead of the head are out of window
+        (0: ``window // 2``, at least 1). spead2 keeps ``window + max_ahead`` frames.
+    quorum : distinct heaps of one frame that confirm a start, move the head and count a
+        candidate frame (0: a majority of the heaps of a frame). Lower it for arrays
+        that run with fewer than half of their F-engines.
+    resync_frames : candidate frames holding a quorum before the capture jumps (0: 2).
+    """
+
+    geometry: Geometry
+    chan0: int = 0
+    window: int = 8
+    align: int = 0
+    max_ahead: int = 0
+    quorum: int = 0
+    resync_frames: int = 0
+
+    def __post_init__(self) -> None:
+        if self.chan0 < 0:
+            raise ValueError(f"chan0 must be >= 0, got {self.chan0}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1 frame, got {self.window}")
+        if min(self.align, self.max_ahead, self.quorum, self.resync_frames) < 0:
+            raise ValueError("align, max_ahead, quorum and resync_frames must be >= 0 "
+                             "(0: default)")
+        if self.quorum > self.chunk_heaps:
+            raise ValueError(f"quorum ({self.quorum}) must be <= the heaps of a frame "
+                             f"({self.chunk_heaps})")
+        if self.resync_after > self.nchunks:
+            raise ValueError(f"resync_frames ({self.resync_frames}) must be <= window + "
+                             f"max_ahead ({self.nchunks})")
+
+    @property
+    def heap_bytes(self) -> int:
+        return self.geometry.payload_bytes
+
+    @property
+    def chunk_heaps(self) -> int:
+        """Heaps per frame: ``nstream * nchan_group``."""
+        return self.geometry.npackets_per_frame
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.geometry.frame_bytes
+
+    @property
+    def timestamp_step(self) -> int:
+        """Timestamp increment from one frame to the next."""
+        return self.geometry.nspectra_pkt
+
+    @property
+    def align_frames(self) -> int:
+        return self.align or self.geometry.npacket
+
+    @property
+    def max_ahead_frames(self) -> int:
+        return self.max_ahead or max(1, self.window // 2)
+
+    @property
+    def nchunks(self) -> int:
+        """Frames under construction in spead2 (``max_chunks``)."""
+        return self.window + self.max_ahead_frames
+
+    @property
+    def quorum_heaps(self) -> int:
+        return self.quorum or self.chunk_heaps // 2 + 1
+
+    @property
+    def resync_after(self) -> int:
+        return self.resync_frames or 2
+
+    @property
+    def mask_shape(self) -> tuple[int, ...]:
+        """Per-frame mask: ``[S]`` for one channel group per stream, else ``[S, G]``."""
+        g = self.geometry
+        return (g.nstream,) if g.nchan_group == 1 else (g.nstream, g.nchan_group)
+
+    @property
+    def offsets(self) -> _Offsets:
+        return _Offsets(self.nchunks, self.geometry.nstream)
+
+    def new_state(self) -> np.ndarray:
+        """The callback's int64 state: parameters set, no sequence yet."""
+        g = self.geometry
+        state = np.zeros(self.offsets.size, np.int64)
+        state[self.offsets.tags:self.offsets.counts] = -1
+        state[[_State.STATUS, _State.MAXCHUNK]] = -1
+        params = {_State.NSTREAM: g.nstream, _State.NGROUP: g.nchan_group,
+                  _State.NCHAN_PKT: g.nchan_pkt, _State.CHAN0: self.chan0,
+                  _State.HEAP_BYTES: self.heap_bytes, _State.STEP: self.timestamp_step,
+                  _State.WINDOW: self.window, _State.ALIGN: self.align_frames,
+                  _State.AHEAD: self.max_ahead_frames, _State.QUORUM: self.quorum_heaps,
+                  _State.RESYNC: self.resync_after}
+        for k, v in params.items():
+            state[k] = v
+        return state
+
+    @staticmethod
+    def chunk_place(state: np.ndarray) -> scipy.LowLevelCallable:
+        """The placement callback for spead2, with ``state`` (int64 array) as user data."""
+        return scipy.LowLevelCallable(_place_cfunc().ctypes,
+                                      user_data=state.ctypes.data_as(ctypes.c_void_p),
+                                      signature="void (void *, size_t, void *)")
+
+
+#: Items the callback reads (spead2 extracts their immediate values from the first packet).
+_ITEMS = (TIMESTAMP.id, STREAM_ID.id, FREQUENCY.id, spead2.HEAP_LENGTH_ID, spead2.STREAM_CTRL_ID,
+          spead2.PAYLOAD_OFFSET_ID, spead2.PAYLOAD_LENGTH_ID)
+
+
+# The state slots as plain ints (numba cannot index with an IntEnum).
+_I_ACCEPTED = int(_State.ACCEPTED)
+_I_AHEAD = int(_State.AHEAD)
+_I_ALIGN = int(_State.ALIGN)
+_I_BITMAP = int(_State.BITMAP)
+_I_CAND_ACCEPTED0 = int(_State.CAND_ACCEPTED0)
+_I_CAND_BASE = int(_State.CAND_BASE)
+_I_CAND_BITMAP = int(_State.CAND_BITMAP)
+_I_CAND_NEWEST = int(_State.CAND_NEWEST)
+_I_CAND_QFRAMES = int(_State.CAND_QFRAMES)
+_I_CAND_VOTES = int(_State.CAND_VOTES)
+_I_CHAN0 = int(_State.CHAN0)
+_I_HEAD = int(_State.HEAD)
+_I_HEAP_BYTES = int(_State.HEAP_BYTES)
+_I_MAXCHUNK = int(_State.MAXCHUNK)
+_I_NCHAN_PKT = int(_State.NCHAN_PKT)
+_I_NEPOCH = int(_State.NEPOCH)
+_I_NGROUP = int(_State.NGROUP)
+_I_NSTREAM = int(_State.NSTREAM)
+_I_OFFSET = int(_State.OFFSET)
+_I_QUORUM = int(_State.QUORUM)
+_I_RESYNC = int(_State.RESYNC)
+_I_START = int(_State.START)
+_I_STATS_BASE = int(_State.STATS_BASE)
+_I_STATUS = int(_State.STATUS)
+_I_STEP = int(_State.STEP)
+_I_WINDOW = int(_State.WINDOW)
+_PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
+_HIST = len(_State)
+_NSTAT = len(_Stat)
+_STOP = spead2.CTRL_STREAM_STOP
+_PAYLOAD_ID = PAYLOAD.id
+
+
+@numba.njit(cache=True)
+def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's thread
+    """Record a sequence starting at frame ``start``; chunk ids keep moving forward."""
+    nchunks = state[_I_WINDOW] + state[_I_AHEAD]
+    n = state[_I_NEPOCH]
+    offset = state[_I_OFFSET]
+    if n > 0:
+        prev = _HIST + 4 * ((n - 1) % _NHISTORY)
+        if state[prev + 3] == _PROVISIONAL:
+            state[prev + 3] = _ABANDONED
+        last = state[_I_MAXCHUNK]
+        state[prev + 2] = last + 1  # its chunks end after the last one placed
+        if last >= 0 and start + offset < last + 1 + nchunks:
+            offset = last + 1 + nchunks - start  # past spead2's whole window
+    rec = _HIST + 4 * (n % _NHISTORY)
+    state[rec] = start + offset
+    state[rec + 1] = offset
+    state[rec + 2] = -1
+    state[rec + 3] = status
+    state[_I_NEPOCH] = n + 1
+    state[_I_STATUS] = status
+    state[_I_START] = start
+    state[_I_HEAD] = start - 1
+    state[_I_OFFSET] = offset
+    state[_I_ACCEPTED] = 0
+    state[_I_CAND_VOTES] = 0  # forget the candidate
+
+
+@numba.njit(cache=True)
+def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's thread
+    """A heap far from the sequence votes for the candidate; may move the sequence."""
+    nchunks = state[_I_WINDOW] + state[_I_AHEAD]
+    quorum = state[_I_QUORUM]
+    ccounts = _HIST + 4 * _NHISTORY + 2 * nchunks
+    cbits = numba.carray(intp_to_voidptr(state[_I_CAND_BITMAP]), nchunks * nheap,
+                         dtype=np.uint8)
+    base = state[_I_CAND_BASE]
+    if state[_I_CAND_VOTES] > 0 and base <= frame < base + nchunks:
+        pos = (frame - base) * nheap + index
+        if cbits[pos]:
+            return
+        cbits[pos] = 1
+        state[_I_CAND_VOTES] += 1
+        state[ccounts + frame - base] += 1
+        if state[ccounts + frame - base] == quorum:
+            state[_I_CAND_QFRAMES] += 1
+        if frame > state[_I_CAND_NEWEST]:
+            state[_I_CAND_NEWEST] = frame
+    else:
+        if state[_I_CAND_VOTES] > 0:
+            state[_I_CAND_VOTES] -= 1  # a vote against: sparse junk cancels out
+            if state[_I_CAND_VOTES] > 0:
+                return
+        cbits[:] = 0
+        state[ccounts:ccounts + nchunks] = 0
+        state[_I_CAND_BASE] = frame - 1
+        state[_I_CAND_VOTES] = 1
+        state[_I_CAND_NEWEST] = frame
+        state[_I_CAND_ACCEPTED0] = state[_I_ACCEPTED]
+        cbits[nheap + index] = 1
+        state[ccounts + 1] = 1
+        state[_I_CAND_QFRAMES] = 1 if quorum <= 1 else 0
+    if state[_I_STATUS] == _PROVISIONAL:
+        won = state[_I_CAND_QFRAMES] >= 1
+    else:
+        won = (state[_I_CAND_QFRAMES] >= state[_I_RESYNC]
+               and state[_I_ACCEPTED] - state[_I_CAND_ACCEPTED0] < quorum)
+    if won:
+        align = state[_I_ALIGN]
+        _new_sequence(state, (state[_I_CAND_NEWEST] + align) // align * align, _CONFIRMED)
+
+
+def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2's thread
+    """The placement callback: judge a heap, apply the time policy, claim its slot."""
+    data = numba.carray(data_ptr, 1)
+    head_state = numba.carray(state_ptr, _HIST)
+    nstream, ngroup = head_state[_I_NSTREAM], head_state[_I_NGROUP]
+    window, ahead = head_state[_I_WINDOW], head_state[_I_AHEAD]
+    nchunks = window + ahead
+    nheap = nstream * ngroup
+    tags = _HIST + 4 * _NHISTORY
+    counts = tags + nchunks
+    stops = counts + 2 * nchunks
+    state = numba.carray(state_ptr, stops + nstream)
+    nchan_pkt, chan0, heap_bytes = (state[_I_NCHAN_PKT], state[_I_CHAN0],
+                                    state[_I_HEAP_BYTES])
+    step, align, quorum = state[_I_STEP], state[_I_ALIGN], state[_I_QUORUM]
+    base = state[_I_STATS_BASE]
+    stats = numba.carray(intp_to_voidptr(data[0].batch_stats), base + _NSTAT, dtype=np.uint64)
+    items = numba.carray(intp_to_voidptr(data[0].items), 7, dtype=np.int64)
+    timestamp, stream, freq, length = items[0], items[1], items[2], items[3]
+    if length < 0 or items[6] != length:  # PARTIAL: not a one-packet heap (spead2's criterion)
+        plen = items[6]  # count the packets it should have (all as long as this one)
+        stats[base + 13] += np.uint64((length + plen - 1) // plen if length > 0 and plen > 0
+                                      else 1)
+    if items[4] == _STOP:
+        stats[base + 0] += 1  # STOP_HEAPS
+        if 0 <= stream < nstream:
+            state[stops + stream] += 1
+        return
+    if timestamp < 0 or stream < 0 or freq < 0:
+        stats[base + 1] += 1  # METADATA
+        return
+    if length != heap_bytes:
+        stats[base + 2] += 1  # BAD_SIZE
+        return
+    # Item pointers: exactly one non-immediate item, the payload at address 0.
+    size = data[0].packet_size
+    pkt = numba.carray(intp_to_voidptr(data[0].packet), size, dtype=np.uint8)
+    addr_bits = np.int64(pkt[3]) * 8
+    nitem = (np.int64(pkt[6]) << 8) | np.int64(pkt[7])
+    npayload = 0
+    for i in range(nitem):
+        o = 8 + 8 * i
+        if o + 8 > size:
+            break
+        if pkt[o] & 0x80:  # immediate: only its top bit matters here
+            continue
+        word = np.int64(0)
+        for k in range(8):
+            word = (word << 8) | np.int64(pkt[o + k])
+        if (word >> addr_bits) == _PAYLOAD_ID and word & ((1 << addr_bits) - 1) == 0:
+            npayload += 1
+        else:
+            npayload += 2
+    if npayload != 1:
+        stats[base + 3] += 1  # BAD_POINTER
+        return
+    if timestamp % step != 0:
+        stats[base + 4] += 1  # BAD_TIMESTAMP
+        return
+    if stream >= nstream:
+        stats[base + 5] += 1  # BAD_STREAM
+        return
+    chan = freq - chan0
+    if chan < 0 or chan >= ngroup * nchan_pkt or chan % nchan_pkt != 0:
+        stats[base + 6] += 1  # BAD_CHANNEL
+        return
+    frame = timestamp // step
+    index = stream * ngroup + chan // nchan_pkt
+    if state[_I_STATUS] < 0:  # the first well-formed heap opens a provisional sequence
+        _new_sequence(state, (frame + align - 1) // align * align, _PROVISIONAL)
+    start, head = state[_I_START], state[_I_HEAD]
+    if state[_I_STATUS] == _PROVISIONAL:
+        if frame < start - nchunks or frame >= start + nchunks:
+            stats[base + (7 if frame < start else 8)] += 1  # BEFORE_START / OUT_OF_WINDOW
+            _vote(state, frame, index, nheap)
+            return
+        if frame < start:
+            stats[base + 7] += 1  # BEFORE_START
+            return
+    else:
+        if frame < start:
+            stats[base + 7] += 1  # BEFORE_START
+            return
+        if frame <= head - window:
+            stats[base + 9] += 1  # LATE
+            return
+        if frame > head + ahead:
+            stats[base + 8] += 1  # OUT_OF_WINDOW
+            _vote(state, frame, index, nheap)
+            return
+    if frame > head + ahead:
+        stats[base + 8] += 1  # OUT_OF_WINDOW (near the provisional start: no vote)
+        return
+    whole = items[5] == 0 and items[6] == heap_bytes
+    chunk = frame + state[_I_OFFSET]
+    slot = chunk % nchunks
+    bitmap = numba.carray(intp_to_voidptr(state[_I_BITMAP]), nchunks * nheap,
+                          dtype=np.uint8)
+    if state[tags + slot] != chunk:  # slot reused by a newer frame: forget the old one
+        state[tags + slot] = chunk
+        state[counts + slot] = 0
+        bitmap[slot * nheap:(slot + 1) * nheap] = 0
+    claim = bitmap[slot * nheap + index]
+    if claim == 2:
+        stats[base + 10] += 1  # DUPLICATE
+        return
+    if whole and claim == 1:
+        stats[base + 11] += 1  # DISPLACED (the partial heap loses its slot)
+    bitmap[slot * nheap + index] = 2 if whole else 1
+    if claim == 0:  # a new slot: multi-packet heaps count too (their first packet is partial)
+        state[counts + slot] += 1
+        state[_I_ACCEPTED] += 1
+        if state[counts + slot] == quorum:
+            if frame > head:
+                state[_I_HEAD] = frame
+            if state[_I_STATUS] == _PROVISIONAL:
+                state[_I_STATUS] = _CONFIRMED
+                state[_HIST + 4 * ((state[_I_NEPOCH] - 1) % _NHISTORY) + 3] = _CONFIRMED
+    stats[base + 12] += 1  # PLACED
+    if chunk > state[_I_MAXCHUNK]:
+        state[_I_MAXCHUNK] = chunk
+    data[0].chunk_id = chunk
+    data[0].heap_index = index
+    data[0].heap_offset = index * heap_bytes
+
+
+@functools.cache
+def _place_cfunc() -> Any:
+    """The compiled callback: one for every layout (its parameters are in the state), compiled
+    on first use and cached on disk by numba."""
+    return numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
+                                  types.CPointer(types.int64)), nopython=True,
+                       cache=True)(_place)

@@ -1,0 +1,353 @@
+"""Where each complex sample lies in an input buffer: the one description of input layouts.
+
+Our packet/frame layout (DESIGN.md section 2) is one way to hold channelised voltages; the
+world's formats hold the same samples otherwise (Bifrost tensors ``[time, freq, station, pol]``,
+GUPPI RAW ``[ant][chan][time][pol]``, MeerKAT F-engine heaps, MWAX subfiles ...; DESIGN.md 6b).
+A :class:`SampleLayout` says, for a run of equally sized *frames* in memory, at which byte the
+real and imaginary parts of spectrum ``t`` of channel ``c`` of stream ``s`` lie::
+
+    frame f, stream s, channel c, spectrum t  (0 <= t < nspectra):
+        f * frame_bytes + stream_offsets[s] + c * chan_stride
+          + (t // time_block) * block_stride + (t % time_block) * time_stride
+    imaginary part: im_offset bytes after the real part (ci8, ci16); ci4: the same byte
+
+Streams follow our convention (``s = 2 * antenna + pol`` in the array description's order), so
+a layout whose antennas or inputs come in another order (MWAX's rf_input order, a subset of a
+file's antennas) just lists other offsets. A call's spectra are its frames' spectra one after
+another: spectrum ``f * nspectra + t``.
+
+Backends consume layouts in their own layout pass (``Backend.correlate_layout``); this module
+also holds the plain numpy reading of a layout (:meth:`SampleLayout.natural`), which is what
+tests compare against and what a backend without its own pass falls back on
+(:func:`to_packet_frames`, zero-padding to whole packets: zeros add nothing to a correlation).
+
+Encodings: ``ci8`` (int8 re, int8 im ``im_offset`` bytes later), ``ci4`` (one byte, two's
+complement nibbles, real in the high nibble unless ``nibble_order="re_low"``), ``ci16`` (int16
+little endian re and im; correlated exactly only while every value lies in -128..127, which the
+reading checks: wider values cannot keep int32 sums exact, and no backend here takes them).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
+
+#: Sample encodings a layout may declare -> bytes of one part (ci4: one byte for both parts).
+ENCODING_BYTES = {"ci8": 1, "ci4": 1, "ci16": 2}
+#: Bits of a real or imaginary part per encoding, for the int32 exactness bound (ci16 values
+#: are checked to be int8-range, so they share ci8's bound).
+ENCODING_BITS = {"ci8": 8, "ci4": 4, "ci16": 8}
+
+
+class LayoutError(ValueError):
+    """A layout does not describe a readable buffer; the message names the field."""
+
+
+@dataclass(frozen=True)
+class SampleLayout:
+    """A run of frames of channelised complex samples; see the module docstring.
+
+    Parameters
+    ----------
+    nstream, nchan : streams (antennas x 2 pols) and channels the layout holds.
+    nspectra : spectra per frame (per channel).
+    frame_bytes : bytes from one frame to the next (at least the span of its samples).
+    stream_offsets : byte offset of stream ``s`` in a frame (``s = 2*antenna + pol``).
+    chan_stride : bytes from channel ``c`` to ``c + 1``.
+    time_stride : bytes from spectrum ``t`` to ``t + 1`` within a time block.
+    time_block : spectra per time block (0: the whole frame is one block).
+    block_stride : bytes from one time block to the next.
+    encoding : ``ci8``, ``ci4`` or ``ci16``.
+    im_offset : bytes from a real part to its imaginary part (ci8, ci16; ignored for ci4).
+    nibble_order : ci4 only: ``re_high`` or ``re_low``.
+    """
+
+    nstream: int
+    nchan: int
+    nspectra: int
+    frame_bytes: int
+    stream_offsets: tuple[int, ...]
+    chan_stride: int
+    time_stride: int
+    time_block: int = 0
+    block_stride: int = 0
+    encoding: str = "ci8"
+    im_offset: int = 1
+    nibble_order: str = "re_high"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stream_offsets", tuple(int(o) for o in self.stream_offsets))
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Raise :class:`LayoutError` naming the first field that cannot be right."""
+        for name in ("nstream", "nchan", "nspectra", "frame_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+                raise LayoutError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("chan_stride", "time_stride", "time_block", "block_stride", "im_offset"):
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
+                raise LayoutError(f"{name} must be a non-negative integer, got {v!r}")
+        if self.encoding not in ENCODING_BYTES:
+            raise LayoutError(f"encoding must be one of {sorted(ENCODING_BYTES)}, "
+                              f"got {self.encoding!r}")
+        if self.nibble_order not in NIBBLE_ORDERS:
+            raise LayoutError(f"nibble_order must be one of {NIBBLE_ORDERS}, "
+                              f"got {self.nibble_order!r}")
+        if self.nstream % 2:
+            raise LayoutError(f"nstream must be even (two polarisations per antenna), "
+                              f"got {self.nstream}")
+        if len(self.stream_offsets) != self.nstream:
+            raise LayoutError(f"stream_offsets has {len(self.stream_offsets)} entries for "
+                              f"{self.nstream} streams")
+        if min(self.stream_offsets) < 0:
+            raise LayoutError("stream_offsets must be >= 0")
+        if self.time_block and self.nspectra % self.time_block:
+            raise LayoutError(f"time_block ({self.time_block}) must divide nspectra "
+                              f"({self.nspectra})")
+        if self.encoding != "ci4" and self.im_offset == 0:
+            raise LayoutError(f"{self.encoding}: im_offset must be > 0 (re and im differ)")
+        if self.last_byte >= self.frame_bytes:
+            raise LayoutError(f"samples reach byte {self.last_byte} of a frame of "
+                              f"{self.frame_bytes} bytes (frame_bytes too small, or an offset "
+                              f"or stride too large)")
+
+    @property
+    def block(self) -> int:
+        """Spectra per time block (``time_block``, or the whole frame)."""
+        return self.time_block or self.nspectra
+
+    @property
+    def part_bytes(self) -> int:
+        return ENCODING_BYTES[self.encoding]
+
+    @property
+    def last_byte(self) -> int:
+        """Largest byte offset within a frame any sample part touches."""
+        t = self.nspectra - 1
+        time = (t // self.block) * self.block_stride + (t % self.block) * self.time_stride
+        part = 0 if self.encoding == "ci4" else self.im_offset
+        return (max(self.stream_offsets) + (self.nchan - 1) * self.chan_stride + time + part
+                + self.part_bytes - 1)
+
+    @property
+    def sample_bits(self) -> int:
+        """Bits per part for the int32 bound (ci16 counts as 8: values are int8-range)."""
+        return ENCODING_BITS[self.encoding]
+
+    @property
+    def max_spectra(self) -> int:
+        """Most spectra one correlation of this layout may sum and stay exact in int32."""
+        return max_spectra_int32(self.sample_bits)
+
+    def check_spectra(self, nspectra: int) -> None:
+        if nspectra > self.max_spectra:
+            raise LayoutError(f"{nspectra} spectra in one correlation can overflow int32 "
+                              f"({self.encoding}): at most {self.max_spectra}")
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def packet(cls, g: Geometry) -> SampleLayout:
+        """Our ring frame ``[stream][chan][coarse][reim][fine]`` (ci4: no reim axis)."""
+        if g.ci4:
+            return cls(g.nstream, g.nchan, g.nspectra_pkt, g.frame_bytes,
+                       tuple(s * g.stream_bytes for s in range(g.nstream)), g.chan_bytes,
+                       time_stride=1, encoding="ci4", nibble_order=g.nibble_order)
+        return cls(g.nstream, g.nchan, g.nspectra_pkt, g.frame_bytes,
+                   tuple(s * g.stream_bytes for s in range(g.nstream)), g.chan_bytes,
+                   time_stride=1, time_block=g.nfine, block_stride=2 * g.nfine,
+                   encoding="ci8", im_offset=g.nfine)
+
+    @classmethod
+    def from_axes(cls, axes: Sequence[tuple[str, int]], *, encoding: str = "ci8",
+                  nibble_order: str = "re_high", antennas: Sequence[int] | None = None,
+                  frame_bytes: int | None = None) -> SampleLayout:
+        """A dense C-order frame from its axes, outermost first, after the frame (time) axis.
+
+        ``axes``: ``(label, size)`` pairs with labels ``station`` (or ``stand``, ``ant``),
+        ``pol`` (1 or 2; absent: 1), ``stream`` (stations and pols merged, ``2*station+pol``),
+        ``freq`` (or ``chan``), ``fine_time`` (spectra within the frame; absent: 1) and, for
+        ci8/ci16, an innermost ``reim`` of 2 (implied when absent). One pol doubles nothing:
+        a single-pol input is refused (streams are antenna pairs of X and Y).
+        ``antennas``: which stations of the buffer become antennas 0, 1, ... (default all, in
+        order). ``frame_bytes``: a stride larger than the dense frame (padding).
+        """
+        names = {"stand": "station", "ant": "station", "chan": "freq"}
+        dims = [(names.get(lab, lab), int(n)) for lab, n in axes]
+        labels = [d for d, _ in dims]
+        known = {"station", "pol", "stream", "freq", "fine_time", "reim"}
+        for lab in labels:
+            if lab not in known:
+                raise LayoutError(f"axis {lab!r} is not one of {sorted(known)} (or stand, ant, "
+                                  f"chan)")
+        if len(set(labels)) != len(labels):
+            raise LayoutError(f"axes {labels} repeat a label")
+        if encoding not in ENCODING_BYTES:
+            raise LayoutError(f"encoding must be one of {sorted(ENCODING_BYTES)}, "
+                              f"got {encoding!r}")
+        if encoding == "ci4":
+            if "reim" in labels:
+                raise LayoutError("ci4 holds re and im in one byte: no reim axis")
+        elif "reim" not in labels:
+            dims.append(("reim", 2))
+            labels.append("reim")
+        if "reim" in labels and (labels[-1] != "reim" or dims[-1][1] != 2):
+            raise LayoutError("reim must be the innermost axis, of size 2")
+        if "stream" in labels and ("station" in labels or "pol" in labels):
+            raise LayoutError("a merged stream axis excludes separate station and pol axes")
+        if "stream" not in labels and "station" not in labels:
+            raise LayoutError(f"axes {labels} have no station (or merged stream) axis")
+        if "freq" not in labels:
+            raise LayoutError(f"axes {labels} have no freq axis")
+        stride, size = {}, dict(dims)
+        step = ENCODING_BYTES[encoding]
+        for lab, n in reversed(dims):
+            stride[lab] = step
+            step *= n
+        dense = step
+        if "stream" in labels:
+            if size["stream"] % 2:
+                raise LayoutError(f"merged stream axis of {size['stream']}: stations * 2 pols "
+                                  f"must be even")
+            nstation, npol = size["stream"] // 2, 2
+            st_stride, pol_stride = 2 * stride["stream"], stride["stream"]
+        else:
+            nstation, npol = size["station"], size.get("pol", 1)
+            st_stride, pol_stride = stride["station"], stride.get("pol", 0)
+        if npol != 2:
+            raise LayoutError(f"pol axis of {npol}: streams are antennas' X and Y, so npol "
+                              f"must be 2")
+        chosen = list(range(nstation)) if antennas is None else [int(a) for a in antennas]
+        if not chosen or min(chosen) < 0 or max(chosen) >= nstation:
+            raise LayoutError(f"antennas {chosen} must index the {nstation} stations")
+        offsets = tuple(a * st_stride + p * pol_stride for a in chosen for p in range(2))
+        nspectra = size.get("fine_time", 1)
+        return cls(2 * len(chosen), size["freq"], nspectra, frame_bytes or dense, offsets,
+                   stride["freq"], time_stride=stride.get("fine_time", 0), encoding=encoding,
+                   im_offset=stride.get("reim", 0), nibble_order=nibble_order)
+
+    def select(self, channels: Sequence[int] | None = None,
+               streams: Sequence[int] | None = None) -> SampleLayout:
+        """The same frames seen through a subset of channels (a contiguous run only: they are
+        strided) and/or streams (any order, by stream index)."""
+        offsets = self.stream_offsets
+        if streams is not None:
+            offsets = tuple(offsets[s] for s in streams)
+        base, nchan = 0, self.nchan
+        if channels is not None:
+            chans = list(channels)
+            if chans != list(range(chans[0], chans[0] + len(chans))):
+                raise LayoutError(f"channels {chans} are not a contiguous run")
+            base, nchan = chans[0] * self.chan_stride, len(chans)
+        return self.replace(nstream=len(offsets), nchan=nchan,
+                            stream_offsets=tuple(o + base for o in offsets))
+
+    def replace(self, **changes: Any) -> SampleLayout:
+        d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        return SampleLayout(**{**d, **changes})
+
+    # ------------------------------------------------------------------ headers
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly (ring headers: ``hdr["sample_layout"]``)."""
+        d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        d["stream_offsets"] = list(self.stream_offsets)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SampleLayout:
+        if not isinstance(d, Mapping):
+            raise LayoutError(f"sample_layout must be a mapping, got {type(d).__name__}")
+        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__
+                  and not k.startswith("_")}
+        missing = {"nstream", "nchan", "nspectra", "frame_bytes", "stream_offsets",
+                   "chan_stride", "time_stride"} - set(fields)
+        if missing:
+            raise LayoutError(f"sample_layout lacks {sorted(missing)}")
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise LayoutError(f"sample_layout: {exc}") from None
+
+    # ------------------------------------------------------------------ reading
+    def nframes(self, data: np.ndarray) -> int:
+        """Whole frames in ``data`` (the last may end at its last sample, not frame_bytes)."""
+        size = np.asarray(data).nbytes
+        if size < self.last_byte + 1:
+            return 0
+        return (size - self.last_byte - 1) // self.frame_bytes + 1
+
+    def _part(self, b: np.ndarray, nframe: int, shift: int, dtype: np.dtype) -> np.ndarray:
+        """One part (``shift`` bytes past a sample's first byte) of every sample, as
+        ``[S, C, nframe * nspectra]`` of ``dtype``: one strided view per stream."""
+        nblock = self.nspectra // self.block
+        out = np.empty((self.nstream, self.nchan, nframe, nblock, self.block), dtype)
+        for s, off in enumerate(self.stream_offsets):
+            out[s] = np.ndarray((self.nchan, nframe, nblock, self.block), dtype, buffer=b,
+                                offset=off + shift,
+                                strides=(self.chan_stride, self.frame_bytes, self.block_stride,
+                                         self.time_stride))
+        return out.reshape(self.nstream, self.nchan, nframe * self.nspectra)
+
+    def natural(self, data: np.ndarray, nframe: int | None = None) -> np.ndarray:
+        """The samples as ``x[stream, chan, spectrum, reim]`` (int8 for ci8 and ci4, int16
+        for ci16), ``nframe * nspectra`` spectra: the plain reading, for tests and fallbacks.
+        """
+        a = np.asarray(data)
+        if not a.flags.c_contiguous:
+            raise LayoutError("layout data must be C-contiguous")
+        b = a.reshape(-1).view(np.uint8)
+        n = self.nframes(b) if nframe is None else nframe
+        if n and (n - 1) * self.frame_bytes + self.last_byte >= b.size:
+            raise LayoutError(f"{b.size} bytes hold fewer than {n} frames of this layout")
+        dtype = np.dtype("<i2") if self.encoding == "ci16" else np.dtype(np.int8)
+        out = np.zeros((self.nstream, self.nchan, n * self.nspectra, 2), dtype)
+        if n == 0:
+            return out
+        if self.encoding == "ci4":
+            from .layout import unpack_ci4_planes
+            unpack_ci4_planes(self._part(b, n, 0, np.int8), out[..., 0], out[..., 1],
+                              self.nibble_order)
+        else:
+            out[..., 0] = self._part(b, n, 0, dtype)
+            out[..., 1] = self._part(b, n, self.im_offset, dtype)
+        return out
+
+
+def narrow_ci16(x: np.ndarray) -> np.ndarray:
+    """int16 natural samples -> int8, or LayoutError naming the first value out of range."""
+    if x.dtype == np.int8:
+        return x
+    if x.size:
+        lo, hi = int(x.min()), int(x.max())
+        if lo < -128 or hi > 127:
+            bad = lo if lo < -128 else hi
+            raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples "
+                              f"are correlated exactly only in the int8 range")
+    return x.astype(np.int8)
+
+
+def to_packet_frames(data: np.ndarray, layout: SampleLayout, g: Geometry,
+                     nframe: int | None = None) -> tuple[np.ndarray, int]:
+    """The fallback layout pass: ``data`` in ``layout`` -> (frames of ``g``'s packet layout,
+    spectra they hold). The spectra are zero-padded to whole packets (zeros add nothing); ``g``
+    must have the layout's streams and channels (ci4 layouts give ci4 frames when ``g`` is ci4,
+    else int8 frames)."""
+    from .layout import natural_to_frames
+
+    if (g.nstream, g.nchan) != (layout.nstream, layout.nchan):
+        raise GeometryError(f"geometry has {g.nstream} streams x {g.nchan} channels, the "
+                            f"layout {layout.nstream} x {layout.nchan}")
+    x = narrow_ci16(layout.natural(data, nframe))
+    nspec = x.shape[2]
+    pad = -nspec % g.nspectra_pkt
+    if pad:
+        x = np.concatenate([x, np.zeros((*x.shape[:2], pad, 2), x.dtype)], axis=2)
+    return natural_to_frames(x, g), nspec
