@@ -159,8 +159,10 @@ def hostile_traffic(frames: np.ndarray, t0: int, rng: np.random.Generator):
     exp["metadata"] += 2
     undecodable = [junk_datagram(rng, int(n)) for n in rng.integers(1, 9000, 10)]
     undecodable += [truncated(dg[k], rng) for k in keys[:10]]
-    for pkt in junk + undecodable:  # anywhere after the first valid heaps fixed the start
-        seq.insert(int(rng.integers(5, len(seq) + 1)), pkt)
+    # Anywhere once the first frame pair (2 * NHEAP heaps) has decided the start: junk while
+    # it is provisional is start_rejected instead (tests/test_hostile.py covers that).
+    for pkt in junk + undecodable:
+        seq.insert(int(rng.integers(2 * NHEAP, len(seq) + 1)), pkt)
     seq = descriptor_datagrams(G) + seq + stop_datagrams(G, 2 * 10 ** 6)
     exp["packets"] = len(seq) - len(undecodable)
     delivered = {k for k in keys if k not in dropped}
@@ -302,6 +304,33 @@ def test_capture_block_resync_gives_two_sequences():
     assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960960.mask"]
     assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b[2:]]))
     assert cap.capture_counters()["sequences"] == 2
+
+
+def test_one_forged_start_heap_costs_no_real_data():
+    """Issue 22.1: the first heap of a capture (CaptureBlock defaults, no start_timestamp)
+    claims a far-future time, then the F-engines send 24 frames. Before, the quorum overruled
+    the forged start after 4 frames: 1280 of the 1536 heaps delivered, the sequence at frame 4.
+    Now the heaps that arrive while the start is provisional wait in the reorder window: all
+    1536 are delivered from frame 0 and the first dump (P = 4 frames) is complete."""
+    g = Geometry(nstream=64, nchan=9, npacket=4)
+    frames = np.random.default_rng(22).integers(-128, 128, (24, *g.frame_shape), dtype=np.int8)
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    forged = np.full((1, *g.frame_shape), 7, np.int8)
+    sink.send(frame_datagrams(forged, g, 480 * 10 ** 9, cnt0=10 ** 6)[0][3])
+    for *_, pkt in frame_datagrams(frames, g, 0):
+        sink.send(pkt)
+    sink.close()
+    with Pipeline() as p:
+        cap = CaptureBlock(InprocSource(queue), g, default_array(32), **SKY)
+        out = Collect(cap)
+        p.run()
+    assert [h[0]["time_tag"] for h in out.headers] == [0]
+    assert np.array_equal(np.concatenate(out.frames), frames)
+    assert out.frames[0].shape[0] == 4 and out.masks[0].all()  # the first dump, complete
+    c = cap.capture_counters()
+    assert (c["heaps"], c["missing"], c["frames"], c["start_rejected"]) == (1536, 0, 24, 1)
+    assert c["before_start"] == c["out_of_window"] == 0
 
 
 @pytest.mark.parametrize("delay", [0.05, 1.0])  # while the stream is built / while waiting

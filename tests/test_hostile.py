@@ -215,18 +215,47 @@ def test_stop_heaps_are_counted_not_followed():
 
 
 def test_far_future_first_heap_does_not_hold_the_start():
-    """Before: the first heap fixed the start, so every real heap was before_start. Now an
-    outlier only opens a provisional start that the quorum of real streams overrules."""
+    """Before: the first heap fixed the start, so every real heap was before_start. Then an
+    outlier only opened a provisional start that the quorum of real streams overruled, but the
+    real heaps that voted meanwhile were dropped (frames 4-5 lost). Now they wait in a lane of
+    their own, so nothing real is lost: only the outlier is start_rejected."""
     frames = make_frames(8, seed=3)
     dg = heaps(frames)
     outlier = heaps(make_frames(1, seed=9), t0=10 ** 6 * STEP, cnt0=7000)
     seq = list(outlier.values())[:1] + list(dg.values())
     out, c, _ = capture_udp(seq, len(seq))
-    # The real heaps vote; the 9th heap of frame 4 makes a quorum: the start becomes the next
-    # aligned frame, 6 (the 9 voters were dropped, so frames 4-5 are incomplete and skipped).
-    check_output(out, frames, 6, 11, set(dg))
+    check_output(out, frames, 4, 11, set(dg))
+    assert c == zero_counters(heaps=8 * NHEAP, frames=8, sequences=1, packets=len(seq),
+                              start_rejected=1)
+
+
+def test_heaps_far_from_a_real_start_cost_it_nothing():
+    """The first heap is real, and a forged far-future heap comes before the real start
+    reaches its quorum: the forgery gets a lane (it could have been the real start), the real
+    start holds, every real heap is delivered and the forgery is start_rejected."""
+    frames = make_frames(6, seed=13)
+    dg = list(heaps(frames).values())
+    forged = list(heaps(make_frames(1, seed=14), t0=10 ** 6 * STEP, cnt0=7000).values())
+    seq = dg[:3] + forged[:2] + dg[3:]
+    out, c, _ = capture_udp(seq, len(seq))
+    check_output(out, frames, 4, 9, set(heaps(frames)))
     assert c == zero_counters(heaps=6 * NHEAP, frames=6, sequences=1, packets=len(seq),
-                              before_start=2 * NHEAP, start_rejected=1)
+                              start_rejected=2)
+
+
+def test_two_forged_starts_cost_no_real_data():
+    """Two forged heaps at different far times, then the real F-engines: the first opens the
+    provisional start, the second a candidate, the first real heap outvotes that candidate and
+    becomes one with a lane of its own, which wins: all real heaps are delivered."""
+    frames = make_frames(6, seed=15)
+    dg = heaps(frames)
+    f1 = list(heaps(make_frames(1, seed=16), t0=10 ** 6 * STEP, cnt0=7000).values())[0]
+    f2 = list(heaps(make_frames(1, seed=17), t0=3 * 10 ** 6 * STEP, cnt0=7100).values())[0]
+    seq = [f1, f2] + list(dg.values())
+    out, c, _ = capture_udp(seq, len(seq))
+    check_output(out, frames, 4, 9, set(dg))
+    assert c == zero_counters(heaps=6 * NHEAP, frames=6, sequences=1, packets=len(seq),
+                              start_rejected=2)
 
 
 def test_far_future_bursts_midstream_are_not_followed():

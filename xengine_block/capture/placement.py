@@ -17,7 +17,12 @@ timestamp not a multiple of nspectra_pkt, unknown stream, wrong channel; then th
   Heaps far from it (more than the chunk window away, either side) vote for a *candidate* time
   base instead; a candidate reaching ``quorum`` distinct heaps in one frame before the
   provisional sequence is confirmed replaces it (its heaps are dropped as ``start_rejected``).
-  So one outlier, or a few, cannot hold the start.
+  So one outlier, or a few, cannot hold the start. While the start is undecided, each
+  candidate also gets a *lane* of the start-up area (chunk ids ``[0, lanes * max_ahead)``, the
+  provisional start's is lane 0), where its first ``max_ahead`` frames are placed: whichever
+  wins keeps what arrived meanwhile (one forged first heap costs no real heap), the losers'
+  heaps are ``start_rejected``. The start-up area fits in spead2's window, so the start is
+  decided before spead2 delivers any of it; the winner's later frames follow the last lane.
 - **Head.** The head is the newest frame with ``quorum`` distinct heaps, not the newest
   heap: heaps up to ``max_ahead`` frames beyond it are placed; heaps further ahead are
   ``out_of_window`` (dropped, never followed) and vote; heaps ``window`` frames or more behind
@@ -157,6 +162,16 @@ class _State(IntEnum):
     AHEAD = 23
     QUORUM = 24
     RESYNC = 25
+    LANES = 26  # lanes of the start-up area (parameter: nchunks // AHEAD, at most _MAX_LANES)
+    # The start-up area (chunk ids [0, LANES * AHEAD)): while the start is provisional the
+    # provisional sequence (lane 0) and each candidate (lanes 1, 2, ...) place their first
+    # AHEAD frames in a lane of their own, so whichever wins keeps what arrived meanwhile.
+    LANE_USED = 27  # lanes opened so far
+    CAND_LANE = 28  # the candidate's lane (-1: none, it only votes)
+    WINNER = 29  # lane holding the first sequence's first AHEAD frames (-1: undecided)
+    PRE_FRAMES = 30  # frames start .. start + PRE_FRAMES - 1 are at chunk PRE_CHUNK0 + ...
+    PRE_CHUNK0 = 31  # ... (the current sequence's lane; 0 frames for later sequences)
+    LANE_BASE = 32  # first frame of each lane (_MAX_LANES slots)
 
 
 class _Epoch(IntEnum):
@@ -169,6 +184,11 @@ class _Epoch(IntEnum):
 
 #: Sequence records remembered for the consumer (it may lag several sequences behind).
 _NHISTORY = 16
+#: Lanes of the start-up area at most (the provisional start and candidates that replaced
+#: each other: more than three forged starts in a row only vote, as all did before).
+_MAX_LANES = 4
+#: int64 scalars before the state's arrays (the _State slots, then the lanes' first frames).
+_NSCALAR = int(_State.LANE_BASE) + _MAX_LANES
 
 
 @dataclass(frozen=True)
@@ -181,7 +201,7 @@ class _Offsets:
 
     @property
     def history(self) -> int:
-        return len(_State)
+        return _NSCALAR
 
     @property
     def tags(self) -> int:
@@ -277,6 +297,12 @@ class CaptureLayout:
         return self.window + self.max_ahead_frames
 
     @property
+    def lanes(self) -> int:
+        """Lanes of the start-up area: the provisional start's and its candidates' (each
+        ``max_ahead`` frames; all fit in spead2's window)."""
+        return min(_MAX_LANES, self.nchunks // self.max_ahead_frames)
+
+    @property
     def quorum_heaps(self) -> int:
         return self.quorum or self.chunk_heaps // 2 + 1
 
@@ -294,20 +320,28 @@ class CaptureLayout:
     def offsets(self) -> _Offsets:
         return _Offsets(self.nchunks, self.geometry.nstream)
 
-    def new_state(self) -> np.ndarray:
-        """The callback's int64 state: parameters set, no sequence yet."""
+    def new_state(self, start_timestamp: int | None = None) -> np.ndarray:
+        """The callback's int64 state: parameters set, no sequence yet, or (``start_timestamp``)
+        a sequence already confirmed at the first aligned frame at or after that timestamp."""
         g = self.geometry
         state = np.zeros(self.offsets.size, np.int64)
         state[self.offsets.tags:self.offsets.counts] = -1
-        state[[_State.STATUS, _State.MAXCHUNK]] = -1
+        state[[_State.STATUS, _State.MAXCHUNK, _State.CAND_LANE, _State.WINNER]] = -1
         params = {_State.NSTREAM: g.nstream, _State.NGROUP: g.nchan_group,
                   _State.NCHAN_PKT: g.nchan_pkt, _State.CHAN0: self.chan0,
                   _State.HEAP_BYTES: self.heap_bytes, _State.STEP: self.timestamp_step,
                   _State.WINDOW: self.window, _State.ALIGN: self.align_frames,
                   _State.AHEAD: self.max_ahead_frames, _State.QUORUM: self.quorum_heaps,
-                  _State.RESYNC: self.resync_after}
+                  _State.RESYNC: self.resync_after, _State.LANES: self.lanes}
         for k, v in params.items():
             state[k] = v
+        if start_timestamp is not None:
+            first = -(-start_timestamp // self.timestamp_step)
+            start = -(-first // self.align_frames) * self.align_frames
+            h = self.offsets.history
+            state[h:h + 4] = (0, -start, -1, _Epoch.CONFIRMED)  # chunk ids from 0
+            state[[_State.NEPOCH, _State.STATUS, _State.START, _State.HEAD, _State.OFFSET]] = (
+                1, _Epoch.CONFIRMED, start, start - 1, -start)
         return state
 
     @staticmethod
@@ -316,6 +350,36 @@ class CaptureLayout:
         return scipy.LowLevelCallable(_place_cfunc().ctypes,
                                       user_data=state.ctypes.data_as(ctypes.c_void_p),
                                       signature="void (void *, size_t, void *)")
+
+
+def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int] | None:
+    """(sequence record number, frame) of a chunk spead2 delivered, or None when it holds no
+    frame of a sequence: spead2's back-fill, a start-up lane that lost, a provisional start a
+    quorum overruled (whatever such a chunk holds was placed there: ``start_rejected``).
+
+    The callback records a sequence before it places anything in it and decides the start
+    before spead2 can flush a lane (the start-up area fits in its window), so a delivered chunk
+    is always resolved as it will stay.
+    """
+    width = int(state[_State.AHEAD])
+    h = _NSCALAR
+    if chunk_id < int(state[_State.LANE_USED]) * width:  # the start-up area
+        lane, status = chunk_id // width, int(state[h + 3])
+        winner = int(state[_State.WINNER])
+        if winner < 0 and status == _Epoch.PROVISIONAL:
+            winner = 0  # undecided when the stream ended: the provisional start, as it is
+        if status == _Epoch.ABANDONED or lane != winner:
+            return None
+        return 0, int(state[_State.LANE_BASE + lane]) + chunk_id % width
+    n = int(state[_State.NEPOCH])
+    for i in range(n - 1, max(-1, n - 1 - _NHISTORY), -1):
+        r = h + 4 * (i % _NHISTORY)
+        start_chunk, offset, end_chunk, status = (int(x) for x in state[r:r + 4])
+        if chunk_id >= start_chunk:
+            if (end_chunk >= 0 and chunk_id >= end_chunk) or status == _Epoch.ABANDONED:
+                return None
+            return i, chunk_id - offset
+    return None
 
 
 #: Items the callback reads (spead2 extracts their immediate values from the first packet).
@@ -350,8 +414,15 @@ _I_STATS_BASE = int(_State.STATS_BASE)
 _I_STATUS = int(_State.STATUS)
 _I_STEP = int(_State.STEP)
 _I_WINDOW = int(_State.WINDOW)
+_I_LANES = int(_State.LANES)
+_I_LANE_USED = int(_State.LANE_USED)
+_I_CAND_LANE = int(_State.CAND_LANE)
+_I_WINNER = int(_State.WINNER)
+_I_PRE_FRAMES = int(_State.PRE_FRAMES)
+_I_PRE_CHUNK0 = int(_State.PRE_CHUNK0)
+_I_LANE_BASE = int(_State.LANE_BASE)
 _PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
-_HIST = len(_State)
+_HIST = _NSCALAR
 _NSTAT = len(_Stat)
 _STOP = spead2.CTRL_STREAM_STOP
 _PAYLOAD_ID = PAYLOAD.id
@@ -359,11 +430,21 @@ _PAYLOAD_ID = PAYLOAD.id
 
 @numba.njit(cache=True)
 def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's thread
-    """Record a sequence starting at frame ``start``; chunk ids keep moving forward."""
+    """Record a sequence starting at frame ``start``; chunk ids keep moving forward. The first
+    one places its first AHEAD frames in lane 0 of the start-up area, the rest after it."""
     nchunks = state[_I_WINDOW] + state[_I_AHEAD]
     n = state[_I_NEPOCH]
     offset = state[_I_OFFSET]
-    if n > 0:
+    first_chunk = start + offset
+    if n == 0:
+        width = state[_I_AHEAD]
+        state[_I_LANE_USED] = 1
+        state[_I_LANE_BASE] = start
+        state[_I_PRE_FRAMES] = width
+        state[_I_PRE_CHUNK0] = 0
+        offset = -start  # frames from start + width on: chunk ids from width on
+        first_chunk = width
+    else:
         prev = _HIST + 4 * ((n - 1) % _NHISTORY)
         if state[prev + 3] == _PROVISIONAL:
             state[prev + 3] = _ABANDONED
@@ -371,8 +452,10 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
         state[prev + 2] = last + 1  # its chunks end after the last one placed
         if last >= 0 and start + offset < last + 1 + nchunks:
             offset = last + 1 + nchunks - start  # past spead2's whole window
+        first_chunk = start + offset
+        state[_I_PRE_FRAMES] = 0
     rec = _HIST + 4 * (n % _NHISTORY)
-    state[rec] = start + offset
+    state[rec] = first_chunk
     state[rec + 1] = offset
     state[rec + 2] = -1
     state[rec + 3] = status
@@ -383,6 +466,40 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
     state[_I_OFFSET] = offset
     state[_I_ACCEPTED] = 0
     state[_I_CAND_VOTES] = 0  # forget the candidate
+    state[_I_CAND_LANE] = -1
+
+
+@numba.njit(cache=True)
+def _decide(state, lane):  # pragma: no cover - runs in spead2's thread
+    """The first sequence is confirmed with ``lane``'s frames as its first AHEAD frames (the
+    provisional start's, lane 0, or a candidate's); the rest follows the last lane opened."""
+    width = state[_I_AHEAD]
+    nchunks = state[_I_WINDOW] + width
+    quorum = state[_I_QUORUM]
+    start = state[_I_LANE_BASE + lane]
+    cont = state[_I_LANE_USED] * width  # chunk id of frame start + width
+    state[_HIST] = cont
+    state[_HIST + 1] = cont - start - width
+    state[_HIST + 3] = _CONFIRMED
+    state[_I_OFFSET] = cont - start - width
+    state[_I_START] = start
+    state[_I_PRE_FRAMES] = width
+    state[_I_PRE_CHUNK0] = lane * width
+    state[_I_STATUS] = _CONFIRMED
+    state[_I_WINNER] = lane
+    state[_I_CAND_LANE] = -1
+    tags = _HIST + 4 * _NHISTORY
+    head = start - 1
+    accepted = 0
+    for i in range(width):  # what the lane already holds
+        chunk = lane * width + i
+        if state[tags + chunk % nchunks] == chunk:
+            count = state[tags + nchunks + chunk % nchunks]
+            accepted += count
+            if count >= quorum:
+                head = start + i
+    state[_I_HEAD] = head
+    state[_I_ACCEPTED] = accepted
 
 
 @numba.njit(cache=True)
@@ -419,14 +536,25 @@ def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's th
         cbits[nheap + index] = 1
         state[ccounts + 1] = 1
         state[_I_CAND_QFRAMES] = 1 if quorum <= 1 else 0
+        state[_I_CAND_LANE] = -1
+        lane = state[_I_LANE_USED]
+        if state[_I_STATUS] == _PROVISIONAL and lane < state[_I_LANES]:
+            align = state[_I_ALIGN]  # a lane of its own while the start is undecided
+            state[_I_LANE_BASE + lane] = (frame + align - 1) // align * align
+            state[_I_LANE_USED] = lane + 1
+            state[_I_CAND_LANE] = lane
     if state[_I_STATUS] == _PROVISIONAL:
         won = state[_I_CAND_QFRAMES] >= 1
     else:
         won = (state[_I_CAND_QFRAMES] >= state[_I_RESYNC]
                and state[_I_ACCEPTED] - state[_I_CAND_ACCEPTED0] < quorum)
     if won:
-        align = state[_I_ALIGN]
-        _new_sequence(state, (state[_I_CAND_NEWEST] + align) // align * align, _CONFIRMED)
+        if state[_I_STATUS] == _PROVISIONAL and state[_I_CAND_LANE] >= 0:
+            _decide(state, state[_I_CAND_LANE])  # it keeps what its lane holds
+        else:
+            align = state[_I_ALIGN]
+            _new_sequence(state, (state[_I_CAND_NEWEST] + align) // align * align,
+                          _CONFIRMED)
 
 
 def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2's thread
@@ -500,30 +628,42 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     if state[_I_STATUS] < 0:  # the first well-formed heap opens a provisional sequence
         _new_sequence(state, (frame + align - 1) // align * align, _PROVISIONAL)
     start, head = state[_I_START], state[_I_HEAD]
+    chunk = -1
+    voted = False
     if state[_I_STATUS] == _PROVISIONAL:
         if frame < start - nchunks or frame >= start + nchunks:
-            stats[base + (7 if frame < start else 8)] += 1  # BEFORE_START / OUT_OF_WINDOW
             _vote(state, frame, index, nheap)
-            return
-        if frame < start:
+            voted = True
+            if state[_I_STATUS] == _PROVISIONAL:  # undecided: keep it in its lane, if any
+                lane = state[_I_CAND_LANE]
+                first = state[_I_LANE_BASE + lane] if lane >= 0 else 0
+                if lane < 0 or frame < first or frame >= first + ahead:
+                    stats[base + (7 if frame < start else 8)] += 1  # BEFORE_START / O_O_W
+                    return
+                chunk = lane * ahead + frame - first
+            else:  # the vote decided the start: judge the heap in the sequence
+                start, head = state[_I_START], state[_I_HEAD]
+        elif frame < start:
             stats[base + 7] += 1  # BEFORE_START
             return
-    else:
-        if frame < start:
-            stats[base + 7] += 1  # BEFORE_START
-            return
-        if frame <= head - window:
-            stats[base + 9] += 1  # LATE
-            return
+    if chunk < 0:
+        if state[_I_STATUS] != _PROVISIONAL:
+            if frame < start:
+                stats[base + 7] += 1  # BEFORE_START
+                return
+            if frame <= head - window:
+                stats[base + 9] += 1  # LATE
+                return
         if frame > head + ahead:
-            stats[base + 8] += 1  # OUT_OF_WINDOW
-            _vote(state, frame, index, nheap)
+            stats[base + 8] += 1  # OUT_OF_WINDOW (near a provisional start: no vote)
+            if state[_I_STATUS] != _PROVISIONAL and not voted:
+                _vote(state, frame, index, nheap)
             return
-    if frame > head + ahead:
-        stats[base + 8] += 1  # OUT_OF_WINDOW (near the provisional start: no vote)
-        return
+        if frame - start < state[_I_PRE_FRAMES]:  # the sequence's lane
+            chunk = state[_I_PRE_CHUNK0] + frame - start
+        else:
+            chunk = frame + state[_I_OFFSET]
     whole = items[5] == 0 and items[6] == heap_bytes
-    chunk = frame + state[_I_OFFSET]
     slot = chunk % nchunks
     bitmap = numba.carray(intp_to_voidptr(state[_I_BITMAP]), nchunks * nheap,
                           dtype=np.uint8)
@@ -540,13 +680,13 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     bitmap[slot * nheap + index] = 2 if whole else 1
     if claim == 0:  # a new slot: multi-packet heaps count too (their first packet is partial)
         state[counts + slot] += 1
-        state[_I_ACCEPTED] += 1
-        if state[counts + slot] == quorum:
-            if frame > head:
-                state[_I_HEAD] = frame
-            if state[_I_STATUS] == _PROVISIONAL:
-                state[_I_STATUS] = _CONFIRMED
-                state[_HIST + 4 * ((state[_I_NEPOCH] - 1) % _NHISTORY) + 3] = _CONFIRMED
+        if not voted or state[_I_STATUS] != _PROVISIONAL:  # a candidate's lane does not count
+            state[_I_ACCEPTED] += 1
+            if state[counts + slot] == quorum:
+                if frame > state[_I_HEAD]:
+                    state[_I_HEAD] = frame
+                if state[_I_STATUS] == _PROVISIONAL:
+                    _decide(state, 0)  # the provisional start holds
     stats[base + 12] += 1  # PLACED
     if chunk > state[_I_MAXCHUNK]:
         state[_I_MAXCHUNK] = chunk

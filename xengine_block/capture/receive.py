@@ -29,13 +29,12 @@ from ..runtime.ring import WriteSpan
 from .placement import (
     _CALLBACK_STATS,
     _ITEMS,
-    _NHISTORY,
     _REJECTIONS,
     _STAT_PREFIX,
     COUNTERS,
     CaptureLayout,
-    _Epoch,
     _State,
+    chunk_frame,
 )
 from .sources import Source
 
@@ -80,15 +79,8 @@ class Capture:
         self.layout, self.source = layout, source
         self.copy, self.idle_timeout = copy, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
-        self._off = off = layout.offsets
-        self._state = layout.new_state()
-        if start_timestamp is not None:
-            first = -(-start_timestamp // layout.timestamp_step)
-            start = -(-first // layout.align_frames) * layout.align_frames
-            self._state[off.history:off.history + 4] = (start, 0, -1, _Epoch.CONFIRMED)
-            self._state[_State.NEPOCH] = 1
-            self._state[[_State.STATUS, _State.START, _State.HEAD]] = (_Epoch.CONFIRMED,
-                                                                        start, start - 1)
+        self._off = layout.offsets
+        self._state = layout.new_state(start_timestamp)
         self._bitmap = np.zeros(layout.nchunks * layout.chunk_heaps, np.uint8)
         self._cand_bitmap = np.zeros_like(self._bitmap)
         self._state[_State.BITMAP] = self._bitmap.ctypes.data
@@ -168,22 +160,6 @@ class Capture:
         self.stop()
 
     # ---- frames
-    def _sequence_of(self, chunk_id: int) -> tuple[int, int, int] | None:
-        """(record number, offset, status) of the sequence a delivered chunk belongs to, or
-        None for spead2's back-fill between sequences. The callback records a sequence before
-        it places any heap in it, and closes the previous one before spead2 flushes its
-        chunks, so a delivered chunk's sequence is always recorded."""
-        n = int(self._state[_State.NEPOCH])
-        h = self._off.history
-        for i in range(n - 1, max(-1, n - 1 - _NHISTORY), -1):
-            rec = self._state[h + 4 * (i % _NHISTORY):h + 4 * (i % _NHISTORY) + 4]
-            start_chunk, offset, end_chunk, status = (int(x) for x in rec)
-            if chunk_id >= start_chunk:
-                if end_chunk >= 0 and chunk_id >= end_chunk:
-                    return None
-                return i, offset, status
-        return None
-
     def _next_chunk(self, poll: float = 0.1) -> spead2.recv.Chunk | None:
         ring = self.stream.data_ringbuffer
         last = time.monotonic()
@@ -210,18 +186,15 @@ class Capture:
                     return
                 try:
                     present = np.asarray(chunk.present)
-                    seq = self._sequence_of(chunk.chunk_id)
-                    if seq is None:  # back-fill: spead2 allocated it, nothing was placed
-                        continue
-                    number, offset, status = seq
-                    if status == _Epoch.ABANDONED:  # a start that a quorum overruled
+                    where = chunk_frame(self._state, chunk.chunk_id)
+                    if where is None:  # back-fill, or a start a quorum overruled
                         self._py["start_rejected"] += int(present.sum())
                         continue
+                    number, frame_id = where
                     if number != current and current >= 0:
-                        log.warning("capture resynchronised: frame %d", chunk.chunk_id - offset)
+                        log.warning("capture resynchronised: frame %d", frame_id)
                     new_sequence = number != current
                     current = number
-                    frame_id = chunk.chunk_id - offset
                     data = np.asarray(chunk.data).reshape(lay.chunk_heaps, lay.heap_bytes)
                     nheap = int(present.sum())
                     if nheap < lay.chunk_heaps:  # zero missing heaps: no stale or partial data
