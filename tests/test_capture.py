@@ -11,7 +11,7 @@ import spead2
 import spead2.send
 
 from xengine_block.array import default_array
-from xengine_block.capture.placement import COUNTERS
+from xengine_block.capture.placement import COUNTERS, CaptureLayout
 from xengine_block.capture.receive import Capture, CaptureBlock, capture_frames
 from xengine_block.capture.sockets import socket_drops
 from xengine_block.capture.sources import InprocSource, PcapSource, UdpSource, parse_source
@@ -331,6 +331,53 @@ def test_one_forged_start_heap_costs_no_real_data():
     c = cap.capture_counters()
     assert (c["heaps"], c["missing"], c["frames"], c["start_rejected"]) == (1536, 0, 24, 1)
     assert c["before_start"] == c["out_of_window"] == 0
+
+
+def test_deliveries_are_the_ring_slots_and_heaps_land_there():
+    """Zero copy: every chunk spead2 fills is a slot of the output rings (frames and mask), so
+    the frames a reader acquires are the bytes spead2 placed, not a copy."""
+    from xengine_block.capture.receive import RingSlots, slot_count
+    from xengine_block.runtime.ring import Ring, SlotWriter
+
+    frames = simulator(seed=5).frames(0, 6)
+    queue = spead2.InprocQueue()
+    with inproc_sender(G, queue, chan0=CHAN0) as sender:
+        sender.send_frames(frames, 0)
+    rings = [Ring(), Ring()]
+    with rings[0].begin_writing() as wf, rings[1].begin_writing() as wm:
+        lay = CaptureLayout(G, chan0=CHAN0)
+        n = slot_count(lay)
+        slots = RingSlots(SlotWriter(wf, lay.chunk_bytes, n, 2),
+                          SlotWriter(wm, lay.chunk_heaps, n, 2))
+        cap = Capture(InprocSource(queue), lay, slots=slots)
+        got = []
+        for d in cap.deliveries():
+            assert d.frame_id is not None
+            assert np.shares_memory(d.data, rings[0]._buf)
+            assert np.shares_memory(d.present, rings[1]._buf)
+            got.append(d.data.view(np.int8).reshape(G.frame_shape).copy())
+    assert np.array_equal(np.stack(got), frames)
+
+
+def test_capture_block_keeps_a_start_that_a_forged_lane_followed():
+    """The real start's lane is followed by a forged candidate's lane: the real frames move next
+    to the frames after them, once, so the ring sequence is still one run of slots."""
+    frames = simulator(seed=6).frames(0, 8)
+    dg = [pkt for *_, pkt in frame_datagrams(frames, G, 0, chan0=CHAN0)]
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    for pkt in dg[:5] + [crafted(10 ** 6, 480 * 10 ** 9)] + dg[5:]:
+        sink.send(pkt)
+    sink.close()
+    with Pipeline() as p:
+        cap = CaptureBlock(InprocSource(queue), G, ARRAY, chan0=CHAN0, window=4, **SKY)
+        out = Collect(cap)
+        p.run()
+    assert [h[0]["time_tag"] for h in out.headers] == [0]
+    assert np.array_equal(np.concatenate(out.frames), frames)
+    assert np.concatenate(out.masks).all()
+    c = cap.capture_counters()
+    assert (c["heaps"], c["frames"], c["start_rejected"]) == (8 * NHEAP, 8, 1)
 
 
 @pytest.mark.parametrize("delay", [0.05, 1.0])  # while the stream is built / while waiting

@@ -5,6 +5,7 @@ Constructor arguments are those of our blocks."""
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from typing import Any
 
 from ..blocks.integrate import IntegrateLogic
@@ -12,7 +13,7 @@ from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
 from ..runtime.memory import bytes_at, populate
-from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
+from .runtime import BifrostBlock, SlotWriter, SourceAdapter, bfp, ring_memory
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,9 @@ class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
 
 class CaptureBlock(SourceAdapter, bfp.SourceBlock):
     """Our :class:`xengine_block.capture.receive.CaptureBlock` (same arguments) as a Bifrost source:
-    frames ring + presence-mask ring. ``capture_counters()`` and ``receiving`` are the capture's.
+    frames ring + presence-mask ring, zero copy as on our runtime (spead2 fills Bifrost write
+    spans, :class:`~xengine_block.bifrost.runtime.SlotWriter`). ``capture_counters()`` and
+    ``receiving`` are the capture's.
     """
 
     def __init__(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
@@ -87,3 +90,31 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
 
     def capture_counters(self) -> dict[str, int]:
         return self.inner.capture_counters()
+
+    def main(self, orings: list[Any]) -> None:
+        self.inner.capture_into(_CaptureOutput(self, orings), self.counters)
+
+
+class _CaptureOutput:
+    """The capture's output (``capture.receive.CaptureOutput``) on Bifrost rings."""
+
+    def __init__(self, block: CaptureBlock, orings: list[Any]) -> None:
+        from ..capture.receive import RingSlots, slot_count
+
+        lay, gulp = block.inner.layout, block.inner.gulp_nframe
+        n = slot_count(lay)
+        self.block, self.orings = block, orings
+        self.slots = RingSlots(SlotWriter(orings[0], lay.chunk_bytes, n, gulp),
+                               SlotWriter(orings[1], lay.chunk_heaps, n, gulp))
+        self._stack: ExitStack | None = None
+
+    def begin(self, headers: list[dict[str, Any]]) -> None:
+        self.end()
+        self._stack = ExitStack()
+        self.block.counters.add(sequences=1)
+        bfp.SourceBlock.begin_sequences(self.block, self._stack, self.orings, headers, [], [])
+
+    def end(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()

@@ -29,10 +29,12 @@ import logging
 import math
 import queue
 import traceback
+from collections import deque
 from typing import Any, TextIO
 
 import numpy as np
 
+from ..runtime.memory import bytes_at, populate
 from ..runtime.monitor import BlockCounters
 from ..runtime.pipeline import RunControl
 from ..runtime.ring import DTYPES
@@ -155,6 +157,37 @@ def ring_memory(ring: Ring) -> tuple[int, int]:
     finally:
         _check(_bf.bfRingUnlock(ring.obj))
     return (data.value or 0), stride.value
+
+
+class SlotWriter:
+    """:class:`xengine_block.runtime.ring.SlotWriter` on a Bifrost ring (the capture's zero
+    copy): one write span per frame slot, reserved ahead, committed in order (Bifrost holds a
+    commit until its span is at the head, and cancels spans committed empty from the newest
+    back). Bifrost reallocates a ring only while no span is open, so the ring is sized here,
+    before the first slot, for the slots and readers of up to 3 gulps (the X-engine's default
+    depth); a reader asking for more later would wait for the capture's spans."""
+
+    def __init__(self, writer: Any, frame_nbyte: int, nslot: int, gulp_nframe: int = 1) -> None:
+        self.ring = writer.ring
+        self.frame_nbyte = frame_nbyte
+        self.ring.resize(gulp_nframe * frame_nbyte, (nslot + 3 * gulp_nframe) * frame_nbyte)
+        populate(bytes_at(*ring_memory(self.ring)))  # no page faults while packets arrive
+        self._spans: deque[Any] = deque()
+
+    def reserve(self, nonblocking: bool = False) -> np.ndarray:
+        span = _bf.BFwspan()
+        _check(_bf.bfRingSpanReserve(span, self.ring.obj, self.frame_nbyte, nonblocking))
+        info = _bf.BFspan_info()
+        _check(_bf.bfRingSpanGetInfo(ctypes.cast(span, _bf.BFspan), info))
+        self._spans.append(span)
+        return bytes_at(info.data, self.frame_nbyte)
+
+    def commit(self) -> None:
+        _check(_bf.bfRingSpanCommit(self._spans.popleft(), self.frame_nbyte))
+
+    def cancel(self) -> None:
+        while self._spans:
+            _check(_bf.bfRingSpanCommit(self._spans.pop(), 0))
 
 
 # ------------------------------------------------------------------------------ blocks

@@ -3,9 +3,18 @@
 spead2 receives in its own C++ thread and places every heap's payload straight into its frame
 (a spead2 *chunk*) by the placement callback of :mod:`.placement` (which also holds the time
 policy: start, head, resynchronisation, slot claims, and the counters); packets come from the
-transports of :mod:`.sources`. Python only sees whole frames: :class:`Capture` turns delivered
-chunks into frames (missing heaps zero-filled, the presence mask beside them) and
-:class:`CaptureBlock` writes them into the pipeline's rings.
+transports of :mod:`.sources`.
+
+Zero copy: a chunk's memory *is* its frame's slot in the output ring, and its presence array
+the mask ring's slot (:class:`CaptureSlots`; :class:`~xengine_block.runtime.ring.SlotWriter`
+on our rings, the same on Bifrost's). The capture reserves slots in ring order and gives them
+to spead2 as free chunks; spead2 takes free chunks in that order and allocates chunk ids in
+increasing order, and delivers them in that order, so the n-th chunk delivered is the n-th slot
+reserved: :meth:`Capture.deliveries` checks that, zero-fills the missing heaps in place and has
+each slot committed in order, either as the next frame of a sequence or as space between
+sequences (spead2's back-fill, start-up lanes that lost). Nothing is copied, except once at a
+start where a candidate lane won that was not the last one opened (its few frames move next to
+the frames that follow them). The Python work is per frame, none per heap.
 """
 
 from __future__ import annotations
@@ -14,8 +23,10 @@ import logging
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from contextlib import ExitStack
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import spead2
@@ -24,8 +35,9 @@ import spead2.recv
 from ..array import ArrayDescription
 from ..geometry import Geometry
 from ..runtime.memory import populate
+from ..runtime.monitor import BlockCounters
 from ..runtime.pipeline import SourceBlock
-from ..runtime.ring import WriteSpan
+from ..runtime.ring import RingWriter, SlotWriter, WriteSequence
 from .placement import (
     _CALLBACK_STATS,
     _ITEMS,
@@ -40,6 +52,7 @@ from .sources import Source
 
 log = logging.getLogger(__name__)
 
+
 # ---------------------------------------------------------------------------- capture core
 class CapturedFrame(NamedTuple):
     """One delivered frame."""
@@ -48,6 +61,79 @@ class CapturedFrame(NamedTuple):
     frame: np.ndarray  # int8 geometry.frame_shape ([S, C, coarse, 2, fine]; ci4 no reim axis)
     mask: np.ndarray  # uint8 [S] or [S, G]: 1 where the heap arrived
     new_sequence: bool  # first frame of a sequence (start, or after a resynchronisation)
+
+
+class CaptureSlots(Protocol):
+    """Where a capture's chunks live, slot by slot in order (zero copy into rings)."""
+
+    def reserve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next slot: its frame bytes (uint8, ``chunk_bytes``) and presence (uint8,
+        ``chunk_heaps``; spead2 zeroes it when the chunk is handed over)."""
+        ...
+
+    def commit(self) -> None:
+        """The oldest reserved slot is done (published, or space between sequences)."""
+        ...
+
+    def cancel(self) -> None:
+        """Give back every slot reserved and not committed (the capture has ended)."""
+        ...
+
+
+class _PoolSlots:
+    """Slots of the capture's own memory (no ring: :class:`Capture` iterated directly); a
+    committed slot's memory is used again."""
+
+    def __init__(self, layout: CaptureLayout) -> None:
+        self.layout = layout
+        self._free: deque[tuple[np.ndarray, np.ndarray]] = deque()
+        self._reserved: deque[tuple[np.ndarray, np.ndarray]] = deque()
+
+    def reserve(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._free:
+            slot = self._free.popleft()
+        else:
+            data = np.empty(self.layout.chunk_bytes, np.uint8)
+            populate(data)  # faulted in now, not while the first packets arrive
+            slot = (data, np.zeros(self.layout.chunk_heaps, np.uint8))
+        self._reserved.append(slot)
+        return slot
+
+    def commit(self) -> None:
+        self._free.append(self._reserved.popleft())
+
+    def cancel(self) -> None:
+        self._free.extend(self._reserved)
+        self._reserved.clear()
+
+
+class RingSlots:
+    """Slots in two rings written in lockstep: frames and presence mask (what CaptureBlock
+    writes); ``frames`` and ``mask`` are :class:`~xengine_block.runtime.ring.SlotWriter`\\ s
+    or anything with the same ``reserve``/``commit``/``cancel`` (Bifrost's rings)."""
+
+    def __init__(self, frames: Any, mask: Any) -> None:
+        self.frames, self.mask = frames, mask
+
+    def reserve(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.frames.reserve(), self.mask.reserve()
+
+    def commit(self) -> None:
+        self.frames.commit()
+        self.mask.commit()
+
+    def cancel(self) -> None:
+        self.frames.cancel()
+        self.mask.cancel()
+
+
+class Delivery(NamedTuple):
+    """The oldest slot, now delivered: a frame (``frame_id`` its frame number) or nothing."""
+
+    frame_id: int | None  # None: space between sequences
+    new_sequence: bool  # first frame of a sequence
+    data: np.ndarray  # the slot's frame bytes (uint8)
+    present: np.ndarray  # its per-heap presence (uint8, 1 = arrived)
 
 
 class Capture:
@@ -65,13 +151,16 @@ class Capture:
     stop_on_end_heap : end on the first SPEAD end-of-stream heap. Only for a single trusted
         sender: with many F-engines one sender's stop (or a forged one) would end the capture,
         so by default stop heaps are only counted (``stop_heaps``, :meth:`stop_heaps_by_stream`).
-    spare_chunks : frames beyond spead2's window for the consumer and the delivery queue.
+    spare_chunks : slots beyond spead2's window and the start-up area, for the delivery queue.
+    slots : where the chunks live (:class:`RingSlots`: the output rings, zero copy); None: the
+        capture's own memory (iterate the capture).
     """
 
     def __init__(self, source: Source, layout: CaptureLayout | Geometry, *,
                  start_timestamp: int | None = None, copy: bool = False,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
-                 spare_chunks: int = 4, **layout_kw: Any) -> None:
+                 spare_chunks: int = 4, slots: CaptureSlots | None = None,
+                 **layout_kw: Any) -> None:
         if isinstance(layout, Geometry):
             layout = CaptureLayout(layout, **layout_kw)
         elif layout_kw:
@@ -79,6 +168,7 @@ class Capture:
         self.layout, self.source = layout, source
         self.copy, self.idle_timeout = copy, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
+        self.slots: CaptureSlots = slots if slots is not None else _PoolSlots(layout)
         self._off = layout.offsets
         self._state = layout.new_state(start_timestamp)
         self._bitmap = np.zeros(layout.nchunks * layout.chunk_heaps, np.uint8)
@@ -92,18 +182,16 @@ class Capture:
             config.add_stat(_STAT_PREFIX + name)
         chunk_config = spead2.recv.ChunkStreamConfig(
             items=list(_ITEMS), max_chunks=layout.nchunks, place=layout.chunk_place(self._state))
-        nchunk = layout.nchunks + spare_chunks
+        self.nfree = layout.nchunks + spare_chunks  # free chunks spead2 is kept supplied with
+        nslot = slot_count(layout, spare_chunks)
         self.stream = spead2.recv.ChunkRingStream(
-            spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nchunk),
-            spead2.recv.ChunkRingbuffer(nchunk))
-        for _ in range(nchunk):
-            data = np.zeros(layout.chunk_bytes, np.int8)
-            populate(data)  # faulted in now, not while the first packets arrive
-            self.stream.add_free_chunk(spead2.recv.Chunk(
-                present=np.zeros(layout.chunk_heaps, np.uint8), data=data))
+            spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nslot),
+            spead2.recv.ChunkRingbuffer(nslot))
+        self._pending: deque[spead2.recv.Chunk] = deque()  # handed to spead2, in slot order
         self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
                                  0)
         self._stopped = False
+        self._started = False
         # stop() ends the stream through this queue: a reader's end makes spead2 flush the
         # frames under construction into the ring before it stops (stream.stop() drops them).
         self._end = spead2.InprocQueue()
@@ -159,7 +247,14 @@ class Capture:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # ---- frames
+    # ---- delivery
+    def _add_slot(self) -> None:
+        """Reserve the next slot and hand it to spead2 as a free chunk."""
+        data, present = self.slots.reserve()
+        chunk = spead2.recv.Chunk(present=present, data=data)
+        self._pending.append(chunk)
+        self.stream.add_free_chunk(chunk)
+
     def _next_chunk(self, poll: float = 0.1) -> spead2.recv.Chunk | None:
         ring = self.stream.data_ringbuffer
         last = time.monotonic()
@@ -175,44 +270,111 @@ class Capture:
                 continue
             select.select([ring.data_fd], [], [], poll)
 
-    def __iter__(self) -> Iterator[CapturedFrame]:
+    def _resolve(self, chunk: spead2.recv.Chunk) -> tuple[spead2.recv.Chunk, int, int | None]:
+        """(chunk, sequence record, frame id); record -1 and frame None: nothing of a sequence
+        (spead2's back-fill, a lane that lost, a start a quorum overruled: what it holds was
+        placed there, so it counts as start_rejected)."""
+        where = chunk_frame(self._state, chunk.chunk_id)
+        if where is None:
+            self._py["start_rejected"] += int(np.count_nonzero(chunk.present))
+            return chunk, -1, None
+        return chunk, where[0], where[1]
+
+    def _area(self, held: list[spead2.recv.Chunk],
+              more: bool) -> list[tuple[spead2.recv.Chunk, int, int | None]]:
+        """The start-up area's chunks (ids 0, 1, ...) resolved, in order. When the winning lane
+        is followed by other lanes and then by the frames after it (``more``), its frames move
+        into the area's last slots, next to those frames (a ring sequence is one run of slots):
+        the only copy, once, at a start where a lane other than the last opened won."""
+        out = [self._resolve(c) for c in held]
+        frames = [i for i, (_, _, f) in enumerate(out) if f is not None]
+        last = len(held) - len(frames)
+        if more and frames and frames[0] != last:
+            if [c.chunk_id for c in held] != list(range(len(held))):
+                raise RuntimeError("spead2 skipped chunk ids of the start-up area")
+            for k, i in enumerate(frames):  # the targets lie after all the sources
+                dst = held[last + k]
+                np.asarray(dst.data)[...] = np.asarray(held[i].data)
+                np.asarray(dst.present)[...] = np.asarray(held[i].present)
+            out = [(c, -1, None) for c in held[:last]] + [
+                (held[last + k], out[i][1], out[i][2]) for k, i in enumerate(frames)]
+        return out
+
+    def deliveries(self) -> Iterator[Delivery]:
+        """Every slot in order once spead2 has delivered it: a frame (missing heaps zeroed in
+        place) or space between sequences. The slot is committed when the caller asks for the
+        next one (so it must be done with it, and have begun or ended sequences, by then)."""
+        if self._started:
+            raise RuntimeError("a Capture is delivered once")
+        self._started = True
         lay = self.layout
-        g = lay.geometry
-        current = -1  # record number of the sequence last yielded
+        current = -1  # record number of the sequence last delivered
+        area_end = -1  # chunk id after the start-up area (known once a first chunk arrives)
+        held: list[spead2.recv.Chunk] = []
         try:
+            for _ in range(self.nfree):
+                self._add_slot()
             while True:
                 chunk = self._next_chunk()
+                if chunk is not None:
+                    if chunk is not self._pending[len(held)]:
+                        raise RuntimeError("spead2 delivered a chunk other than the oldest it "
+                                           "was given: slots would be out of ring order")
+                    self._add_slot()  # spead2 keeps as many free chunks as before
+                    if area_end < 0:  # final once anything is delivered (module docstring)
+                        area_end = (int(self._state[_State.LANE_USED])
+                                    * int(self._state[_State.AHEAD]))
+                    if chunk.chunk_id < area_end:
+                        held.append(chunk)  # until the start-up area is complete
+                        continue
+                batch = self._area(held, chunk is not None) if held else []
+                held = []
+                if chunk is not None:
+                    batch.append(self._resolve(chunk))
+                for c, number, frame_id in batch:
+                    present = np.asarray(c.present)
+                    data = np.asarray(c.data)
+                    new_sequence = False
+                    if frame_id is not None:
+                        new_sequence = number != current
+                        if new_sequence and current >= 0:
+                            log.warning("capture resynchronised: frame %d", frame_id)
+                        current = number
+                        nheap = int(np.count_nonzero(present))
+                        if nheap < lay.chunk_heaps:  # zero missing heaps: no stale data
+                            data.reshape(lay.chunk_heaps, lay.heap_bytes)[present == 0] = 0
+                        self._py["heaps"] += nheap
+                        self._py["missing"] += lay.chunk_heaps - nheap
+                        self._py["frames"] += 1
+                        self._py["sequences"] += new_sequence
+                    yield Delivery(frame_id, new_sequence, data, present)
+                    self._pending.popleft()
+                    self.slots.commit()
                 if chunk is None:
                     return
-                try:
-                    present = np.asarray(chunk.present)
-                    where = chunk_frame(self._state, chunk.chunk_id)
-                    if where is None:  # back-fill, or a start a quorum overruled
-                        self._py["start_rejected"] += int(present.sum())
-                        continue
-                    number, frame_id = where
-                    if number != current and current >= 0:
-                        log.warning("capture resynchronised: frame %d", frame_id)
-                    new_sequence = number != current
-                    current = number
-                    data = np.asarray(chunk.data).reshape(lay.chunk_heaps, lay.heap_bytes)
-                    nheap = int(present.sum())
-                    if nheap < lay.chunk_heaps:  # zero missing heaps: no stale or partial data
-                        data[present == 0] = 0
-                    self._py["heaps"] += nheap
-                    self._py["missing"] += lay.chunk_heaps - nheap
-                    self._py["frames"] += 1
-                    self._py["sequences"] += new_sequence
-                    frame = data.reshape(g.frame_shape)
-                    mask = present.reshape(lay.mask_shape)
-                    if self.copy:
-                        frame, mask = frame.copy(), mask.copy()
-                    yield CapturedFrame(frame_id * lay.timestamp_step, frame, mask, new_sequence)
-                finally:
-                    self.stream.add_free_chunk(chunk)
         finally:
             self.stop()
             self.stream.stop()  # the consumer is gone: nothing left to deliver to
+            self._pending.clear()
+            self.slots.cancel()
+
+    def __iter__(self) -> Iterator[CapturedFrame]:
+        lay = self.layout
+        g = lay.geometry
+        for d in self.deliveries():
+            if d.frame_id is None:
+                continue
+            frame = d.data.view(np.int8).reshape(g.frame_shape)
+            mask = d.present.reshape(lay.mask_shape)
+            if self.copy:
+                frame, mask = frame.copy(), mask.copy()
+            yield CapturedFrame(d.frame_id * lay.timestamp_step, frame, mask, d.new_sequence)
+
+
+def slot_count(layout: CaptureLayout, spare: int = 4) -> int:
+    """Slots a capture may hold reserved at once: spead2's window and ``spare`` free chunks,
+    the start-up area (held until the start is decided) and the slot being delivered."""
+    return layout.nchunks + spare + layout.lanes * layout.max_ahead_frames + 1
 
 
 def capture_frames(source: Source, geometry: Geometry, **kw: Any) -> Capture:
@@ -252,16 +414,48 @@ def capture_headers(layout: CaptureLayout, array: ArrayDescription, *, time_tag:
     return [frames, mask]
 
 
-class _Segment:
-    """One output sequence's worth of a capture: frames until the next resynchronisation."""
+class CaptureOutput(Protocol):
+    """Where :class:`CaptureBlock` writes: the slots of its two rings and their sequences (our
+    rings: :class:`_RingOutput`; real Bifrost's: ``bifrost.blocks``)."""
 
-    def __init__(self, frames: Iterator[CapturedFrame], first: CapturedFrame) -> None:
-        self.frames, self.pending = frames, first
-        self.first = first
+    slots: CaptureSlots
+
+    def begin(self, headers: list[dict[str, Any]]) -> None:
+        """Begin a sequence in both rings: the next slot committed is its first frame."""
+        ...
+
+    def end(self) -> None:
+        """End the open sequences (if any): slots committed next are space between them."""
+        ...
+
+
+class _RingOutput:
+    """:class:`CaptureOutput` over our rings (:class:`~xengine_block.runtime.ring.SlotWriter`)."""
+
+    def __init__(self, block: CaptureBlock, orings: list[RingWriter]) -> None:
+        lay, n = block.layout, slot_count(block.layout)
+        self.block, self.orings = block, orings
+        self.slots = RingSlots(SlotWriter(orings[0], lay.chunk_bytes, n, block.gulp_nframe),
+                               SlotWriter(orings[1], lay.chunk_heaps, n, block.gulp_nframe))
+        self._stack: ExitStack | None = None
+
+    def begin(self, headers: list[dict[str, Any]]) -> None:
+        self.end()
+        self._stack = ExitStack()
+        self.block._name_sequences(headers)
+        seqs: list[WriteSequence] = self.block.begin_sequences(self._stack, self.orings,
+                                                               headers, [])
+        del seqs
+
+    def end(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
 
 
 class CaptureBlock(SourceBlock):
-    """Source block: SPEAD F-engine packets -> frames ring + presence-mask ring.
+    """Source block: SPEAD F-engine packets -> frames ring + presence-mask ring, zero copy
+    (spead2 places heaps straight into the rings' slots; module docstring).
 
     Outputs: ``orings[0]`` frames ``i8 [-1, S, C, coarse, 2, fine]``, ``orings[1]`` mask
     ``u8 [-1, S]`` (``[-1, S, G]`` with several channel groups); headers from
@@ -274,7 +468,8 @@ class CaptureBlock(SourceBlock):
     geometry, array : correlator geometry and array description (header).
     sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (DESIGN.md 5).
     chan0, window, align, max_ahead, quorum, resync_frames : see :class:`CaptureLayout`.
-    gulp_nframe : frames per output span (default: P, one X-engine integration).
+    gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine
+        integration); frames are committed one by one.
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
         heaps are counted, not followed, unless ``stop_on_end_heap``: single senders only).
     """
@@ -287,7 +482,7 @@ class CaptureBlock(SourceBlock):
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  **kwargs: Any) -> None:
         self.sources = sources if isinstance(sources, list) else [sources]
-        super().__init__(self._segments(), gulp_nframe or geometry.npacket, **kwargs)
+        super().__init__(self.sources, gulp_nframe or geometry.npacket, **kwargs)
         self.orings = [self.create_ring(), self.create_ring()]
         self.layout = CaptureLayout(geometry, chan0=chan0, window=window, align=align,
                                     max_ahead=max_ahead, quorum=quorum,
@@ -328,51 +523,38 @@ class CaptureBlock(SourceBlock):
         if cap is not None:
             cap.stop()  # wakes a reader waiting for packets
 
-    def _segments(self) -> Iterator[_Segment]:
-        """The block's "source names": one segment per output sequence."""
+    def main(self, orings: list[RingWriter]) -> None:
+        self.capture_into(_RingOutput(self, orings), self.counters)
+
+    def capture_into(self, out: CaptureOutput, counters: BlockCounters) -> None:
+        """Capture every source in turn into ``out`` (both runtimes' main)."""
+        frame_nbyte = self.layout.chunk_bytes + self.layout.chunk_heaps
         for source in self.sources:
             if self.shutdown_event.is_set():
                 return
             cap = Capture(source, self.layout, start_timestamp=self.start_timestamp,
                           idle_timeout=self.idle_timeout,
-                          stop_on_end_heap=self.stop_on_end_heap)
+                          stop_on_end_heap=self.stop_on_end_heap, slots=out.slots)
             self._capture = cap
             self.receiving.set()
             if self.shutdown_event.is_set():  # shutdown() came while the stream was built
                 cap.stop()
             try:
-                frames = iter(cap)
-                first = next(frames, None)
-                while first is not None:
-                    segment = _Segment(frames, first)
-                    yield segment
-                    first = segment.pending  # the next sequence's first frame, or None
+                for d in cap.deliveries():
+                    if d.frame_id is None:
+                        out.end()  # space between sequences
+                        continue
+                    if d.new_sequence:
+                        t = d.frame_id * self.layout.timestamp_step
+                        out.begin(capture_headers(self.layout, self.array, time_tag=t,
+                                                  name=f"capture-{t}", **self.sky))
+                    counters.add(frames=1, bytes=frame_nbyte)
                     if self.shutdown_event.is_set():
-                        return
+                        cap.stop()
             finally:
+                out.end()
                 cap.stop()
                 for k, v in cap.counters().items():
                     self._totals[k] += v
                 self._stops += cap.stop_heaps_by_stream()
                 self._capture = None
-
-    def create_reader(self, segment: _Segment) -> _Segment:
-        return segment
-
-    def on_sequence(self, segment: _Segment, sourcename: Any) -> list[dict[str, Any]]:
-        t = segment.first.time_tag
-        return capture_headers(self.layout, self.array, time_tag=t, name=f"capture-{t}",
-                               **self.sky)
-
-    def on_data(self, segment: _Segment, ospans: list[WriteSpan]) -> list[int]:
-        """Copy frames until the gulp is full, the sequence ends (resync) or data end."""
-        n = 0
-        while n < ospans[0].nframe and segment.pending is not None:
-            cf = segment.pending
-            if cf.new_sequence and cf is not segment.first:
-                break  # this sequence is over; the frame starts the next one
-            ospans[0].data[n] = cf.frame
-            ospans[1].data[n] = cf.mask
-            n += 1
-            segment.pending = next(segment.frames, None)  # invalidates cf's views
-        return [n, n]

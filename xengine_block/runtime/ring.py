@@ -172,6 +172,10 @@ class Ring:
         self._live: deque[_Sequence] = deque()  # sequences still (partly) in the buffer
         self._last: _Sequence | None = None
         self._wspan: tuple[int, int] | None = None  # (begin, generation) of the open write span
+        # Frame slots reserved ahead by a SlotWriter, oldest first: (begin, nbyte, generation,
+        # view); committed in this order.
+        self._slots: deque[tuple[int, int, int, np.ndarray]] = deque()
+        self._granule = ALIGN  # buffer sizes are multiples of this (a SlotWriter's frames)
         self._writing_begun = False
         self._writing_ended = False
         self._interrupted = False
@@ -235,7 +239,7 @@ class Ring:
         # no room of its own: no reader waits on the finished sequence before it.)
         contiguous = _round_up(max(contiguous, self._ghost), ALIGN)
         floor = self._max_reserve + 2 * self._max_acquire
-        total = _round_up(max(total, contiguous, floor, self._span), ALIGN)
+        total = _round_up(max(total, contiguous, floor, self._span), self._granule)
         if contiguous == self._ghost and total == self._span:
             return
         nbyte = total + contiguous + ALIGN
@@ -327,8 +331,11 @@ class Ring:
                     raise ValueError(f"ring {self.name!r} already holds a sequence named "
                                      f"{seq.name!r} with time_tag {seq.time_tag}; both must be "
                                      "unique")
-            # Aligned start; the pad is taken by the first reserve, which checks for room.
-            seq = _Sequence(name, time_tag, header_json, tensor, _round_up(self._head, ALIGN))
+            # Aligned start; the pad is taken by the first reserve, which checks for room. With
+            # frame slots reserved the next one is the sequence's first frame (Bifrost begins
+            # every sequence at the head).
+            begin = self._head if self._slots else _round_up(self._head, ALIGN)
+            seq = _Sequence(name, time_tag, header_json, tensor, begin)
             if self._last is not None:
                 self._last.next = seq
             self._last = seq
@@ -346,50 +353,91 @@ class Ring:
 
     def _reserve(self, seq: _Sequence, nbyte: int, nonblocking: bool) -> tuple[int, np.ndarray]:
         with self._cond:
-            if self._wspan is not None:
-                raise RuntimeError(f"ring {self.name!r}: one write span at a time")
+            if self._wspan is not None or self._slots:
+                raise RuntimeError(f"ring {self.name!r}: one write span at a time (and none "
+                                   "while frame slots are reserved)")
             self._note_span(nbyte, write=True)
             begin = max(self._reserve_head, seq.begin)
 
-            def room() -> bool:
-                return (not self._guarantees or
-                        begin + nbyte - min(g.offset for g in self._guarantees) <= self._span)
-
-            if nonblocking and not room():
-                raise RingWouldBlock(f"ring {self.name!r}: no room for {nbyte} bytes")
-            self._wait(room)
-            self._reserve_head = begin + nbyte
-            if self._reserve_head - self._tail > self._span:
-                self._tail = self._reserve_head - self._span
-                while (self._live and self._live[0].end is not None
-                       and self._live[0].end <= self._tail):
-                    self._live.popleft()  # fully overwritten: no longer openable
+            self._advance_reserve(begin, nbyte, nonblocking)
             self._wspan = (begin, self._generation)
             off = begin % self._span
             return begin, self._buf[off:off + nbyte]
+
+    def _advance_reserve(self, begin: int, nbyte: int, nonblocking: bool) -> None:
+        """Wait until [begin, begin + nbyte) may be written (guaranteed readers are past it),
+        then claim it: bytes more than a span behind it are overwritten from now on."""
+
+        def room() -> bool:
+            return (not self._guarantees or
+                    begin + nbyte - min(g.offset for g in self._guarantees) <= self._span)
+
+        if nonblocking and not room():
+            raise RingWouldBlock(f"ring {self.name!r}: no room for {nbyte} bytes")
+        self._wait(room)
+        self._reserve_head = begin + nbyte
+        if self._reserve_head - self._tail > self._span:
+            self._tail = self._reserve_head - self._span
+            while (self._live and self._live[0].end is not None
+                   and self._live[0].end <= self._tail):
+                self._live.popleft()  # fully overwritten: no longer openable
+
+    # ---- frame slots (SlotWriter) ---------------------------------------------------------
+
+    def _reserve_slot(self, nbyte: int, nonblocking: bool) -> np.ndarray:
+        with self._cond:
+            if self._wspan is not None:
+                raise RuntimeError(f"ring {self.name!r}: a write span is open")
+            begin = self._reserve_head
+            if begin + nbyte - self._head > self._span:
+                raise RuntimeError(f"ring {self.name!r}: {begin + nbyte - self._head} bytes of "
+                                   f"slots reserved exceed its {self._span} bytes")
+            self._advance_reserve(begin, nbyte, nonblocking)
+            off = begin % self._span
+            view = self._buf[off:off + nbyte]
+            self._slots.append((begin, nbyte, self._generation, view))
+            return view
+
+    def _commit_slot(self) -> None:
+        with self._cond:
+            begin, nbyte, generation, view = self._slots.popleft()
+            self._publish(begin, nbyte, view, generation)
+            self._head = begin + nbyte
+            self._cond.notify_all()
+
+    def _cancel_slots(self) -> None:
+        with self._cond:
+            if self._slots:
+                self._reserve_head = self._slots[0][0]
+                self._slots.clear()
+                self._cond.notify_all()
 
     def _commit(self, begin: int, nbyte: int, view: np.ndarray) -> None:
         with self._cond:
             _, generation = self._wspan
             self._wspan = None
-            if nbyte and generation != self._generation:
-                # Reallocated while the span was open: move what it wrote into the new buffer.
-                pos = begin
-                while pos < begin + nbyte:
-                    o = pos % self._span
-                    k = min(begin + nbyte - pos, self._span - o)
-                    self._buf[o:o + k] = view[pos - begin:pos - begin + k]
-                    pos += k
-                self._clean = 0
-            elif nbyte:
-                off = begin % self._span
-                wrapped = off + nbyte - self._span
-                if wrapped > 0:  # ran on into the ghost: mirror that part to the front
-                    self._buf[:wrapped] = self._buf[self._span:self._span + wrapped]
-                    self._clean = max(self._clean, wrapped)
-                self._clean = min(self._clean, off)
+            self._publish(begin, nbyte, view, generation)
             self._reserve_head = self._head = begin + nbyte
             self._cond.notify_all()
+
+    def _publish(self, begin: int, nbyte: int, view: np.ndarray, generation: int) -> None:
+        """Make written bytes [begin, begin + nbyte) the buffer's (before the head moves)."""
+        if nbyte and generation != self._generation:
+            # Reallocated while the span was open: move what it wrote into the new buffer.
+            pos = begin
+            while pos < begin + nbyte:
+                o = pos % self._span
+                k = min(begin + nbyte - pos, self._span - o)
+                self._buf[o:o + k] = view[pos - begin:pos - begin + k]
+                pos += k
+            self._clean = 0
+        elif nbyte:
+            off = begin % self._span
+            wrapped = off + nbyte - self._span
+            if wrapped > 0:  # ran on into the ghost: mirror that part to the front
+                self._buf[:wrapped] = self._buf[self._span:self._span + wrapped]
+                self._clean = max(self._clean, wrapped)
+            self._clean = min(self._clean, off)
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -526,6 +574,52 @@ class RingWriter:
     def begin_sequence(self, header: dict[str, Any], gulp_nframe: int,
                        buf_nframe: int | None = None) -> WriteSequence:
         return WriteSequence(self.ring, header, gulp_nframe, buf_nframe)
+
+
+class SlotWriter:
+    """A writer's frames reserved ahead in ring order as *slots*, filled in any order by someone
+    else (spead2's receiver places heaps straight into them), then committed in order: the
+    frames are never copied. The capture's zero-copy delivery (``capture/receive.py``).
+
+    The ring is sized for ``nslot`` slots besides what its readers hold (and its buffer kept a
+    multiple of ``gulp_nframe`` frames, so that gulps never wrap); ``reserve()`` blocks while
+    guaranteed readers hold the room (backpressure, as ``reserve`` does), ``commit()``
+    publishes the oldest slot. A committed slot belongs to the open sequence; a sequence begun
+    while slots are reserved starts at the next slot, so slots committed between sequences
+    (``end()`` of one, before ``begin_sequence`` of the next) are space no sequence covers.
+    ``cancel()`` gives back every slot not committed. Bifrost's rings work the same way (several
+    write spans, committed in order; sequences begin at the head).
+    """
+
+    def __init__(self, writer: RingWriter, frame_nbyte: int, nslot: int,
+                 gulp_nframe: int = 1) -> None:
+        ring = self.ring = writer.ring
+        self.frame_nbyte = frame_nbyte
+        gulp = gulp_nframe * frame_nbyte
+        with ring._cond:
+            ring._granule = int(np.lcm(ring._granule, gulp))
+            # The floor (see _grow): all the slots count as the writer's reservation.
+            ring._max_reserve = max(ring._max_reserve, nslot * frame_nbyte)
+        ring.resize(gulp, (nslot + 2 * gulp_nframe) * frame_nbyte)
+        with ring._cond:  # the first slot on a gulp boundary of the buffer: dead space before
+            if not ring._slots and (ring._last is None or ring._last.end is not None):
+                ring._head = ring._reserve_head = _round_up(ring._head, gulp)
+
+    def reserve(self, nonblocking: bool = False) -> np.ndarray:
+        """The next slot: a writable uint8 view of ``frame_nbyte`` bytes."""
+        return self.ring._reserve_slot(self.frame_nbyte, nonblocking)
+
+    def commit(self) -> None:
+        """Publish the oldest reserved slot."""
+        self.ring._commit_slot()
+
+    @property
+    def nreserved(self) -> int:
+        return len(self.ring._slots)
+
+    def cancel(self) -> None:
+        """Give back every slot not committed (their bytes are written again later)."""
+        self.ring._cancel_slots()
 
 
 class SequenceBase:
