@@ -30,8 +30,9 @@ reading checks: wider values cannot keep int32 sums exact, and no backend here t
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -362,6 +363,112 @@ class SampleLayout:
         return out
 
 
+def spectrum_starts(layout: SampleLayout, t0: int, n: int) -> np.ndarray:
+    """int64 offsets, from a sample's stream and channel part, of spectra ``t0 .. t0 + n``
+    (frame, time block, spectrum in the block): the part of an address every stream shares."""
+    t = np.arange(t0, t0 + n, dtype=np.int64)
+    tt = t % layout.nspectra
+    return ((t // layout.nspectra) * layout.frame_bytes + (tt // layout.block) * layout.block_stride
+            + (tt % layout.block) * layout.time_stride)
+
+
+_ENCODING_CODES = {"ci8": 0, "ci4": 1, "ci16": 2}
+#: What the gather kernel returns when every ci16 value was in the int8 range.
+_ALL_IN_RANGE = 1 << 20
+
+
+@lru_cache(maxsize=1)
+def _gather_kernel() -> Callable[..., int]:
+    """The compiled gather loop (numba, compiled on first use, cached on disk): for channels
+    ``c < nchan``, streams ``s`` and spectra ``d``, the sample at ``src[rs[d] + soff[s] +
+    c * scs]`` (imaginary part ``sim`` on; encoding 0 ci8, 1 ci4, 2 ci16) to ``dst[rd[d] +
+    doff[s] + c * dcs]`` (imaginary ``dim`` on). Returns the first ci16 value outside
+    -128..127, or ``_ALL_IN_RANGE``."""
+    import numba
+
+    @numba.njit(nogil=True, cache=True)
+    def kernel(src, rs, soff, scs, sim, enc, re_low, dst, rd, doff, dcs, dim,
+               nchan):  # pragma: no cover - compiled
+        bad = _ALL_IN_RANGE
+        for c in range(nchan):
+            for s in range(soff.size):
+                a0 = soff[s] + c * scs
+                b0 = doff[s] + c * dcs
+                for d in range(rs.size):
+                    a = rs[d] + a0
+                    b = rd[d] + b0
+                    if enc == 0:
+                        re = np.int32(src[a]) - 256 * (src[a] > 127)
+                        im = np.int32(src[a + sim]) - 256 * (src[a + sim] > 127)
+                    elif enc == 1:
+                        v = np.int32(src[a])
+                        hi = ((v >> 4) ^ 8) - 8
+                        lo = ((v & 15) ^ 8) - 8
+                        re, im = (lo, hi) if re_low else (hi, lo)
+                    else:
+                        re = np.int32(src[a]) | (np.int32(src[a + 1]) << 8)
+                        im = np.int32(src[a + sim]) | (np.int32(src[a + sim + 1]) << 8)
+                        re -= 65536 * (re > 32767)
+                        im -= 65536 * (im > 32767)
+                        if bad == _ALL_IN_RANGE:
+                            if re < -128 or re > 127:
+                                bad = re
+                            elif im < -128 or im > 127:
+                                bad = im
+                    dst[b] = re
+                    dst[b + dim] = im
+        return bad
+
+    return kernel
+
+
+def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: SampleLayout,
+           *, t0: int = 0, nspec: int | None = None, streams: Sequence[int] | None = None,
+           channels: tuple[int, int] | None = None) -> None:
+    """The layout pass in one go: spectra ``[t0, t0 + nspec)`` of ``data`` (in ``layout``) into
+    ``out`` (in ``out_layout``, counted in ``out``'s elements, e.g. int8 frames or a float32
+    scratch: two parts, ``im_offset`` elements apart), spectrum ``t0 + d`` to out spectrum
+    ``d``, streams ``streams`` (indices into ``layout``'s; default all) to out streams 0, 1, ...,
+    channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (numba, the
+    GIL released), no intermediate copy; ci4 unpacked and ci16 narrowed on the way (a value
+    outside -128..127 raises :class:`LayoutError` naming it). Out samples not written keep
+    their values.
+    """
+    src = np.asarray(data)
+    if not src.flags.c_contiguous or not out.flags.c_contiguous:
+        raise LayoutError("gather needs C-contiguous data and out")
+    src = src.reshape(-1).view(np.uint8)
+    dst = out.reshape(-1)
+    if nspec is None:
+        nspec = layout.nframes(src) * layout.nspectra - t0
+    sel = list(range(layout.nstream)) if streams is None else [int(x) for x in streams]
+    c0, c1 = (0, layout.nchan) if channels is None else channels
+    if out_layout.encoding != "ci8" or len(sel) > out_layout.nstream or c1 - c0 > out_layout.nchan:
+        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a "
+                          f"two-part out layout of {out_layout.nstream} x {out_layout.nchan}")
+    if nspec <= 0 or not sel or c1 <= c0:
+        return
+    rs, rd = spectrum_starts(layout, t0, nspec), spectrum_starts(out_layout, 0, nspec)
+    soff = np.asarray(layout.stream_offsets, np.int64)[sel] + c0 * layout.chan_stride
+    doff = np.asarray(out_layout.stream_offsets[:len(sel)], np.int64)
+    part = 0 if layout.encoding == "ci4" else layout.im_offset
+    top = int(rs[-1] + soff.max()) + (c1 - c0 - 1) * layout.chan_stride + part + \
+        layout.part_bytes - 1
+    if top >= src.size:
+        raise LayoutError(f"{src.size} bytes hold fewer than spectrum {t0 + nspec - 1} of "
+                          f"this layout")
+    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + \
+            out_layout.im_offset >= dst.size:
+        raise LayoutError(f"out holds {dst.size} elements, fewer than {nspec} spectra of its "
+                          f"layout")
+    bad = _gather_kernel()(src, rs, soff, layout.chan_stride, layout.im_offset,
+                           _ENCODING_CODES[layout.encoding], layout.nibble_order == "re_low",
+                           dst, rd, doff, out_layout.chan_stride, out_layout.im_offset, c1 - c0)
+    if bad != _ALL_IN_RANGE:
+        raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples are "
+                          f"correlated exactly only in the int8 range")
+
+
 def narrow_ci16(x: np.ndarray) -> np.ndarray:
     """int16 natural samples -> int8, or LayoutError naming the first value out of range."""
     if x.dtype == np.int8:
@@ -379,15 +486,20 @@ def to_packet_frames(data: np.ndarray, layout: SampleLayout, g: Geometry,
                      nframe: int | None = None) -> tuple[np.ndarray, int]:
     """The fallback layout pass: ``data`` in ``layout`` -> (frames of ``g``'s packet layout,
     spectra they hold). The spectra are zero-padded to whole packets (zeros add nothing); ``g``
-    must have the layout's streams and channels (ci4 layouts give ci4 frames when ``g`` is ci4,
-    else int8 frames)."""
+    must have the layout's streams and channels. An 8-bit ``g`` gets int8 frames in one
+    :func:`gather` pass; a ci4 ``g`` ci4 frames (through the natural reading and a repack)."""
     from .layout import natural_to_frames
 
     if (g.nstream, g.nchan) != (layout.nstream, layout.nchan):
         raise GeometryError(f"geometry has {g.nstream} streams x {g.nchan} channels, the "
                             f"layout {layout.nstream} x {layout.nchan}")
-    x = narrow_ci16(layout.natural(data, nframe))
-    nspec = x.shape[2]
+    n = layout.nframes(data) if nframe is None else nframe
+    nspec = n * layout.nspectra
+    if not g.ci4:
+        frames = np.zeros((-(-nspec // g.nspectra_pkt), *g.frame_shape), np.int8)
+        gather(data, layout, frames, SampleLayout.packet(g), nspec=nspec)
+        return frames, nspec
+    x = narrow_ci16(layout.natural(data, n))
     pad = -nspec % g.nspectra_pkt
     if pad:
         x = np.concatenate([x, np.zeros((*x.shape[:2], pad, 2), x.dtype)], axis=2)

@@ -83,16 +83,23 @@ class Backend(ABC):
         it for those layouts.
         """
         g = self.geometry
-        self.check_layout(layout)
-        n = layout.nframes(data) if nframe is None else nframe
-        layout.check_spectra(n * layout.nspectra)
-        if accumulate and out is None:
-            raise ValueError("accumulate needs an out array to add to")
+        n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
         if layout == SampleLayout.packet(g):
             frames = as_frames(np.asarray(data).reshape(-1).view(np.int8)[:n * g.frame_bytes], g)
         else:
             frames, _ = to_packet_frames(data, layout, g, n)
         return self.correlate_frames(frames, out, accumulate)
+
+    def layout_spectra(self, data: np.ndarray, layout: SampleLayout, nframe: int | None,
+                       out: np.ndarray | None, accumulate: bool) -> int:
+        """The spectra a ``correlate_layout`` call reads, after its checks (streams and
+        channels, the int32 bound, ``accumulate`` with an ``out``)."""
+        self.check_layout(layout)
+        if accumulate and out is None:
+            raise ValueError("accumulate needs an out array to add to")
+        n = layout.nframes(data) if nframe is None else nframe
+        layout.check_spectra(n * layout.nspectra)
+        return n * layout.nspectra
 
     def check_layout(self, layout: SampleLayout) -> None:
         """ValueError unless ``layout`` holds this backend's streams and channels."""
@@ -173,6 +180,15 @@ class HostUnpack(Backend):
             out = self.new_output()
         out[...] = acc  # exact: check_frames kept P within the ci4 int32 bound
         return out
+
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """ci4 frames of our packet layout: unpacked as above. Any other layout: the device's
+        own host layout pass, which unpacks ci4 on its way into the device's int8 input."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        return self.device.correlate_layout(data, layout, out, nframe, accumulate)
 
     def close(self) -> None:
         self.device.close()

@@ -185,8 +185,7 @@ class NativeBackend(Backend):
         paths (:meth:`correlate_frames`)."""
         if layout == SampleLayout.packet(self.geometry):
             return super().correlate_layout(data, layout, out, nframe, accumulate)
-        if accumulate and out is None:
-            raise ValueError("accumulate needs an out array to add to")
+        self.layout_spectra(data, layout, nframe, out, accumulate)
         target = self._target(out, accumulate)
         self._run_layout(data, layout, target, nframe, "full", accumulate)
         if out is not None and target is not out:
@@ -195,13 +194,11 @@ class NativeBackend(Backend):
 
     def _run_layout(self, data: np.ndarray, layout: SampleLayout, out: np.ndarray,
                     nframe: int | None, mode: str, accumulate: bool = False) -> None:
-        self.check_layout(layout)
         a = np.asarray(data)
         if not a.flags.c_contiguous:
             raise ValueError("layout data must be C-contiguous")
         buf = a.reshape(-1).view(np.uint8)
-        n = layout.nframes(buf) if nframe is None else nframe
-        layout.check_spectra(n * layout.nspectra)
+        n = self.layout_spectra(buf, layout, nframe, out, accumulate) // layout.nspectra
         self.last_cpu_seconds = self._ext.correlate_layout(
             buf, out, np.asarray(layout.stream_offsets, np.int64), layout.nchan, n,
             layout.nspectra, layout.frame_bytes, layout.chan_stride, layout.time_stride,
