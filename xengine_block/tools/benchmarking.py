@@ -11,13 +11,23 @@ names it) on the backend's threads, measured in the same run; ``fraction_of_int8
 the backend's useful int8 op rate by it, with
 useful ops = 8 * S(S+1)/2 * B (the Hermitian triangle, autocorrelations included: 4 real MACs
 of 2 ops per complex baseline-sample), i.e. the ops an exact triangle correlator cannot avoid.
+
+Memory limit: ``machine_read_gbps`` is the streaming read bandwidth of a buffer much larger than
+the last-level cache (``xengine_block._readbw``: the widest loads the CPU has; numpy where the
+extension is absent), on one core and on the backend's threads, measured in the same run. A
+correlator reads each input byte once at least, so at ``ops_per_input_byte`` useful ops per
+byte (:func:`ops_per_input_byte`: 2(S+1) for ci8, 514 at S = 256) its roofline is
+``min(machine_int8_tops, machine_read_gbps * ops_per_input_byte)``; ``fraction_of_roofline``
+divides the useful op rate by it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -120,6 +130,130 @@ def wall_peak_tops(isa: str, nthreads: int) -> float | None:
     """Best wall-clock TOPS of path ``isa``'s peak loop on ``nthreads`` threads so far."""
     best = _PEAKS.get((isa, nthreads))
     return best[0] / 1e12 if best else None
+
+
+def llc_bytes() -> int | None:
+    """Size of the largest CPU cache (Linux sysfs; None where it cannot be read)."""
+    sizes = []
+    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = size.read_text().strip().upper()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        try:
+            sizes.append(int(text.rstrip("KMG")) * units.get(text[-1:], 1))
+        except ValueError:
+            continue
+    return max(sizes) if sizes else None
+
+
+def _read_buffer_bytes() -> int:
+    """8 x the last-level cache (so every pass streams from DRAM), 256 MiB to 2 GiB."""
+    return min(2 << 30, max(256 << 20, 8 * (llc_bytes() or 0)))
+
+
+def _numpy_read_bandwidth(nthreads: int, nbytes: int, passes: int) -> tuple[float, float, str]:
+    """(bytes/s wall, bytes per CPU second, how) of ``np.add.reduce`` over float64 buffers, one
+    per thread (numpy releases the GIL in reductions): the fallback of ``_readbw``."""
+    n = max(1, nbytes // 8 // nthreads)
+    start = threading.Barrier(nthreads)
+    times = [(0.0, 0.0)] * nthreads
+
+    def work(i: int) -> None:
+        a = np.ones(n)  # touched by this thread; ones: no denormals, no zero pages
+        np.add.reduce(a)
+        start.wait()
+        w0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(passes):
+            np.add.reduce(a)
+        times[i] = (time.perf_counter() - w0, time.thread_time() - c0)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(nthreads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    total = 8.0 * n * nthreads * passes
+    cpu = sum(c for _, c in times) / nthreads
+    return (total / max(w for w, _ in times), total / max(cpu, 1e-9),
+            "numpy add.reduce over float64 (the _readbw extension is not built)")
+
+
+#: nthreads -> (best bytes/s of the wall clock, best bytes per CPU second, how, buffer bytes)
+_READS: dict[int, tuple[float, float, str, int]] = {}
+
+
+def machine_read_gbps(nthreads: int | None = None, seconds: float = 0.3,
+                      repeat: int = 3) -> tuple[float, str]:
+    """(GB/s, how): the streaming read bandwidth of ``nthreads`` cores (default all) at once.
+
+    Each thread streams its own slice of a buffer 8 x the last-level cache (256 MiB to 2 GiB)
+    with the widest loads the CPU has (``xengine_block._readbw``: AVX-512, AVX2 or SSE2; numpy's
+    ``add.reduce`` where the extension is absent). The figure is the best of this and every
+    earlier call in the process of both the wall-clock rate and the rate per CPU second of the
+    threads (insensitive to others' processes taking the cores): a ceiling, never squeezed by
+    the load of a shared machine, so nothing divided by it is flattered. Used by every
+    benchmark that compares a rate of bytes to the machine (correlator, capture, pipeline,
+    reprocessing).
+    """
+    n = nthreads or os.cpu_count() or 1
+    nbytes = _read_buffer_bytes()
+    try:
+        from .. import _readbw
+
+        def measure(passes: int) -> tuple[float, float, str]:
+            return _readbw.read_bandwidth(n, nbytes, passes)[:3]
+    except ImportError:
+        def measure(passes: int) -> tuple[float, float, str]:
+            return _numpy_read_bandwidth(n, nbytes, passes)
+    wall, cpu, how = measure(1)  # also sizes the timed runs to ~`seconds`
+    passes = max(1, round(seconds * wall / nbytes))
+    for _ in range(repeat):
+        w, c, how = measure(passes)
+        wall, cpu = max(wall, w), max(cpu, c)
+    old = _READS.get(n, (0.0, 0.0, how, nbytes))
+    best = (max(old[0], wall), max(old[1], cpu), how, nbytes)
+    _READS[n] = best
+    llc = llc_bytes()
+    return (max(best[0], best[1]) / 1e9,
+            f"{how}: {n} thread(s) at once, each streaming its slice of a {nbytes >> 20} MiB "
+            f"buffer ({f'{nbytes / llc:.0f} x the {llc >> 20} MiB' if llc else 'size of the'} "
+            f"last-level cache); best of the run, wall clock {best[0] / 1e9:.1f} GB/s, per CPU "
+            f"second {best[1] / 1e9:.1f} GB/s")
+
+
+def read_bandwidth(nthreads: int | None = None) -> dict:
+    """The JSON block of the read bandwidth: one core and ``nthreads`` (default all) cores."""
+    n = nthreads or os.cpu_count() or 1
+    out = {}
+    for key, k in (("one_core", 1), ("all_cores", n)):
+        gbps, how = machine_read_gbps(k)
+        wall, cpu = _READS[k][:2]
+        out[key] = {"nthreads": k, "gbps": gbps, "gbps_wall": wall / 1e9,
+                    "gbps_cpu_time": cpu / 1e9, "how": how}
+    return out
+
+
+def ops_per_input_byte(nstream: int, sample_bits: int = 8) -> float:
+    """Useful int8 ops per input byte: 8 * S(S+1)/2 ops per sample time (the module's useful
+    triangle convention) over the S * 2 * bits/8 bytes of one sample time of every stream:
+    2(S+1) for ci8 (514 at S = 256), 4(S+1) for ci4. Input bytes only: the triangle written
+    once per channel and call is under 1 % of them at the seed's P."""
+    return 8 * nstream * (nstream + 1) / 2 / (nstream * 2 * sample_bits / 8)
+
+
+def set_roofline(entry: dict, nthreads: int, opb: float) -> None:
+    """Add the roofline of ``entry`` (which has ``int8_tops_triangle_useful`` and
+    ``machine_int8_tops``): the lower of the int8 peak and the read bandwidth of ``nthreads``
+    cores (the run's best; measured now if not yet) times ``opb`` useful ops per input byte,
+    and the useful rate's fraction of it."""
+    best = _READS.get(nthreads)
+    gbps = max(best[:2]) / 1e9 if best else machine_read_gbps(nthreads)[0]
+    memory_tops = gbps * opb / 1e3
+    peak = entry.get("machine_int8_tops")
+    roof = min(peak, memory_tops) if peak else memory_tops
+    entry.update({"machine_read_gbps": gbps, "ops_per_input_byte": opb,
+                  "memory_limit_tops": memory_tops, "roofline_tops": roof,
+                  "roofline_bound": "memory" if roof == memory_tops else "int8 compute",
+                  "fraction_of_roofline": entry["int8_tops_triangle_useful"] / roof})
 
 
 def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
