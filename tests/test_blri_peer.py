@@ -58,6 +58,7 @@ def run_blri(d, raw, telinfo, name, *extra):
     return pyuvdata.UVData.from_file(out, run_check=False, fix_old_proj=False)
 
 
+@pytest.mark.filterwarnings("ignore:This data appears to have been phased-up")
 def test_blri_generated_file_is_exact_and_blri_is_our_conjugate(blri_file, tmp_path):
     d, raw, telinfo = blri_file
     (r,) = reprocess([raw], tmp_path / "out", ReprocessOptions(

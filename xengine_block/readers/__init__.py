@@ -20,6 +20,9 @@ from .base import Chunk, Damage, Recording, RecordingError, RecordingMeta, Run
 #: format name -> "module:Class" (imported when used).
 FORMATS: dict[str, str] = {
     "guppi": "xengine_block.readers.guppi:GuppiRecording",
+    "mwax": "xengine_block.readers.mwax:MwaxRecording",
+    "dada": "xengine_block.readers.dada:DadaRecording",
+    "vdif": "xengine_block.readers.vdif:VdifRecording",
 }
 #: Formats ``xengine reprocess --format`` takes: ours (pcap with a sidecar) and the readers'.
 ALL_FORMATS = ("pcap", *FORMATS)

@@ -242,14 +242,17 @@ class Recording:
         return self.runs[-1].end
 
     def file_starts(self) -> list[int]:
-        """Per file, the first spectrum recorded in it (files without data: the next file's)."""
-        starts = [None] * len(self.files)
+        """Per file, the first spectrum of the stretch it is answerable for: from the end of
+        the files before it (so a gap before a file's data is that file's, as is its damage
+        count) up to the next file's; the first file's from the recording's start."""
+        ends = [None] * len(self.files)
         for run in self.runs:
-            if starts[run.file] is None:
-                starts[run.file] = run.time_tag
-        nxt = self.end
-        for i in range(len(starts) - 1, -1, -1):
-            starts[i] = nxt = starts[i] if starts[i] is not None else nxt
+            ends[run.file] = max(ends[run.file] or run.end, run.end)
+        starts, upto = [], self.start
+        for i in range(len(self.files)):
+            starts.append(upto)
+            if ends[i] is not None:
+                upto = max(upto, ends[i])
         return starts
 
     def stream_order(self, antennas: Sequence[int] | None) -> list[int] | None:
@@ -333,7 +336,7 @@ def merge_runs(runs: list[Run]) -> list[Run]:
     for r in runs:
         if out:
             p = out[-1]
-            stride = r.offset - p.offset
+            stride = int(r.offset - p.offset)
             same = (p.file == r.file and p.chan0 == r.chan0 and r.time_tag == p.end
                     and r.nframe == 1)
             if same and p.layout.replace(frame_bytes=1 << 62) == r.layout.replace(
