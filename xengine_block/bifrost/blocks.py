@@ -11,6 +11,7 @@ from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
+from ..outputs.spead_block import SpeadOutputLogic
 from ..runtime.memory import bytes_at, populate
 from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
 
@@ -65,6 +66,10 @@ class IntegrateBlock(BifrostBlock, IntegrateLogic, bfp.MultiTransformBlock):
 
 class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):
     __doc__ = UVH5WriterLogic.__doc__
+
+
+class SpeadOutputBlock(BifrostBlock, SpeadOutputLogic, bfp.MultiTransformBlock):
+    __doc__ = SpeadOutputLogic.__doc__
 
 
 class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
