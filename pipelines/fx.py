@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=at.port, default=0, help="UDP port (0: any free port)")
     p.add_argument("--rate-gbps", type=at.nonnegative_number, default=1.0,
                    help="UDP send rate (0: unpaced)")
-    p.add_argument("--record", type=at.output_file,
+    p.add_argument("--record", type=at.recording_file,
                    help="also write the packets sent to this pcap")
     p.add_argument("--out", type=at.output_dir,
                    help="output directory (default: new fx_out/run-*)")
