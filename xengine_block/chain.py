@@ -40,11 +40,11 @@ class Chain:
 
     def xengine_msps(self) -> float:
         """Samples correlated per second of the X-engine block's compute time."""
-        g = self.xengine.geometry
+        lay = self.xengine.layout
         perf = self.xengine.perf
-        if g is None or not perf.get("process_s"):
+        if lay is None or not perf.get("process_s"):
             return 0.0
-        return perf["frames"] * g.nspectra_pkt * g.nchan / perf["process_s"] / 1e6
+        return perf["frames"] * lay.nspectra * lay.nchan / perf["process_s"] / 1e6
 
 
 def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "auto",

@@ -45,6 +45,16 @@ ENCODING_BYTES = {"ci8": 1, "ci4": 1, "ci16": 2}
 ENCODING_BITS = {"ci8": 8, "ci4": 4, "ci16": 8}
 
 
+#: Axis labels a layout is built from (:meth:`SampleLayout.from_axes`), and their synonyms.
+AXIS_LABELS = frozenset({"station", "pol", "stream", "freq", "fine_time", "reim"})
+AXIS_SYNONYMS = {"stand": "station", "ant": "station", "chan": "freq", "input": "stream"}
+
+
+def names_layout_axes(labels: Sequence[str]) -> bool:
+    """Whether every label is one :meth:`SampleLayout.from_axes` knows (or a synonym)."""
+    return all(lab in AXIS_LABELS or lab in AXIS_SYNONYMS for lab in labels)
+
+
 class LayoutError(ValueError):
     """A layout does not describe a readable buffer; the message names the field."""
 
@@ -173,21 +183,20 @@ class SampleLayout:
         """A dense C-order frame from its axes, outermost first, after the frame (time) axis.
 
         ``axes``: ``(label, size)`` pairs with labels ``station`` (or ``stand``, ``ant``),
-        ``pol`` (1 or 2; absent: 1), ``stream`` (stations and pols merged, ``2*station+pol``),
+        ``pol`` (1 or 2; absent: 1), ``stream`` (or ``input``: stations and pols merged,
+        ``2*station+pol``),
         ``freq`` (or ``chan``), ``fine_time`` (spectra within the frame; absent: 1) and, for
         ci8/ci16, an innermost ``reim`` of 2 (implied when absent). One pol doubles nothing:
         a single-pol input is refused (streams are antenna pairs of X and Y).
         ``antennas``: which stations of the buffer become antennas 0, 1, ... (default all, in
         order). ``frame_bytes``: a stride larger than the dense frame (padding).
         """
-        names = {"stand": "station", "ant": "station", "chan": "freq"}
-        dims = [(names.get(lab, lab), int(n)) for lab, n in axes]
+        dims = [(AXIS_SYNONYMS.get(lab, lab), int(n)) for lab, n in axes]
         labels = [d for d, _ in dims]
-        known = {"station", "pol", "stream", "freq", "fine_time", "reim"}
         for lab in labels:
-            if lab not in known:
-                raise LayoutError(f"axis {lab!r} is not one of {sorted(known)} (or stand, ant, "
-                                  f"chan)")
+            if lab not in AXIS_LABELS:
+                raise LayoutError(f"axis {lab!r} is not one of {sorted(AXIS_LABELS)} (or "
+                                  f"{', '.join(AXIS_SYNONYMS)})")
         if len(set(labels)) != len(labels):
             raise LayoutError(f"axes {labels} repeat a label")
         if encoding not in ENCODING_BYTES:
@@ -233,6 +242,38 @@ class SampleLayout:
         return cls(2 * len(chosen), size["freq"], nspectra, frame_bytes or dense, offsets,
                    stride["freq"], time_stride=stride.get("fine_time", 0), encoding=encoding,
                    im_offset=stride.get("reim", 0), nibble_order=nibble_order)
+
+    @classmethod
+    def from_tensor(cls, tensor: Mapping[str, Any], *,
+                    nibble_order: str = "re_high") -> SampleLayout:
+        """The layout of a ring whose Bifrost ``_tensor`` names its axes (``labels``), e.g.
+        ``ci8 [-1, nchan, nstation, 2]`` labelled ``['time', 'freq', 'station', 'pol']``.
+
+        The first axis is the frame (time) axis; the others are :meth:`from_axes` labels. dtype
+        ``ci4``, ``ci8`` or ``ci16`` (also ``i8``/``i16`` with an innermost ``reim`` axis). With
+        no ``pol`` axis a ``station``/``stand``/``ant`` axis is the merged ``stand*pol`` axis
+        (``s = 2*station + pol``), as in Bifrost's ``correlate_dp4a`` and the LWA capture rings.
+        """
+        dtype = tensor.get("dtype")
+        shape, labels = list(tensor.get("shape") or []), tensor.get("labels")
+        encodings = {"ci4": "ci4", "ci8": "ci8", "ci16": "ci16", "i8": "ci8", "i16": "ci16"}
+        if dtype not in encodings:
+            raise LayoutError(f"dtype {dtype!r} is not a complex integer type (ci4, ci8 or ci16; "
+                              f"i8/i16 with a reim axis): unpack or quantize it first")
+        if not isinstance(labels, Sequence) or len(labels) != len(shape) or not shape:
+            raise LayoutError(f"labels {labels!r} do not name the {len(shape)} axes of shape "
+                              f"{shape}")
+        if labels[0] != "time" or shape[0] != -1:
+            raise LayoutError(f"the first axis must be the frame axis 'time' of size -1, got "
+                              f"{labels[0]!r} of {shape[0]}")
+        axes = list(zip(labels[1:], shape[1:], strict=True))
+        if dtype.startswith("i") and (not axes or axes[-1][0] != "reim"):
+            raise LayoutError(f"dtype {dtype} holds re and im in an innermost reim axis; "
+                              f"labels {list(labels)} have none")
+        if "pol" not in labels:
+            axes = [("stream" if lab in ("station", "stand", "ant") else lab, n)
+                    for lab, n in axes]
+        return cls.from_axes(axes, encoding=encodings[dtype], nibble_order=nibble_order)
 
     def select(self, channels: Sequence[int] | None = None,
                streams: Sequence[int] | None = None) -> SampleLayout:
