@@ -104,7 +104,7 @@ def test_lwa352_input_to_ant_orders_the_streams():
     ({"npol": 3}, r"header npol = 3: must be 1 or 2"),
     ({"nbit": 16}, r"header nbit = 16: 4 \(ci4\) or 8"),
     ({"complex": False}, r"header complex = False: real samples"),
-    ({"npol": 1, "nstand": 3}, r"header nstand = 3: with npol 1 .* must be even"),
+    ({"npol": 1}, r"header npol = 1: one polarisation: .* xengine_block\.bifrost\.correlate"),
     ({"bw": -1.0}, r"header bw = -1.0: must be > 0"),
     ({"nchan": "8"}, r"header nchan = '8': must be an integer >= 1"),
 ])
@@ -119,6 +119,15 @@ def test_a_missing_flat_key_is_named(key):
     del hdr[key]
     with pytest.raises(HeaderError, match=rf"lwa-sv capture header lacks \['{key}'\]"):
         flat_to_contract(hdr)
+
+
+def test_single_pol_capture_headers_need_an_even_stand_count_for_correlate():
+    h = {**adp_header(0, 100, 8, 1), "npol": 1, "nstand": 3}
+    with pytest.raises(HeaderError, match=r"header nstand = 3: 3 stations of one pol .* even"):
+        flat_to_contract(h, single_pol=True)
+    hdr, _ = flat_to_contract({**h, "nstand": 4}, single_pol=True)
+    assert hdr["_tensor"]["shape"] == [-1, 8, 4, 1]
+    assert SampleLayout.from_dict(hdr["sample_layout"]).stream_offsets == (0, 1, 2, 3)
 
 
 def test_headers_of_neither_dialect_are_refused():

@@ -8,8 +8,9 @@ a block's failure.
 
 from ..runtime.pipeline import PipelineError
 from .blocks import CaptureBlock, IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
+from .correlate import correlate
 from .runtime import BifrostBlock, Pipeline, as_ours, attach_counters, bf
 
 __all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",
            "QuicklookBlock", "UVH5WriterBlock", "XEngineBlock", "as_ours", "attach_counters",
-           "bf"]
+           "bf", "correlate"]

@@ -154,11 +154,24 @@ def capture_layout(nchan: int, nstand: int, npol: int, nbit: int, nibble_order: 
     return layout.replace(stream_offsets=tuple(where[sp] * step for sp in want))
 
 
+def _single_pol(key: str, value: Any, nstation: int, allowed: bool) -> None:
+    """One polarisation: its stations pair up into our two-stream antennas (``allowed``: the
+    correlate block, whose matrix has no antennas), which needs an even count."""
+    if not allowed:
+        raise _bad(key, value, "one polarisation: the X-engine's streams are antennas' X and "
+                               "Y; correlate it with xengine_block.bifrost.correlate (a "
+                               "station matrix, no antennas)")
+    if nstation % 2:
+        raise _bad(key, value, f"{nstation} stations of one pol are merged into pairs of "
+                               f"streams: their count must be even")
+
+
 def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None = None,
                      time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
-                     ) -> tuple[dict[str, Any], list[str]]:
+                     single_pol: bool = False) -> tuple[dict[str, Any], list[str]]:
     """A flat capture header -> (our contract header, what was assumed); see the module
-    docstring for the mapping. :class:`HeaderError` names the key that is wrong."""
+    docstring for the mapping. :class:`HeaderError` names the key that is wrong.
+    ``single_pol``: accept ``npol`` 1 (:func:`_single_pol`)."""
     kind = dialect(hdr)
     nchan, nstand = _int(hdr, "nchan", 1), _int(hdr, "nstand", 1)
     npol, nbit, seq0 = _int(hdr, "npol", 1), _int(hdr, "nbit", 1), _int(hdr, "seq0")
@@ -169,9 +182,9 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
         raise _bad("nbit", nbit, "4 (ci4) or 8 (ci8) bits per part are correlated exactly")
     if npol not in (1, 2):
         raise _bad("npol", npol, "must be 1 or 2")
-    if npol == 1 and nstand % 2:
-        raise _bad("nstand", nstand, "with npol 1 the stands are merged into pairs of "
-                                     "streams: it must be even")
+    if npol == 1:
+        _single_pol("npol" if not single_pol else "nstand",
+                    npol if not single_pol else nstand, nstand, single_pol)
     if nibble_order not in NIBBLE_ORDERS:
         raise _bad("nibble_order", nibble_order, f"must be one of {NIBBLE_ORDERS}")
     assumed: list[str] = []
@@ -206,8 +219,8 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
     assumed.append(f"{fs:g} spectra per second (one per 1 / channel width)")
     layout = capture_layout(nchan, nstand, npol, nbit, nibble_order, hdr.get("input_to_ant"))
     dtype = "ci4" if nbit == 4 else "ci8"
-    shape = [-1, nchan, nstand, npol] if npol == 2 else [-1, nchan, nstand]
-    labels = ["time", "freq", "station", "pol"] if npol == 2 else ["time", "freq", "stream"]
+    shape = [-1, nchan, nstand, npol]  # npol 1: sample_layout says how the stands pair up
+    labels = ["time", "freq", "station", "pol"]
     t0 = float(sync + Fraction(seq0) / chan_bw)
     out.update({
         ADAPTED_KEY: kind, "name": f"{kind}-{seq0}", "time_tag": seq0,
@@ -223,9 +236,10 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
 
 # ----------------------------------------------------------------------- tensor headers
 def tensor_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None = None,
-                       ) -> tuple[dict[str, Any], list[str]]:
+                       single_pol: bool = False) -> tuple[dict[str, Any], list[str]]:
     """A Bifrost voltage tensor header -> (the same with our contract's time, frequency and
-    array keys where it lacks them, what was assumed). Other tensors pass unchanged."""
+    array keys where it lacks them, what was assumed). Other tensors pass unchanged.
+    ``single_pol``: accept a pol axis of 1 (:func:`_single_pol`)."""
     tensor = hdr["_tensor"]
     if list(tensor.get("labels", [])) not in TENSOR_LABELS:
         return dict(hdr), []
@@ -257,6 +271,13 @@ def tensor_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None
     out.setdefault("chan0", 0)
     if npol == 2:
         out["array"] = _array(hdr, array, nstation, assumed)
+    elif npol == 1 and "sample_layout" not in out:
+        _single_pol("_tensor.shape", shape, nstation, single_pol)
+        encoding = {"ci4": "ci4", "ci8": "ci8", "ci16": "ci16"}.get(tensor.get("dtype"))
+        if encoding is not None:
+            out["sample_layout"] = SampleLayout.from_axes(
+                [("freq", nchan), ("stream", nstation)], encoding=encoding,
+                nibble_order=hdr.get("nibble_order", "re_high")).to_dict()
     out[ADAPTED_KEY] = out.get(ADAPTED_KEY, "tensor")
     return out, assumed
 
@@ -268,20 +289,22 @@ class HeaderAdapter:
     ``geometry`` or ``sample_layout``) pass unchanged. What it assumes is logged once per
     adapter (``who``: the block's name)."""
 
-    def __init__(self, who: str, *, array: ArrayDescription | None = None,
-                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high") -> None:
-        self.who, self.array = who, array
+    def __init__(self, who: str | None, *, array: ArrayDescription | None = None,
+                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
+                 single_pol: bool = False) -> None:
+        self.who, self.array, self.single_pol = who, array, single_pol
         self.time_tag_hz, self.nibble_order = time_tag_hz, nibble_order
         self._said: set[str] = set()
 
     def __call__(self, hdr: dict[str, Any]) -> dict[str, Any]:
         if "_tensor" not in hdr:
             out, assumed = flat_to_contract(hdr, array=self.array, time_tag_hz=self.time_tag_hz,
-                                            nibble_order=self.nibble_order)
+                                            nibble_order=self.nibble_order,
+                                            single_pol=self.single_pol)
         elif ADAPTED_KEY in hdr or "geometry" in hdr:
             return hdr
         else:
-            out, assumed = tensor_to_contract(hdr, array=self.array)
+            out, assumed = tensor_to_contract(hdr, array=self.array, single_pol=self.single_pol)
         for line in assumed:
             if line not in self._said:
                 self._said.add(line)
