@@ -93,9 +93,13 @@ class CorrelateHeaders(HeaderAdapter):
                 raise HeaderError(f"header _tensor.dtype = {tensor.get('dtype')!r}: {self.dtype} "
                                   f"output is correlated exactly from integer samples (ci4, ci8, "
                                   f"ci16) only; quantize first (bifrost.blocks.quantize)")
-        source = {k: hdr.get(k) for k in ("name", "time_tag", "gulp_nframe")}
         out = super().__call__(hdr)
-        source["_tensor"] = copy.deepcopy(hdr.get("_tensor", out["_tensor"]))
+        # What Bifrost's output header copies of the input's: a tensor's own name, time_tag and
+        # gulp; a capture header's as adapted (its time_tag is the pipeline's clock, not ours).
+        raw = hdr if "_tensor" in hdr else out
+        source = {k: raw.get(k) for k in ("name", "time_tag", "gulp_nframe", "_tensor")}
+        source = copy.deepcopy(source)
+        source["sync_time"] = out["sync_time"]
         dtype = out["_tensor"]["dtype"]
         if self.dtype == "ci32" and self.nframe > max_spectra_int32(INPUT_BITS[dtype]):
             raise HeaderError(f"header _tensor.dtype = {dtype!r}: {self.nframe} spectra per "
@@ -131,8 +135,8 @@ def matrix_header(xhdr: dict[str, Any], nframe: int, dtype: str) -> dict[str, An
     otensor["scales"][0][1] *= nframe
     ohdr["_tensor"] = otensor
     ohdr["matrix_fill_mode"] = BIFROST_FILL_MODE
-    for key in ("name", "time_tag"):  # the input's, as Bifrost's copy of its header
-        if source[key] is not None:
+    for key in ("name", "time_tag", "sync_time"):  # the input's, as Bifrost's copy of it
+        if source[key] is not None:  # (sync_time: time_tag counts spectra from it again)
             ohdr[key] = source[key]
     ohdr["nspectra"] = xhdr["nspectra"]
     return ohdr
@@ -142,8 +146,10 @@ def tcc_header(xhdr: dict[str, Any], nstation: int, npol: int, dtype: str) -> di
     """The TCC order's header: ours, plus the keys the LWA correlators' downstream blocks read
     (ng_digital_processor ``scripts/ndp_drx.py`` ``CorrelatorOp`` / ``PacketizeOp``): ``nchan``,
     ``nstand``, ``npol``, ``nbit`` 32, ``complex``, ``navg`` (10 ms sub-slots integrated, where
-    whole) and, for an ADP/NDP capture, ``time_tag`` / ``start_tag`` of the first integration
-    in its ticks; ``seq0`` / ``acc_len`` (spectra) as lwa352's correlator writes them."""
+    whole) and, for an ADP/NDP capture, ``start_tag``, the first integration's start in its
+    ticks (what NDP's packetizer reads; ``time_tag`` stays our spectrum count, so the sequence
+    means the same to our blocks); ``seq0`` / ``acc_len`` (spectra) as lwa352's correlator
+    writes them."""
     ohdr = {k: v for k, v in xhdr.items() if k not in (SOURCE_KEY, "baseline_order", "_tensor")}
     nspec, nchan = int(xhdr["nspectra"]), int(xhdr["nchan"])
     nbl = nstation * (nstation + 1) // 2
@@ -155,7 +161,7 @@ def tcc_header(xhdr: dict[str, Any], nstation: int, npol: int, dtype: str) -> di
         ohdr["navg"] = nspec // per_subslot
     if "ticks_per_spectrum" in xhdr:  # ADP/NDP ticks: utc_start's tick + spectra * ticks
         t0 = int(xhdr["capture_time_tag"]) - int(xhdr["seq0"]) * int(xhdr["ticks_per_spectrum"])
-        ohdr["time_tag"] = ohdr["start_tag"] = t0 + start * int(xhdr["ticks_per_spectrum"])
+        ohdr["start_tag"] = t0 + start * int(xhdr["ticks_per_spectrum"])
     ohdr.setdefault("gain", 0)
     ohdr["_tensor"] = {"dtype": dtype, "shape": [-1, nchan, nbl * npol * npol],
                        "labels": ["time", "freq", "baseline_pol"],

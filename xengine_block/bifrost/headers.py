@@ -73,6 +73,22 @@ def _bad(key: str, value: Any, why: str) -> HeaderError:
     return HeaderError(f"header {key} = {value!r}: {why}")
 
 
+#: Units of tensor scales we read, per base unit (Bifrost's blocks write e.g. ``'MHz'``:
+#: ``blocks/guppi_raw.py``); no unit means the base unit.
+UNITS = {"s": {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9},
+         "Hz": {"Hz": 1.0, "kHz": 1e3, "MHz": 1e6, "GHz": 1e9}}
+
+
+def _scale(tensor: Mapping[str, Any], axis: int, base: str) -> tuple[float, float] | None:
+    """``(offset, step)`` of a tensor axis in ``base`` units (``s`` or ``Hz``), or None."""
+    scales = tensor.get("scales") or [None] * len(tensor["shape"])
+    units = tensor.get("units") or [None] * len(tensor["shape"])
+    factor = UNITS[base].get(units[axis] or base)
+    if not scales[axis] or factor is None:
+        return None
+    return float(scales[axis][0]) * factor, float(scales[axis][1]) * factor
+
+
 def _int(hdr: Mapping[str, Any], key: str, lo: int = 0) -> int:
     v = hdr[key]
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
@@ -88,16 +104,23 @@ def _real(hdr: Mapping[str, Any], key: str) -> float:
 
 
 # ------------------------------------------------------------------------- the array
+#: Spacing of the assumed array's placeholder positions (a line to the east), metres.
+ASSUMED_SPACING_M = 1.0
+
+
 def assumed_array(nstation: int) -> ArrayDescription:
     """What the blocks assume when no header or argument describes the array: ``nstation``
-    antennas named ``station0``, ``station1``, ... numbered 0, 1, ... in input order, all at the
+    antennas named ``station0``, ``station1``, ... numbered 0, 1, ... in input order, at the
     site of the default array (:func:`~xengine_block.array.default_array`: the MWA's, from
-    pyuvdata's package data), east/north/up 0 (so every uvw is 0: correlations are exact, but
-    nothing can be phased or imaged until a real array is given)."""
+    pyuvdata's package data), on a line to the east :data:`ASSUMED_SPACING_M` apart. The
+    positions are placeholders (distinct, because UVH5 readers refuse cross-correlations
+    without a baseline): correlations are exact, but nothing can be phased or imaged until a
+    real array is given."""
     site = default_array(1)
+    enu = [[ASSUMED_SPACING_M * i, 0.0, 0.0] for i in range(nstation)]
     return ArrayDescription("unknown", site.latitude_deg, site.longitude_deg, site.altitude_m,
                             [f"station{i}" for i in range(nstation)], list(range(nstation)),
-                            [[0.0, 0.0, 0.0]] * nstation, instrument="xengine_block")
+                            enu, instrument="xengine_block")
 
 
 def _array(hdr: Mapping[str, Any], array: ArrayDescription | None, nstation: int,
@@ -107,9 +130,10 @@ def _array(hdr: Mapping[str, Any], array: ArrayDescription | None, nstation: int
     if array is None:
         array = assumed_array(nstation)
         assumed.append(f"no array given: assumed {nstation} antennas station0..station"
-                       f"{nstation - 1} at east/north/up 0 on the default site (lat "
-                       f"{array.latitude_deg:.4f}, lon {array.longitude_deg:.4f}; uvw all 0); "
-                       f"pass array= for names and positions")
+                       f"{nstation - 1} at placeholder positions ({ASSUMED_SPACING_M:g} m "
+                       f"apart to the east) on the default site (lat "
+                       f"{array.latitude_deg:.4f}, lon {array.longitude_deg:.4f}): uvw mean "
+                       f"nothing; pass array= for names and positions")
     elif array.nant != nstation:
         raise _bad("nstand", nstation, f"the array given has {array.nant} antennas")
     return array.to_dict()
@@ -245,28 +269,28 @@ def tensor_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None
         return dict(hdr), []
     out, assumed = dict(hdr), []
     shape = tensor["shape"]
-    scales = tensor.get("scales") or [None] * len(shape)
-    units = tensor.get("units") or [None] * len(shape)
     nchan, nstation, npol = (int(n) for n in shape[1:4])
-    tscale, fscale = scales[0], scales[1]
+    tscale, fscale = _scale(tensor, 0, "s"), _scale(tensor, 1, "Hz")
     if "fs_hz" not in out:
-        if not tscale or not tscale[1] or units[0] not in ("s", None):
-            raise _bad("_tensor.scales[0]", tscale, "time axis needs [offset, step] in "
-                                                    "seconds (or give fs_hz)")
-        out["fs_hz"] = 1 / float(tscale[1])
+        if not tscale or not tscale[1]:
+            raise _bad("_tensor.scales[0]", (tensor.get("scales") or [None])[0],
+                       "the time axis needs [offset, step] in seconds (or give fs_hz)")
+        out["fs_hz"] = 1 / tscale[1]
     if "sync_time" not in out:
         # time_tag (spectra) counts from sync_time: the tensor's offset is time_tag's time.
-        offset = float(tscale[0]) if tscale else 0.0
+        offset = tscale[0] if tscale else 0.0
         out["sync_time"] = offset - int(hdr.get("time_tag", 0)) / out["fs_hz"]
-        if not tscale or not tscale[0]:
-            assumed.append(f"time axis offset {offset}: times are counted from that, not "
-                           f"from a real epoch")
+        if not offset:
+            assumed.append("time axis offset 0: times count from it, not from a real epoch")
     if "freq0_hz" not in out or "chan_bw_hz" not in out:
-        if not fscale or units[1] not in ("Hz", None):
-            raise _bad("_tensor.scales[1]", fscale, "freq axis needs [offset, step] in Hz "
-                                                    "(or give freq0_hz, chan_bw_hz)")
-        out.setdefault("freq0_hz", float(fscale[0]))
-        out.setdefault("chan_bw_hz", float(fscale[1]))
+        if not fscale:
+            raise _bad("_tensor.scales[1]", (tensor.get("scales") or [None, None])[1],
+                       "the freq axis needs [offset, step] in Hz (or give freq0_hz, "
+                       "chan_bw_hz)")
+        out.setdefault("freq0_hz", fscale[0])
+        out.setdefault("chan_bw_hz", fscale[1])
+        if not fscale[0]:
+            assumed.append("freq axis offset 0 Hz: channel 0 is at 0 Hz")
     out.setdefault("nchan", nchan)
     out.setdefault("chan0", 0)
     if npol == 2:
