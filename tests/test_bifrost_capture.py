@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from xengine_block.array import ArrayDescription
+from xengine_block.array import ArrayDescription, default_array
 from xengine_block.backends import get_backend
 from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_triangle
@@ -21,7 +21,7 @@ from xengine_block.sample_layout import SampleLayout
 
 from .bifrost_lwa import CHAN_BW, FS, ci4_samples, disk_chips_capture, udp_chips_capture
 from .conftest import bifrost_or_skip
-from .runtimes import bifrost_runtime
+from .runtimes import bifrost_runtime, collector
 
 xb = bifrost_or_skip()
 BF = bifrost_runtime()
@@ -104,7 +104,7 @@ def test_lwa352_input_to_ant_orders_the_streams():
     ({"npol": 3}, r"header npol = 3: must be 1 or 2"),
     ({"nbit": 16}, r"header nbit = 16: 4 \(ci4\) or 8"),
     ({"complex": False}, r"header complex = False: real samples"),
-    ({"npol": 1, "nstand": 3}, r"header nstand = 3: with npol 1 .* must be even"),
+    ({"npol": 1}, r"header npol = 1: one polarisation: .* xengine_block\.bifrost\.correlate"),
     ({"bw": -1.0}, r"header bw = -1.0: must be > 0"),
     ({"nchan": "8"}, r"header nchan = '8': must be an integer >= 1"),
 ])
@@ -119,6 +119,15 @@ def test_a_missing_flat_key_is_named(key):
     del hdr[key]
     with pytest.raises(HeaderError, match=rf"lwa-sv capture header lacks \['{key}'\]"):
         flat_to_contract(hdr)
+
+
+def test_single_pol_capture_headers_need_an_even_stand_count_for_correlate():
+    h = {**adp_header(0, 100, 8, 1), "npol": 1, "nstand": 3}
+    with pytest.raises(HeaderError, match=r"header nstand = 3: 3 stations of one pol .* even"):
+        flat_to_contract(h, single_pol=True)
+    hdr, _ = flat_to_contract({**h, "nstand": 4}, single_pol=True)
+    assert hdr["_tensor"]["shape"] == [-1, 8, 4, 1]
+    assert SampleLayout.from_dict(hdr["sample_layout"]).stream_offsets == (0, 1, 2, 3)
 
 
 def test_headers_of_neither_dialect_are_refused():
@@ -169,3 +178,65 @@ def test_bifrost_writes_and_captures_chips_and_we_read_it_exactly(via, tmp_path)
     g = Geometry(nstream=64, nchan=nchan, nchan_pkt=nchan, npacket=1, sample_bits=4)
     vis = get_backend("cpu", g).correlate_layout(np.ascontiguousarray(data), layout)
     assert np.array_equal(vis, reference_triangle(x))  # every baseline, exact
+
+
+# ------------------------------------------------------- our X-engine on the capture ring
+@pytest.mark.parametrize("via", ["udp", "disk"])
+def test_xengine_correlates_bifrosts_capture_ring_exactly(via, tmp_path):
+    """Bifrost writes, Bifrost captures (a ``bifrost.ring.Ring``, flat header), our X-engine
+    block correlates the ring as it is: every integration, every baseline, exact."""
+    nchan, buffer_ntime, n = 6, 16, 32
+    x = ci4_samples(64, nchan, 6 * buffer_ntime, seed=5)
+    kw = dict(seq0=25000 * 16, chan0=1500, buffer_ntime=buffer_ntime, utc_start=UTC_START)
+    ring, op = (udp_chips_capture(x, **kw) if via == "udp"
+                else disk_chips_capture(x, tmp_path / "chips.pkt", **kw))
+    assert len(op.headers) == 1, op.statuses
+    with BF.Pipeline() as p:
+        xe = xb.XEngineBlock(ring, backend="cpu", integration_spectra=n)
+        vis, valid = collector(BF, xe.orings[0]), collector(BF, xe.orings[1])
+        p.run()
+    assert len(vis.out) == x.shape[2] // n
+    assert vis.hdr["time_tag"] == 25000 * 16 and vis.hdr["nspectra"] == n
+    assert vis.hdr["sync_time"] == UNIX_START and vis.hdr["freq0_hz"] == 1500 * CHAN_BW
+    for k, (v, c) in enumerate(zip(vis.out, valid.out, strict=True)):
+        want = reference_triangle(x[:, :, k * n:(k + 1) * n])
+        assert np.array_equal(v, want)
+        assert np.all(c == n)
+
+
+def test_capture_metadata_reaches_the_uvh5_file(tmp_path, caplog):
+    """Frequencies, times and antenna names from an ADP capture header into UVH5, with an
+    array given, and with none (assumed, logged once)."""
+    pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads UVH5")
+    nchan, buffer_ntime, n = 4, 16, 32
+    x = ci4_samples(32, nchan, 4 * buffer_ntime, seed=7)  # one source: 16 stands
+    seq0 = 25000 * 16
+    ring, _ = disk_chips_capture(x, tmp_path / "chips.pkt", seq0=seq0, chan0=1200,
+                                 buffer_ntime=buffer_ntime, utc_start=UTC_START)
+    array = default_array(16)
+    files = {}
+    for given in (array, None):
+        out = tmp_path / ("given" if given else "assumed")
+        with caplog.at_level(logging.INFO, logger="xengine_block.bifrost.headers"), \
+                BF.Pipeline() as p:
+            xe = xb.XEngineBlock(ring, backend="cpu", integration_spectra=n, array=given)
+            writer = xb.UVH5WriterBlock(xe, directory=out)
+            p.run()
+        files[given is not None] = writer.files
+    said = [r for r in caplog.records if "no array given" in r.getMessage()]
+    assert len(said) == 1  # the run without an array, once
+    for given, names in ((True, list(array.antenna_names)),
+                         (False, [f"station{i}" for i in range(16)])):
+        uv = pyuvdata.UVData.from_file(files[given][0])
+        assert list(uv.telescope.antenna_names) == names
+        assert np.array_equal(uv.freq_array, (1200 + np.arange(nchan)) * CHAN_BW)
+        assert np.allclose(uv.channel_width, CHAN_BW)
+        starts = UNIX_START + (seq0 + n * np.arange(2)) / CHAN_BW
+        want_jd = (starts + n / CHAN_BW / 2) / 86400 + 2440587.5
+        assert np.allclose(np.unique(uv.time_array), want_jd, rtol=0, atol=1e-9)
+        assert np.allclose(uv.integration_time, n / CHAN_BW)
+        ant = uv.telescope.antenna_numbers[3]
+        xx = uv.get_data(ant, ant, "xx")  # stream 6 = stand 3, pol X
+        z = x[6].astype(np.int64)
+        want = (z[..., 0] ** 2 + z[..., 1] ** 2).reshape(nchan, 2, n).sum(-1).T
+        assert np.array_equal(xx.real, want)

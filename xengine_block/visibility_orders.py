@@ -122,3 +122,49 @@ def _check_streams(tri: np.ndarray, nstream: int, what: str) -> None:
     if n != nbaseline(nstream):
         raise ValueError(f"{what} has {n} baselines per channel; {nstream} streams need "
                          f"{nbaseline(nstream)}")
+
+
+# ------------------------------------------------------------------------ by header
+#: Labels of Bifrost correlate's output tensor (``python/bifrost/blocks/correlate.py``).
+MATRIX_LABELS = ["time", "freq", "station_i", "pol_i", "station_j", "pol_j"]
+
+
+def visibility_order(hdr: dict) -> str:
+    """The order of a visibility ring from its header: :data:`TCC_ORDER` (our TCC output:
+    ``visibility_order``), :data:`BIFROST_MATRIX_ORDER` (Bifrost correlate's tensor, lower
+    filled) or :data:`TRIANGLE_ORDER` (ours)."""
+    if hdr.get("visibility_order") == TCC_ORDER:
+        return TCC_ORDER
+    tensor = hdr.get("_tensor") or {}
+    if list(tensor.get("labels") or []) == MATRIX_LABELS:
+        mode = hdr.get("matrix_fill_mode")
+        if mode not in (BIFROST_FILL_MODE, "hermitian", "full"):
+            raise ValueError(f"header matrix_fill_mode = {mode!r}: the lower triangle must "
+                             f"hold the data ('lower', 'hermitian' or 'full')")
+        return BIFROST_MATRIX_ORDER
+    return TRIANGLE_ORDER
+
+
+def stations_pols(hdr: dict) -> tuple[int, int]:
+    """(stations, pols) of a visibility ring in the TCC or Bifrost matrix order."""
+    if visibility_order(hdr) == TCC_ORDER:
+        return int(hdr["nstand"]), int(hdr["npol"])
+    shape = hdr["_tensor"]["shape"]
+    return int(shape[2]), int(shape[3])
+
+
+def as_triangle(vis: np.ndarray, hdr: dict) -> np.ndarray:
+    """One frame (or a run of frames) of a visibility ring in our triangle order, whatever
+    order its header says (:func:`visibility_order`): ``[..., C, nbaseline, 2]`` integers for
+    integer input, complex ``[..., C, nbaseline]`` for float input (a Bifrost ``cf32``
+    matrix or TCC ring)."""
+    order = visibility_order(hdr)
+    if order == TRIANGLE_ORDER:
+        return vis
+    nstation, npol = stations_pols(hdr)
+    if order == TCC_ORDER:
+        return tcc_to_triangle(vis, nstation, npol)
+    s = nstation * npol
+    lead = vis.shape[:vis.ndim - (4 if np.iscomplexobj(vis) else 5)]
+    mat = vis.reshape(*lead, s, s, *(() if np.iscomplexobj(vis) else (2,)))
+    return bifrost_matrix_to_triangle(mat)

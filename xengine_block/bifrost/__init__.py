@@ -15,8 +15,9 @@ from .blocks import (
     UVH5WriterBlock,
     XEngineBlock,
 )
-from .runtime import BifrostBlock, Pipeline, as_ours, attach_counters, bf
+from .correlate import correlate
+from .runtime import BifrostBlock, Pipeline, as_old_ring, as_ours, as_ring, attach_counters, bf
 
 __all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",
-           "QuicklookBlock", "SpeadOutputBlock", "UVH5WriterBlock", "XEngineBlock", "as_ours",
-           "attach_counters", "bf"]
+           "QuicklookBlock", "SpeadOutputBlock", "UVH5WriterBlock", "XEngineBlock",
+           "as_old_ring", "as_ours", "as_ring", "attach_counters", "bf", "correlate"]

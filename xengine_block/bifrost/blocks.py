@@ -31,15 +31,19 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
         and the log says so: :func:`~xengine_block.bifrost.headers.assumed_array`).
     time_tag_hz : ticks per second of an ADP/NDP capture header's ``time_tag`` (LWA: 196 MHz).
     nibble_order : which nibble of a capture ring's ci4 byte is the real part.
+    headers : the header adapter to use instead (:func:`~xengine_block.bifrost.correlate`'s).
     """
 
     def __init__(self, data: Any, mask: Any = None, *, array: ArrayDescription | None = None,
                  time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
-                 **kwargs: Any) -> None:
+                 headers: HeaderAdapter | None = None, **kwargs: Any) -> None:
         super().__init__(as_ring(data), mask, **kwargs)
-        self.headers = HeaderAdapter(self.name, array=array, time_tag_hz=time_tag_hz,
-                                     nibble_order=nibble_order)
-        self.irings[0] = transformed_view(self.irings[0], self.headers)
+        if headers is None:
+            headers = HeaderAdapter(self.name, array=array, time_tag_hz=time_tag_hz,
+                                    nibble_order=nibble_order)
+        headers.who = headers.who or self.name
+        self.headers = headers
+        self.irings[0] = transformed_view(self.irings[0], headers)
 
     def _ring_holds_memory(self) -> bool:
         return ring_memory(self.irings[0])[1] > 0

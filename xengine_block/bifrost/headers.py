@@ -73,6 +73,22 @@ def _bad(key: str, value: Any, why: str) -> HeaderError:
     return HeaderError(f"header {key} = {value!r}: {why}")
 
 
+#: Units of tensor scales we read, per base unit (Bifrost's blocks write e.g. ``'MHz'``:
+#: ``blocks/guppi_raw.py``); no unit means the base unit.
+UNITS = {"s": {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9},
+         "Hz": {"Hz": 1.0, "kHz": 1e3, "MHz": 1e6, "GHz": 1e9}}
+
+
+def _scale(tensor: Mapping[str, Any], axis: int, base: str) -> tuple[float, float] | None:
+    """``(offset, step)`` of a tensor axis in ``base`` units (``s`` or ``Hz``), or None."""
+    scales = tensor.get("scales") or [None] * len(tensor["shape"])
+    units = tensor.get("units") or [None] * len(tensor["shape"])
+    factor = UNITS[base].get(units[axis] or base)
+    if not scales[axis] or factor is None:
+        return None
+    return float(scales[axis][0]) * factor, float(scales[axis][1]) * factor
+
+
 def _int(hdr: Mapping[str, Any], key: str, lo: int = 0) -> int:
     v = hdr[key]
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
@@ -88,16 +104,23 @@ def _real(hdr: Mapping[str, Any], key: str) -> float:
 
 
 # ------------------------------------------------------------------------- the array
+#: Spacing of the assumed array's placeholder positions (a line to the east), metres.
+ASSUMED_SPACING_M = 1.0
+
+
 def assumed_array(nstation: int) -> ArrayDescription:
     """What the blocks assume when no header or argument describes the array: ``nstation``
-    antennas named ``station0``, ``station1``, ... numbered 0, 1, ... in input order, all at the
+    antennas named ``station0``, ``station1``, ... numbered 0, 1, ... in input order, at the
     site of the default array (:func:`~xengine_block.array.default_array`: the MWA's, from
-    pyuvdata's package data), east/north/up 0 (so every uvw is 0: correlations are exact, but
-    nothing can be phased or imaged until a real array is given)."""
+    pyuvdata's package data), on a line to the east :data:`ASSUMED_SPACING_M` apart. The
+    positions are placeholders (distinct, because UVH5 readers refuse cross-correlations
+    without a baseline): correlations are exact, but nothing can be phased or imaged until a
+    real array is given."""
     site = default_array(1)
+    enu = [[ASSUMED_SPACING_M * i, 0.0, 0.0] for i in range(nstation)]
     return ArrayDescription("unknown", site.latitude_deg, site.longitude_deg, site.altitude_m,
                             [f"station{i}" for i in range(nstation)], list(range(nstation)),
-                            [[0.0, 0.0, 0.0]] * nstation, instrument="xengine_block")
+                            enu, instrument="xengine_block")
 
 
 def _array(hdr: Mapping[str, Any], array: ArrayDescription | None, nstation: int,
@@ -107,9 +130,10 @@ def _array(hdr: Mapping[str, Any], array: ArrayDescription | None, nstation: int
     if array is None:
         array = assumed_array(nstation)
         assumed.append(f"no array given: assumed {nstation} antennas station0..station"
-                       f"{nstation - 1} at east/north/up 0 on the default site (lat "
-                       f"{array.latitude_deg:.4f}, lon {array.longitude_deg:.4f}; uvw all 0); "
-                       f"pass array= for names and positions")
+                       f"{nstation - 1} at placeholder positions ({ASSUMED_SPACING_M:g} m "
+                       f"apart to the east) on the default site (lat "
+                       f"{array.latitude_deg:.4f}, lon {array.longitude_deg:.4f}): uvw mean "
+                       f"nothing; pass array= for names and positions")
     elif array.nant != nstation:
         raise _bad("nstand", nstation, f"the array given has {array.nant} antennas")
     return array.to_dict()
@@ -154,11 +178,24 @@ def capture_layout(nchan: int, nstand: int, npol: int, nbit: int, nibble_order: 
     return layout.replace(stream_offsets=tuple(where[sp] * step for sp in want))
 
 
+def _single_pol(key: str, value: Any, nstation: int, allowed: bool) -> None:
+    """One polarisation: its stations pair up into our two-stream antennas (``allowed``: the
+    correlate block, whose matrix has no antennas), which needs an even count."""
+    if not allowed:
+        raise _bad(key, value, "one polarisation: the X-engine's streams are antennas' X and "
+                               "Y; correlate it with xengine_block.bifrost.correlate (a "
+                               "station matrix, no antennas)")
+    if nstation % 2:
+        raise _bad(key, value, f"{nstation} stations of one pol are merged into pairs of "
+                               f"streams: their count must be even")
+
+
 def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None = None,
                      time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
-                     ) -> tuple[dict[str, Any], list[str]]:
+                     single_pol: bool = False) -> tuple[dict[str, Any], list[str]]:
     """A flat capture header -> (our contract header, what was assumed); see the module
-    docstring for the mapping. :class:`HeaderError` names the key that is wrong."""
+    docstring for the mapping. :class:`HeaderError` names the key that is wrong.
+    ``single_pol``: accept ``npol`` 1 (:func:`_single_pol`)."""
     kind = dialect(hdr)
     nchan, nstand = _int(hdr, "nchan", 1), _int(hdr, "nstand", 1)
     npol, nbit, seq0 = _int(hdr, "npol", 1), _int(hdr, "nbit", 1), _int(hdr, "seq0")
@@ -169,9 +206,9 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
         raise _bad("nbit", nbit, "4 (ci4) or 8 (ci8) bits per part are correlated exactly")
     if npol not in (1, 2):
         raise _bad("npol", npol, "must be 1 or 2")
-    if npol == 1 and nstand % 2:
-        raise _bad("nstand", nstand, "with npol 1 the stands are merged into pairs of "
-                                     "streams: it must be even")
+    if npol == 1:
+        _single_pol("npol" if not single_pol else "nstand",
+                    npol if not single_pol else nstand, nstand, single_pol)
     if nibble_order not in NIBBLE_ORDERS:
         raise _bad("nibble_order", nibble_order, f"must be one of {NIBBLE_ORDERS}")
     assumed: list[str] = []
@@ -206,8 +243,8 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
     assumed.append(f"{fs:g} spectra per second (one per 1 / channel width)")
     layout = capture_layout(nchan, nstand, npol, nbit, nibble_order, hdr.get("input_to_ant"))
     dtype = "ci4" if nbit == 4 else "ci8"
-    shape = [-1, nchan, nstand, npol] if npol == 2 else [-1, nchan, nstand]
-    labels = ["time", "freq", "station", "pol"] if npol == 2 else ["time", "freq", "stream"]
+    shape = [-1, nchan, nstand, npol]  # npol 1: sample_layout says how the stands pair up
+    labels = ["time", "freq", "station", "pol"]
     t0 = float(sync + Fraction(seq0) / chan_bw)
     out.update({
         ADAPTED_KEY: kind, "name": f"{kind}-{seq0}", "time_tag": seq0,
@@ -223,40 +260,48 @@ def flat_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None =
 
 # ----------------------------------------------------------------------- tensor headers
 def tensor_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None = None,
-                       ) -> tuple[dict[str, Any], list[str]]:
+                       single_pol: bool = False) -> tuple[dict[str, Any], list[str]]:
     """A Bifrost voltage tensor header -> (the same with our contract's time, frequency and
-    array keys where it lacks them, what was assumed). Other tensors pass unchanged."""
+    array keys where it lacks them, what was assumed). Other tensors pass unchanged.
+    ``single_pol``: accept a pol axis of 1 (:func:`_single_pol`)."""
     tensor = hdr["_tensor"]
     if list(tensor.get("labels", [])) not in TENSOR_LABELS:
         return dict(hdr), []
     out, assumed = dict(hdr), []
     shape = tensor["shape"]
-    scales = tensor.get("scales") or [None] * len(shape)
-    units = tensor.get("units") or [None] * len(shape)
     nchan, nstation, npol = (int(n) for n in shape[1:4])
-    tscale, fscale = scales[0], scales[1]
+    tscale, fscale = _scale(tensor, 0, "s"), _scale(tensor, 1, "Hz")
     if "fs_hz" not in out:
-        if not tscale or not tscale[1] or units[0] not in ("s", None):
-            raise _bad("_tensor.scales[0]", tscale, "time axis needs [offset, step] in "
-                                                    "seconds (or give fs_hz)")
-        out["fs_hz"] = 1 / float(tscale[1])
+        if not tscale or not tscale[1]:
+            raise _bad("_tensor.scales[0]", (tensor.get("scales") or [None])[0],
+                       "the time axis needs [offset, step] in seconds (or give fs_hz)")
+        out["fs_hz"] = 1 / tscale[1]
     if "sync_time" not in out:
         # time_tag (spectra) counts from sync_time: the tensor's offset is time_tag's time.
-        offset = float(tscale[0]) if tscale else 0.0
+        offset = tscale[0] if tscale else 0.0
         out["sync_time"] = offset - int(hdr.get("time_tag", 0)) / out["fs_hz"]
-        if not tscale or not tscale[0]:
-            assumed.append(f"time axis offset {offset}: times are counted from that, not "
-                           f"from a real epoch")
+        if not offset:
+            assumed.append("time axis offset 0: times count from it, not from a real epoch")
     if "freq0_hz" not in out or "chan_bw_hz" not in out:
-        if not fscale or units[1] not in ("Hz", None):
-            raise _bad("_tensor.scales[1]", fscale, "freq axis needs [offset, step] in Hz "
-                                                    "(or give freq0_hz, chan_bw_hz)")
-        out.setdefault("freq0_hz", float(fscale[0]))
-        out.setdefault("chan_bw_hz", float(fscale[1]))
+        if not fscale:
+            raise _bad("_tensor.scales[1]", (tensor.get("scales") or [None, None])[1],
+                       "the freq axis needs [offset, step] in Hz (or give freq0_hz, "
+                       "chan_bw_hz)")
+        out.setdefault("freq0_hz", fscale[0])
+        out.setdefault("chan_bw_hz", fscale[1])
+        if not fscale[0]:
+            assumed.append("freq axis offset 0 Hz: channel 0 is at 0 Hz")
     out.setdefault("nchan", nchan)
     out.setdefault("chan0", 0)
     if npol == 2:
         out["array"] = _array(hdr, array, nstation, assumed)
+    elif npol == 1 and "sample_layout" not in out:
+        _single_pol("_tensor.shape", shape, nstation, single_pol)
+        encoding = {"ci4": "ci4", "ci8": "ci8", "ci16": "ci16"}.get(tensor.get("dtype"))
+        if encoding is not None:
+            out["sample_layout"] = SampleLayout.from_axes(
+                [("freq", nchan), ("stream", nstation)], encoding=encoding,
+                nibble_order=hdr.get("nibble_order", "re_high")).to_dict()
     out[ADAPTED_KEY] = out.get(ADAPTED_KEY, "tensor")
     return out, assumed
 
@@ -268,20 +313,22 @@ class HeaderAdapter:
     ``geometry`` or ``sample_layout``) pass unchanged. What it assumes is logged once per
     adapter (``who``: the block's name)."""
 
-    def __init__(self, who: str, *, array: ArrayDescription | None = None,
-                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high") -> None:
-        self.who, self.array = who, array
+    def __init__(self, who: str | None, *, array: ArrayDescription | None = None,
+                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
+                 single_pol: bool = False) -> None:
+        self.who, self.array, self.single_pol = who, array, single_pol
         self.time_tag_hz, self.nibble_order = time_tag_hz, nibble_order
         self._said: set[str] = set()
 
     def __call__(self, hdr: dict[str, Any]) -> dict[str, Any]:
         if "_tensor" not in hdr:
             out, assumed = flat_to_contract(hdr, array=self.array, time_tag_hz=self.time_tag_hz,
-                                            nibble_order=self.nibble_order)
+                                            nibble_order=self.nibble_order,
+                                            single_pol=self.single_pol)
         elif ADAPTED_KEY in hdr or "geometry" in hdr:
             return hdr
         else:
-            out, assumed = tensor_to_contract(hdr, array=self.array)
+            out, assumed = tensor_to_contract(hdr, array=self.array, single_pol=self.single_pol)
         for line in assumed:
             if line not in self._said:
                 self._said.add(line)

@@ -195,6 +195,23 @@ def as_ring(ring: Any) -> Any:
     return view
 
 
+class _BorrowedOldRing(OldRing):
+    """A ``bifrost.ring.Ring`` over a ring it does not own (never destroyed through here)."""
+
+    def _destroy(self) -> None:
+        pass
+
+
+def as_old_ring(ring: Any) -> OldRing:
+    """A block's output (or a ``ring2`` ring) as the ``bifrost.ring.Ring`` the LWA pipelines'
+    raw-ring operations read (``iseq.header`` bytes, ``iseq.read(nbyte)``, ``data_view``): the
+    same C ring, kept alive by the returned object."""
+    ring = getattr(ring, "orings", [ring])[0]
+    old = OldRing.__new__(_BorrowedOldRing)
+    old.obj, old.owner = ring.obj, ring
+    return old
+
+
 def _view(ring: Ring) -> _ViewRing:
     view = ring.view()
     if not isinstance(view, _ViewRing):

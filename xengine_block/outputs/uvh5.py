@@ -376,6 +376,7 @@ class UVH5Writer:
         an inverted band, whose dumps are conjugated; module docstring).
     max_spectra : largest number of spectra integrated in one dump; with ``sample_bits`` (the
         geometry's: 8 or 4) it chooses int32 or float64 visdata (:func:`visdata_dtype`).
+    float_visdata : float64 visdata whatever the bound (float input, e.g. Bifrost's cf32).
 
     Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
     ``close``) and leaves the file as it was after the last successful append; a file without
@@ -384,7 +385,7 @@ class UVH5Writer:
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
                  channel_width_hz: float, max_spectra: int, *, sample_bits: int = 8,
-                 overwrite: bool = False,
+                 float_visdata: bool = False, overwrite: bool = False,
                  instrument: str = "xengine_block", history: str = "",
                  x_orientation: str = "east") -> None:
         self.path = Path(path)
@@ -395,7 +396,8 @@ class UVH5Writer:
         self.conjugate = channel_width_hz < 0
         self.ndump = 0
         self.error: Exception | None = None  # what stopped the writing, if anything
-        self.vis_dtype = visdata_dtype(max_spectra, sample_bits)
+        self.vis_dtype = (np.dtype([("r", np.float64), ("i", np.float64)]) if float_visdata
+                          else visdata_dtype(max_spectra, sample_bits))
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite)
