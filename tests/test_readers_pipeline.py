@@ -32,13 +32,14 @@ def source_for(rt, recs, array):
 
 
 def run_chain(rt, recs, array, nspec, directory, name="pipe.uvh5"):
+    from xengine_block.chain import correlator_chain
+
     with rt.Pipeline() as p:
         src = source_for(rt, recs, array)
-        x = rt.XEngineBlock(src, integration_spectra=nspec)
-        integ = rt.IntegrateBlock(x, ninteg=1)
-        w = rt.UVH5WriterBlock(integ, directory=directory, filename=name)
+        chain = correlator_chain(src, directory=directory, xengine_spectra=nspec, ninteg=1,
+                                 quicklook=False, filename=name, runtime_name=rt.name)
         p.run()
-    return src, w
+    return src, chain.writer
 
 
 def test_guppi_with_gap_through_the_chain_equals_reprocess(rt, tmp_path):
