@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .blocks import IntegrateBlock, QuicklookBlock, SpeadOutputBlock, UVH5WriterBlock, XEngineBlock
+from .capture.placement import CaptureLayout
 from .geometry import Geometry, max_spectra_int32
 from .runtime.pipeline import Block
 
@@ -94,6 +95,8 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``spead_options``); call :meth:`Chain.close` after the run to end that stream.
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).
+    A source without a capture layout (a reader) integrates ``integration_spectra`` in the
+    integrate block alone (a whole number of the X-engine's frames).
     ``runtime_name``: "ours" or "bifrost" (the current pipeline must be that runtime's).
     ``backend_options``: the backend's constructor keywords (e.g. ``{"nthreads": 1}`` for
     ``native``), with a backend name rather than ``auto``.
@@ -103,14 +106,15 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                          "destination")
     rt = runtime(runtime_name)
     xspectra = None
-    if integration_spectra is not None:
-        layout = capture.layout  # the capture block's: spectra per frame, sample bits
+    layout = getattr(capture, "layout", None)  # a capture block's: spectra per frame, bits
+    if integration_spectra is not None and isinstance(layout, CaptureLayout):
         bits = layout.geometry.sample_bits if layout.geometry is not None else 8
         xspectra, ninteg = split_integration(integration_spectra, layout.frame_spectra,
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra, backend_options=backend_options)
-    integ = rt.IntegrateBlock(x, ninteg=ninteg)
+    integ = (rt.IntegrateBlock(x, ninteg=ninteg) if integration_spectra is None or xspectra
+             else rt.IntegrateBlock(x, integration_spectra=integration_spectra))
     writer = look = out = None
     if directory is not None:
         writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
