@@ -288,3 +288,44 @@ def test_unguaranteed_layout_input_each_integration_once(rt):
     assert xe.lost_frames > 0, "the test must lose input"
     assert used + xe.lost_frames >= nt
     assert xe.nodata_outputs == sum(1 for c in valid.out if not c.any())
+
+
+@pytest.mark.parametrize("by", ["integration_spectra", "ninteg"])
+def test_integrate_dumps_of_spectra_aligned(rt, by):
+    """X-engine outputs of 100 spectra from a sequence starting at spectrum 150, dumps of 300
+    spectra (3 outputs): dumps at multiples of 300, the first partial, sums and valid counts
+    exact (int64), header nspectra/ninteg."""
+    t0, nt = 150, 750  # spectra 150..900: dumps [0, 300) partial, [300, 600), [600, 900)
+    x = samples(nt)
+    tensor = {"dtype": "ci8", "shape": [-1, NCHAN, NSTATION, 2],
+              "labels": ["time", "freq", "station", "pol"]}
+    with rt.Pipeline() as p:
+        src = array_source(rt, [(header(tensor, t0), bifrost_ci8(x))], 25)
+        xe = rt.XEngineBlock(src, backend="cpu", integration_spectra=100, gulp_nframe=25)
+        integ = rt.IntegrateBlock(xe, **({by: 300} if by == "integration_spectra"
+                                         else {by: 3}))
+        dumps, counts = collector(rt, integ.orings[0]), collector(rt, integ.orings[1])
+        p.run()
+    assert dumps.hdr["time_tag"] == 0 and dumps.hdr["nspectra"] == 300
+    assert dumps.hdr["ninteg"] == 3
+    want = expected(x, t0, 300)
+    assert [n for _, n in want] == [150, 300, 300] and len(dumps.out) == 3
+    for d, c, (ref, n) in zip(dumps.out, counts.out, want, strict=True):
+        np.testing.assert_array_equal(d, ref)
+        assert (c == n).all()
+
+
+def test_integrate_spectra_not_whole_outputs_is_one_line(rt):
+    tensor = {"dtype": "ci8", "shape": [-1, NCHAN, NSTATION, 2],
+              "labels": ["time", "freq", "station", "pol"]}
+    frame = np.zeros((20, NCHAN, NSTATION, 2, 2), np.int8)
+    with rt.Pipeline() as p:
+        src = array_source(rt, [(header(tensor), frame)], 10)
+        xe = rt.XEngineBlock(src, backend="cpu", integration_spectra=10)
+        rt.IntegrateBlock(xe, integration_spectra=25)
+        with pytest.raises(PipelineError, match=r"integration_spectra 25 is not a whole number "
+                                                r"of the X-engine's frames of 10 spectra") as e:
+            p.run()
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="ninteg .* or integration_spectra"):
+        rt.IntegrateBlock(xe, ninteg=2, integration_spectra=20)

@@ -48,7 +48,8 @@ class Chain:
 
 
 def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "auto",
-                     ninteg: int = 1, prefix: str = "xengine_", dumps_per_file: int | None = None,
+                     ninteg: int = 1, integration_spectra: int | None = None,
+                     prefix: str = "xengine_", dumps_per_file: int | None = None,
                      overwrite: bool = False, new_name_if_exists: bool = False,
                      quicklook: bool = True,
                      filename: str | Path | None = None,
@@ -60,6 +61,8 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
 
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).
+    ``ninteg``: X-engine frames per dump; ``integration_spectra``: instead, spectra per dump
+    (a whole number of the X-engine's frames; IntegrateBlock).
     ``runtime_name``: "ours" or "bifrost" (the current pipeline must be that runtime's).
     ``backend_options``: the backend's constructor keywords (e.g. ``{"nthreads": 1}`` for
     ``native``), with a backend name rather than ``auto``.
@@ -67,7 +70,8 @@ def correlator_chain(capture: Block, *, directory: str | Path, backend: str = "a
     rt = runtime(runtime_name)
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         backend_options=backend_options)
-    integ = rt.IntegrateBlock(x, ninteg=ninteg)
+    integ = (rt.IntegrateBlock(x, ninteg=ninteg) if integration_spectra is None
+             else rt.IntegrateBlock(x, integration_spectra=integration_spectra))
     writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                                 dumps_per_file=dumps_per_file, overwrite=overwrite,
                                 new_name_if_exists=new_name_if_exists,

@@ -12,6 +12,7 @@ from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
+from ..outputs.spead_block import SpeadOutputLogic
 from ..runtime.memory import bytes_at, populate
 from .headers import LWA_TIME_TAG_HZ, HeaderAdapter
 from .runtime import BifrostBlock, SourceAdapter, as_ring, bfp, ring_memory, transformed_view
@@ -85,6 +86,10 @@ class IntegrateBlock(BifrostBlock, IntegrateLogic, bfp.MultiTransformBlock):
 
 class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):
     __doc__ = UVH5WriterLogic.__doc__
+
+
+class SpeadOutputBlock(BifrostBlock, SpeadOutputLogic, bfp.MultiTransformBlock):
+    __doc__ = SpeadOutputLogic.__doc__
 
 
 class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
