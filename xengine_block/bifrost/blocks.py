@@ -7,18 +7,43 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..array import ArrayDescription
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
+from ..outputs.spead_block import SpeadOutputLogic
 from ..runtime.memory import bytes_at, populate
-from .runtime import BifrostBlock, SourceAdapter, bfp, ring_memory
+from .headers import LWA_TIME_TAG_HZ, HeaderAdapter
+from .runtime import BifrostBlock, SourceAdapter, as_ring, bfp, ring_memory, transformed_view
 
 log = logging.getLogger(__name__)
 
 
 class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
-    __doc__ = XEngineLogic.__doc__
+    __doc__ = (XEngineLogic.__doc__ or "") + """
+    On Bifrost the data input may also be a capture ring (``bifrost.ring.Ring`` or ``ring2``)
+    written by Bifrost's ``UDPCapture`` / ``UDPVerbsCapture`` / ``DiskReader`` with an LWA flat
+    header, or a Bifrost voltage tensor ``['time', 'freq', 'station', 'pol']``: their headers
+    are read through :class:`~xengine_block.bifrost.headers.HeaderAdapter` (docs/bifrost.md).
+
+    array : the array description, where the sequence header has none (else one is assumed
+        and the log says so: :func:`~xengine_block.bifrost.headers.assumed_array`).
+    time_tag_hz : ticks per second of an ADP/NDP capture header's ``time_tag`` (LWA: 196 MHz).
+    nibble_order : which nibble of a capture ring's ci4 byte is the real part.
+    headers : the header adapter to use instead (:func:`~xengine_block.bifrost.correlate`'s).
+    """
+
+    def __init__(self, data: Any, mask: Any = None, *, array: ArrayDescription | None = None,
+                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
+                 headers: HeaderAdapter | None = None, **kwargs: Any) -> None:
+        super().__init__(as_ring(data), mask, **kwargs)
+        if headers is None:
+            headers = HeaderAdapter(self.name, array=array, time_tag_hz=time_tag_hz,
+                                    nibble_order=nibble_order)
+        headers.who = headers.who or self.name
+        self.headers = headers
+        self.irings[0] = transformed_view(self.irings[0], headers)
 
     def _ring_holds_memory(self) -> bool:
         return ring_memory(self.irings[0])[1] > 0
@@ -67,6 +92,10 @@ class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):
     __doc__ = UVH5WriterLogic.__doc__
 
 
+class SpeadOutputBlock(BifrostBlock, SpeadOutputLogic, bfp.MultiTransformBlock):
+    __doc__ = SpeadOutputLogic.__doc__
+
+
 class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
     __doc__ = QuicklookLogic.__doc__
 
@@ -84,6 +113,7 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
             inner = OurCapture(*args, **kwargs)
         super().__init__(inner, 2, name=name)
         self.receiving = inner.receiving
+        self.layout = inner.layout  # the wire format's sizes (correlator_chain reads them)
 
     def capture_counters(self) -> dict[str, int]:
         return self.inner.capture_counters()

@@ -21,7 +21,7 @@ from typing import Any
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError
-from ..tools.argtypes import sample_bits
+from ..tools.argtypes import directory_problem, sample_bits
 
 
 class ConfigError(ValueError):
@@ -322,6 +322,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     for name in ("array", "directory"):
         if values[name] is not None and not values[name].is_absolute():
             values[name] = base / values[name]
+    why = directory_problem(values["directory"])  # as every command's output options
+    if why:
+        raise ConfigError("output.directory", why)
     if values["chan_bw_hz"] is None:
         values["chan_bw_hz"] = values["fs_hz"]
     return ServiceConfig(values, *_derived(values), source_file=Path(path) if path else None)
