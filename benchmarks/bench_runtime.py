@@ -152,26 +152,41 @@ def plain_blocks(bfp: Any, arr: Any) -> tuple[type, type]:
     return PlainXEngine, PlainIntegrate
 
 
+def runtime_parts(name: str) -> tuple[Any, type, type, type, Any]:
+    """(blocks namespace, SourceBlock, SinkBlock, Pipeline, span -> our array) of runtime
+    ``name``: "ours" or "bifrost"."""
+    if name == "ours":
+        from xengine_block import blocks
+        from xengine_block.runtime import pipeline
+        return (blocks, pipeline.SourceBlock, pipeline.SinkBlock, pipeline.Pipeline,
+                lambda s: s.data)
+    import xengine_block.bifrost as xb
+
+    def arr(span: Any) -> np.ndarray:
+        return xb.as_ours(span.data, str(span.dtype))
+    return xb, xb.bf.pipeline.SourceBlock, xb.bf.pipeline.SinkBlock, xb.Pipeline, arr
+
+
+def release(p: Any, bifrost: bool) -> None:
+    """Free a finished pipeline's rings (Bifrost never frees a ring itself: its Ring.__del__
+    skips it, GiB at S=256)."""
+    if bifrost:
+        for block in p.blocks:
+            for ring in block.orings:
+                ring._destroy()
+    p.blocks.clear()
+    gc.collect()
+
+
 def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
              backend_name: str) -> tuple[float, float]:
     """(wall seconds of run(), seconds all blocks spent processing)."""
-    if peer == "ours":
-        from xengine_block import blocks
-        from xengine_block.runtime import pipeline
-        rt, base_src, base_sink = blocks, pipeline.SourceBlock, pipeline.SinkBlock
-        pipe, arr = pipeline.Pipeline, (lambda s: s.data)
-    else:
-        import xengine_block.bifrost as xb
-        rt, base_src, base_sink = xb, xb.bf.pipeline.SourceBlock, xb.bf.pipeline.SinkBlock
-        pipe = xb.Pipeline
-
-        def arr(span: Any) -> np.ndarray:
-            return xb.as_ours(span.data, str(span.dtype))
+    rt, base_src, base_sink, pipe, arr = runtime_parts("ours" if peer == "ours" else "bifrost")
     backend = get_backend(backend_name, g)
     with pipe() as p:
         src = source_class(base_src, arr)(g, pool, nframe)
         if peer == "bifrost_plain":
-            plain_x, plain_i = plain_blocks(xb.bf.pipeline, arr)
+            plain_x, plain_i = plain_blocks(rt.bf.pipeline, arr)
             integ = plain_i(plain_x(src, backend), ninteg)
         else:
             x = rt.XEngineBlock(src, backend=backend_name, geometry=g)
@@ -181,13 +196,8 @@ def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
         p.run()
         wall = time.perf_counter() - t0
     busy = sum(b.counters.snapshot()["process_s"] for b in p.blocks)
-    if peer != "ours":  # Bifrost never frees a ring (Ring.__del__ skips it): GiB at S=256
-        for block in p.blocks:
-            for ring in block.orings:
-                ring._destroy()
-    p.blocks.clear()
+    release(p, peer != "ours")
     del p, src, integ
-    gc.collect()
     return wall, busy
 
 
@@ -226,18 +236,7 @@ def run_layout_once(rt_name: str, g: Geometry, inp: tuple[dict, np.ndarray, int]
                     ngulp: int, backend: str) -> tuple[float, float, float]:
     """(wall s of run(), X-engine process s, X-engine CPU s of its backend calls) for ngulp
     gulps of ``inp`` through source -> X-engine (integration of P packets of spectra) -> sink."""
-    if rt_name == "ours":
-        from xengine_block import blocks
-        from xengine_block.runtime import pipeline
-        rt, base_src, base_sink = blocks, pipeline.SourceBlock, pipeline.SinkBlock
-        pipe, arr = pipeline.Pipeline, (lambda s: s.data)
-    else:
-        import xengine_block.bifrost as xb
-        rt, base_src, base_sink = xb, xb.bf.pipeline.SourceBlock, xb.bf.pipeline.SinkBlock
-        pipe = xb.Pipeline
-
-        def arr(span: Any) -> np.ndarray:
-            return xb.as_ours(span.data, str(span.dtype))
+    rt, base_src, base_sink, pipe, arr = runtime_parts(rt_name)
     hdr, pool, gulp = inp
 
     class Source(base_src):
@@ -278,12 +277,7 @@ def run_layout_once(rt_name: str, g: Geometry, inp: tuple[dict, np.ndarray, int]
     busy = x.counters.snapshot()["process_s"]
     info = (x.backend.name, getattr(x.backend, "isa", None))
     x.backend.close()
-    if rt_name != "ours":
-        for block in p.blocks:
-            for ring in block.orings:
-                ring._destroy()
-    p.blocks.clear()
-    gc.collect()
+    release(p, rt_name != "ours")
     run_layout_once.last_backend = info  # type: ignore[attr-defined]
     return wall, busy, x.cpu
 

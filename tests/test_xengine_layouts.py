@@ -209,7 +209,8 @@ BAD = [
     ({"dtype": "ci8", "shape": [-1, NCHAN, 7], "labels": ["time", "freq", "station"]}, {},
      r"merged stream axis of 7"),
     ({"dtype": "ci8", "shape": [-1, NCHAN, NSTATION, 1],
-      "labels": ["time", "freq", "station", "pol"]}, {}, r"pol axis of 1: .* npol must be 2"),
+      "labels": ["time", "freq", "station", "pol"]}, {},
+     r"pol axis of 1: .* npol must be 2|_tensor.shape = .*one polarisation"),
     ({"dtype": "ci8", "shape": [-1, NCHAN, NSTATION, 3],
       "labels": ["time", "freq", "station", "pol"]}, {}, r"pol axis of 3"),
     ({"dtype": "ci8", "shape": [-1, NCHAN, NSTATION, 2],
@@ -329,3 +330,15 @@ def test_integrate_spectra_not_whole_outputs_is_one_line(rt):
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="ninteg .* or integration_spectra"):
         rt.IntegrateBlock(xe, ninteg=2, integration_spectra=20)
+
+
+def test_correlate_dp4a_tensor(rt):
+    """Bifrost's correlate_dp4a input, ['time', 'freq', 'station', 'fine_time'] ci8
+    (ledatelescope/bifrost python/bifrost/blocks/correlate_dp4a.py): no pol axis, so station is
+    the merged stand*pol axis; frames of 16 spectra."""
+    x = samples(64)
+    buf = np.ascontiguousarray(x.reshape(S, NCHAN, 4, 16, 2).transpose(2, 1, 0, 3, 4))
+    tensor = {"dtype": "ci8", "shape": [-1, NCHAN, S, 16],
+              "labels": ["time", "freq", "station", "fine_time"]}
+    vis, valid, _ = run(rt, [(header(tensor), buf)], 2, integration_spectra=32)
+    check_outputs(vis, valid, expected(x, 0, 32), 32, 0)
