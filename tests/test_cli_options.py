@@ -277,6 +277,8 @@ READ_OPTIONS = [
     ("fx", ["--array", "{p}/secret", "--out", "new_out"], "--array"),
     ("xengine", ["quicklook", "{p}/secret"], "file"),
     ("xengine", ["reprocess", "{p}/secret", "-o", "out"], "inputs"),
+    ("xengine", ["reprocess", "{files}/rec.pcap", "-o", "out", "--array", "{p}/secret"],
+     "--array"),
     ("xengine", ["record", "-o", "out", "--array", "{p}/secret", *SKY], "--array"),
     ("xengine", ["combine", "{p}/secret", "-o", "out"], "inputs"),
     ("xengine", ["correlate", "{p}/secret"], "config"),

@@ -100,6 +100,35 @@ def test_fbfuse_taftp_sequence_with_gap(tmp_path):
                list(rec.meta.antenna_names), conj=True)
 
 
+def test_dada_channel_orders(tmp_path):
+    """Without ORDER, [time][pol][chan] as baseband writes and reads it (written here by
+    baseband's own DADA writer); ORDER TFP puts the channel first."""
+    import astropy.units as u
+    from astropy.time import Time
+    from baseband import dada
+
+    rng = np.random.default_rng(4)
+    ints = rng.integers(-128, 128, (64, 2, 4, 2))  # (time, pol, chan, re/im)
+    z = (ints[..., 0] + 1j * ints[..., 1]).astype(np.complex64)
+    path = tmp_path / "bb.dada"
+    with dada.open(path, "ws", sample_rate=1 * u.MHz, samples_per_frame=64, npol=2, nchan=4,
+                   complex_data=True, bps=8, time=Time("2024-01-01T00:00:00"),
+                   FREQ=400.0, BW=4.0) as fw:
+        fw.write(z)
+    rec = open_recording([path], "dada")
+    x = np.concatenate([c.layout.natural(c.data, c.nframe)
+                        for c in rec.chunks(rec.start, rec.end)], axis=2)  # [2, 4, 64, 2]
+    assert np.array_equal(x, ints.transpose(1, 2, 0, 3))
+    tfp = tmp_path / "tfp.dada"
+    keys = dict(FREQ=400.0, BW=4.0, TSAMP=1.0, NBIT=8, NDIM=2, NPOL=2, NCHAN=4, ORDER="TFP",
+                UTC_START="2024-01-01-00:00:00", OBS_OFFSET=0)
+    tfp.write_bytes(dada_header(**keys) + ints.transpose(0, 2, 1, 3).astype(np.int8).tobytes())
+    rec = open_recording([tfp], "dada")
+    y = np.concatenate([c.layout.natural(c.data, c.nframe)
+                        for c in rec.chunks(rec.start, rec.end)], axis=2)
+    assert np.array_equal(y, x)
+
+
 def test_dada_refusals_are_one_line(tmp_path):
     cases = {"real.dada": dict(FBFUSE, NDIM=1), "four.dada": dict(FBFUSE, NBIT=4),
              "order.dada": dict(FBFUSE, ORDER="FTP"), "ants.dada": dict(FBFUSE, ANTS="m001")}

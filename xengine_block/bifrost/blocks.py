@@ -113,6 +113,7 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
             inner = OurCapture(*args, **kwargs)
         super().__init__(inner, 2, name=name)
         self.receiving = inner.receiving
+        self.layout = inner.layout  # the wire format's sizes (correlator_chain reads them)
 
     def capture_counters(self) -> dict[str, int]:
         return self.inner.capture_counters()

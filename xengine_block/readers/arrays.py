@@ -107,7 +107,11 @@ def load_array(path: str | os.PathLike) -> ArrayDescription:
     path = Path(path)
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
+            try:
+                import yaml
+            except ImportError:
+                raise ArrayError(f"{path}: reading YAML needs PyYAML (pip install pyyaml, "
+                                 f"extra 'recordings')") from None
             with open(path) as f:
                 doc = yaml.safe_load(f)
         else:

@@ -11,6 +11,9 @@ Facts (VDIF specification 1.1.1 as baseband implements it: baseband vdif/header.
   where printable), thread (16-25), bits per sample minus one (26-30), complex (31).
 - The payload is 32-bit little-endian words, samples LSB first: for complex data ``[sample]
   [channel][re, im]``, 4-bit real in the *low* nibble; values are offset binary.
+- One station per file, its two polarisations two threads (research/formats.md's "MWA phased
+  VDIF, two threads" is one thread of two channels in baseband's sample_mwa.vdif: a beam's
+  samples, refused here for having one thread).
 - Headers carry no sample rate and no frequencies: the frame rate is seen only in a file longer
   than a second, so ``--sample-rate`` (and ``--freq0``, ``--chan-bw``) are asked for otherwise.
 

@@ -259,7 +259,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         last = task.part is None or task.part + 1 == len(task.files)
         if task.part is not None:  # the integrations that start in this file
             starts = rec.file_starts()
-            lo = starts[task.part] if task.part else rec.start
+            lo = starts[task.part]
             hi = rec.end if last else starts[task.part + 1]
             wins = [w for w in wins if lo <= w[0] < hi]
         touched = {rec.files[r.file].name for r in rec.runs
