@@ -67,8 +67,9 @@ class AdpCapture:
     loop that ends when the capture does (bounded by ``deadline_s``)."""
 
     def __init__(self, ring: Ring, *, utc_start: datetime.datetime, nstand_per_src: int = 16,
-                 deadline_s: float = 60.0) -> None:
+                 deadline_s: float = 60.0, header_changes: dict[str, Any] | None = None) -> None:
         self.ring, self.utc_start = ring, utc_start
+        self.header_changes = header_changes or {}  # tests: keys to change (None: delete)
         self.nstand_per_src, self.deadline_s = nstand_per_src, deadline_s
         self.headers: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -81,6 +82,11 @@ class AdpCapture:
         hdr = {"time_tag": time_tag, "seq0": seq0, "chan0": chan0, "nchan": nchan,
                "cfreq": (chan0 + 0.5 * (nchan - 1)) * CHAN_BW, "bw": nchan * CHAN_BW,
                "nstand": nsrc * self.nstand_per_src, "npol": 2, "complex": True, "nbit": 4}
+        for key, value in self.header_changes.items():
+            if value is None:
+                del hdr[key]
+            else:
+                hdr[key] = value
         self.headers.append(hdr)
         hdr_str = json.dumps(hdr).encode()
         self.header_buf = ctypes.create_string_buffer(hdr_str)
@@ -160,7 +166,8 @@ def udp_chips_capture(x: np.ndarray, *, seq0: int, chan0: int, buffer_ntime: int
 
 
 def disk_chips_capture(x: np.ndarray, path: Path, *, seq0: int, chan0: int, buffer_ntime: int,
-                       utc_start: datetime.datetime) -> tuple[Ring, AdpCapture]:
+                       utc_start: datetime.datetime,
+                       header_changes: dict[str, Any] | None = None) -> tuple[Ring, AdpCapture]:
     """As :func:`udp_chips_capture`, through a packet file: Bifrost's ``DiskWriter`` writes it,
     Bifrost's ``DiskReader`` captures it (no packet can be lost). Bifrost 0.10 sizes a disk
     ``chips_N`` packet as 16 + 4 N bytes (``packet_capture.hpp``) while ``chips_N`` packets
@@ -178,7 +185,7 @@ def disk_chips_capture(x: np.ndarray, path: Path, *, seq0: int, chan0: int, buff
         writer.send(desc, seq0 + 1, 1, 0, 1, as_ci4(payloads))
         del writer
     ring = _capture_ring(f"chips-disk-{id(x)}", payloads, buffer_ntime)
-    op = AdpCapture(ring, utc_start=utc_start)
+    op = AdpCapture(ring, utc_start=utc_start, header_changes=header_changes)
     with open(path, "rb") as fh:
         op.run(DiskReader(f"chips_{8 * nchan}", fh, ring, nsrc, 0, buffer_ntime, buffer_ntime,
                           sequence_callback=op.callback()))

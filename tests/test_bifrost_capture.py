@@ -204,6 +204,20 @@ def test_xengine_correlates_bifrosts_capture_ring_exactly(via, tmp_path):
         assert np.all(c == n)
 
 
+@pytest.mark.parametrize("changes, match", [
+    ({"bw": None}, r"lwa-sv capture header lacks \['bw'\]"),
+    ({"npol": 4}, r"header npol = 4: must be 1 or 2"),
+])
+def test_a_bad_capture_header_stops_the_pipeline_naming_the_key(changes, match, tmp_path):
+    x = ci4_samples(32, 2, 32)
+    ring, _ = disk_chips_capture(x, tmp_path / "c.pkt", seq0=0, chan0=10, buffer_ntime=16,
+                                 utc_start=UTC_START, header_changes=changes)
+    with pytest.raises(xb.PipelineError, match=r"XEngineBlock.* failed: HeaderError: " + match):
+        with BF.Pipeline() as p:
+            xb.XEngineBlock(ring, backend="cpu", integration_spectra=16)
+            p.run()
+
+
 def test_capture_metadata_reaches_the_uvh5_file(tmp_path, caplog):
     """Frequencies, times and antenna names from an ADP capture header into UVH5, with an
     array given, and with none (assumed, logged once)."""

@@ -295,7 +295,8 @@ def tensor_to_contract(hdr: Mapping[str, Any], *, array: ArrayDescription | None
     out.setdefault("chan0", 0)
     if npol == 2:
         out["array"] = _array(hdr, array, nstation, assumed)
-    elif npol == 1 and "sample_layout" not in out:
+    elif npol == 1 and single_pol and "sample_layout" not in out:
+        # (without single_pol the X-engine refuses the pol axis of 1 itself, in one line)
         _single_pol("_tensor.shape", shape, nstation, single_pol)
         encoding = {"ci4": "ci4", "ci8": "ci8", "ci16": "ci16"}.get(tensor.get("dtype"))
         if encoding is not None:
