@@ -6,7 +6,8 @@ choice among the compiled kernels is made at run time from CPUID and the kernel'
 (see ``src/native/xcorr.c``). A failed probe drops that kernel, never the build. The AMX
 kernel's source is also compiled over a software emulation of its tiles (``kern_amx_emu.c``,
 the ``amx_emulated`` path) wherever the AVX-512 layout code is built, so that it is tested on
-CPUs without AMX.
+CPUs without AMX. ``xengine_block._readbw`` (``src/readbw/``) measures the machine's streaming
+read bandwidth for the benchmarks' roofline, with the widest loads the same probes allow.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class ProbingBuildExt(build_ext):
 native = Extension(
     "xengine_block._native",
     sources=[f"{NATIVE}/{name}.c"
-             for name in ("xcorr", "kern_amx", "kern_amx_emu", "kern_avx512", "kern_avx2")],
+             for name in ("xcorr", "layout", "kern_amx", "kern_amx_emu", "kern_avx512",
+                          "kern_avx2")],
     # kern_amx_emu.c #includes kern_amx.c over amx_emu.h: the AMX kernel on software tiles
     depends=[f"{NATIVE}/{name}" for name in ("xcorr.h", "amx_emu.h", "kern_amx.c")],
     include_dirs=[NATIVE],
@@ -79,4 +81,12 @@ native = Extension(
     optional=True,  # a machine without a C compiler still installs; the backend says why
 )
 
-setup(ext_modules=[native], cmdclass={"build_ext": ProbingBuildExt})
+readbw = Extension(
+    "xengine_block._readbw",
+    sources=["src/readbw/readbw.c"],
+    extra_compile_args=["-O2", "-std=gnu11", "-pthread"],
+    extra_link_args=["-pthread"],
+    optional=True,  # without it tools.benchmarking measures with numpy and says so
+)
+
+setup(ext_modules=[native, readbw], cmdclass={"build_ext": ProbingBuildExt})

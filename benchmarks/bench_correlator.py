@@ -1,11 +1,13 @@
-"""Correlator throughput at the seed geometry against the machine's int8 peak and its peers
-(onnxruntime MatMulInteger, numpy), with S and thread scaling; prints one JSON object.
+"""Correlator throughput at the seed geometry against the machine's roofline (int8 peak and
+streaming read bandwidth, measured in the same run) and its peers (onnxruntime MatMulInteger,
+torch._int_mm, numpy), with S and thread scaling; prints one JSON object.
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
     python benchmarks/bench_correlator.py --bits 4   # also ci4 input, next to ci8, same run
-        [--no-scaling] [--no-onnx]
+        [--no-scaling] [--no-onnx] [--no-torch]
 
-The onnxruntime peer needs the optional extra: ``pip install -e .[bench]``.
+The library peers need the optional extra: ``pip install -e .[bench]`` (onnxruntime, torch);
+an absent one is reported as skipped, with the reason.
 """
 
 import argparse
@@ -25,10 +27,12 @@ def main() -> None:
     p.add_argument("--bits", type=sample_bits, default=8,
                    help="4: also measure ci4 input (key 'ci4') next to ci8 in the same run")
     p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
-    p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
+    p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peers")
+    p.add_argument("--no-torch", action="store_true", help="skip the torch._int_mm peer")
     a = p.parse_args()
     result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
-                              with_scaling=not a.no_scaling, with_onnx=not a.no_onnx)
+                              with_scaling=not a.no_scaling, with_onnx=not a.no_onnx,
+                              with_torch=not a.no_torch)
     if a.bits == 4:
         result["ci4"] = benchmarking.run_ci4(a.backend, result, a.repeat)
     print(json.dumps(result, indent=2))

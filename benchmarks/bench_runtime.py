@@ -18,6 +18,14 @@ blocks cost on top of the work itself in Bifrost (the target is <= 0.10);
 proclog times), less sensitive to other load on the machine. Rates are capture frames per second;
 ``msps`` is correlated samples per second of the whole chain (frames x 480 spectra x C).
 Machines are shared: compare the ratios of one run.
+
+``layouts`` (also alone: ``--layouts-only``): the X-engine block (on real Bifrost where it
+imports, else ours) on Bifrost's ``[time][freq][station][pol]`` tensor (1 spectrum per frame,
+gulps and integrations of P packets of spectra) against the same backend on our frame layout,
+S = 256 ci8 and S = 64 ci4, interleaved. ``ratio_*`` = frame time / tensor time, on wall
+seconds, the block's process seconds and the backend's CPU seconds (native: its threads',
+insensitive to time slicing); the goal is >= 0.9. Backend, ISA and load averages are in the
+JSON.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -36,6 +45,7 @@ from xengine_block.array import default_array
 from xengine_block.backends import get_backend
 from xengine_block.geometry import Geometry
 from xengine_block.integration import Integrator, valid_counts
+from xengine_block.layout import natural_to_frames, pack_ci4
 
 
 def header(g: Geometry) -> list[dict[str, Any]]:
@@ -142,26 +152,41 @@ def plain_blocks(bfp: Any, arr: Any) -> tuple[type, type]:
     return PlainXEngine, PlainIntegrate
 
 
+def runtime_parts(name: str) -> tuple[Any, type, type, type, Any]:
+    """(blocks namespace, SourceBlock, SinkBlock, Pipeline, span -> our array) of runtime
+    ``name``: "ours" or "bifrost"."""
+    if name == "ours":
+        from xengine_block import blocks
+        from xengine_block.runtime import pipeline
+        return (blocks, pipeline.SourceBlock, pipeline.SinkBlock, pipeline.Pipeline,
+                lambda s: s.data)
+    import xengine_block.bifrost as xb
+
+    def arr(span: Any) -> np.ndarray:
+        return xb.as_ours(span.data, str(span.dtype))
+    return xb, xb.bf.pipeline.SourceBlock, xb.bf.pipeline.SinkBlock, xb.Pipeline, arr
+
+
+def release(p: Any, bifrost: bool) -> None:
+    """Free a finished pipeline's rings (Bifrost never frees a ring itself: its Ring.__del__
+    skips it, GiB at S=256)."""
+    if bifrost:
+        for block in p.blocks:
+            for ring in block.orings:
+                ring._destroy()
+    p.blocks.clear()
+    gc.collect()
+
+
 def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
              backend_name: str) -> tuple[float, float]:
     """(wall seconds of run(), seconds all blocks spent processing)."""
-    if peer == "ours":
-        from xengine_block import blocks
-        from xengine_block.runtime import pipeline
-        rt, base_src, base_sink = blocks, pipeline.SourceBlock, pipeline.SinkBlock
-        pipe, arr = pipeline.Pipeline, (lambda s: s.data)
-    else:
-        import xengine_block.bifrost as xb
-        rt, base_src, base_sink = xb, xb.bf.pipeline.SourceBlock, xb.bf.pipeline.SinkBlock
-        pipe = xb.Pipeline
-
-        def arr(span: Any) -> np.ndarray:
-            return xb.as_ours(span.data, str(span.dtype))
+    rt, base_src, base_sink, pipe, arr = runtime_parts("ours" if peer == "ours" else "bifrost")
     backend = get_backend(backend_name, g)
     with pipe() as p:
         src = source_class(base_src, arr)(g, pool, nframe)
         if peer == "bifrost_plain":
-            plain_x, plain_i = plain_blocks(xb.bf.pipeline, arr)
+            plain_x, plain_i = plain_blocks(rt.bf.pipeline, arr)
             integ = plain_i(plain_x(src, backend), ninteg)
         else:
             x = rt.XEngineBlock(src, backend=backend_name, geometry=g)
@@ -171,14 +196,129 @@ def run_once(peer: str, g: Geometry, pool: np.ndarray, nframe: int, ninteg: int,
         p.run()
         wall = time.perf_counter() - t0
     busy = sum(b.counters.snapshot()["process_s"] for b in p.blocks)
-    if peer != "ours":  # Bifrost never frees a ring (Ring.__del__ skips it): GiB at S=256
-        for block in p.blocks:
-            for ring in block.orings:
-                ring._destroy()
-    p.blocks.clear()
+    release(p, peer != "ours")
     del p, src, integ
-    gc.collect()
     return wall, busy
+
+
+# ------------------------------------------------------------------------ input layouts
+def layout_inputs(g: Geometry, rng: np.random.Generator) -> dict[str, tuple[dict, np.ndarray,
+                                                                         int]]:
+    """The same samples (two P-packet gulps' worth, cycled) in our frame layout and in
+    Bifrost's ``[time][freq][station][pol]`` tensor (1 spectrum per frame): name -> (header,
+    pool of frames, frames per gulp)."""
+    lo, hi = (-8, 8) if g.ci4 else (-128, 128)
+    nspec = 2 * g.npacket * g.nspectra_pkt
+    x = rng.integers(lo, hi, (g.nstream, g.nchan, nspec, 2), dtype=np.int8)
+    base = {"name": "bench", "time_tag": 0, "sync_time": 1.8e9, "fs_hz": 40e3, "chan0": 0,
+            "freq0_hz": 150e6, "chan_bw_hz": 40e3, "nchan": g.nchan,
+            "array": default_array(g.nstream // 2).to_dict()}
+    ns = g.nstream // 2
+    if g.ci4:
+        b = pack_ci4(x, g.nibble_order)  # [S, C, T] bytes
+        tensor = np.ascontiguousarray(b.reshape(ns, 2, g.nchan, nspec).transpose(3, 2, 0, 1))
+        dtype = "ci4"
+    else:
+        tensor = np.ascontiguousarray(x.reshape(ns, 2, g.nchan, nspec, 2).transpose(3, 2, 0, 1, 4))
+        dtype = "ci8"
+    frames = natural_to_frames(x, g)
+    return {
+        "frame": (dict(base, geometry=g.to_dict(),
+                       _tensor={"dtype": g.frame_dtype, "shape": [-1, *g.frame_shape]}),
+                  frames, g.npacket),
+        "bifrost_tensor": (dict(base, geometry={"npacket": g.npacket},
+                                _tensor={"dtype": dtype, "shape": [-1, g.nchan, ns, 2],
+                                         "labels": ["time", "freq", "station", "pol"]}),
+                           tensor, g.npacket * g.nspectra_pkt)}
+
+
+def run_layout_once(rt_name: str, g: Geometry, inp: tuple[dict, np.ndarray, int],
+                    ngulp: int, backend: str) -> tuple[float, float, float]:
+    """(wall s of run(), X-engine process s, X-engine CPU s of its backend calls) for ngulp
+    gulps of ``inp`` through source -> X-engine (integration of P packets of spectra) -> sink."""
+    rt, base_src, base_sink, pipe, arr = runtime_parts(rt_name)
+    hdr, pool, gulp = inp
+
+    class Source(base_src):
+        def __init__(self) -> None:
+            super().__init__(["bench"], gulp_nframe=gulp)
+
+        def create_reader(self, name: str) -> Any:
+            return contextlib.nullcontext(iter(range(ngulp)))
+
+        def on_sequence(self, reader: Any, name: str) -> list[dict[str, Any]]:
+            return [dict(hdr)]
+
+        def on_data(self, reader: Any, ospans: list) -> list[int]:
+            i = next(reader, None)
+            if i is None:
+                return [0]
+            k = i % (len(pool) // gulp) * gulp
+            arr(ospans[0])[:gulp] = pool[k:k + gulp]
+            return [gulp]
+
+    class TimedXEngine(rt.XEngineBlock):
+        """Sums the backend's CPU seconds (native: its threads'; one call per gulp here)."""
+
+        cpu = 0.0
+
+        def on_data(self, ispans: list, ospans: list) -> list[int]:
+            n = super().on_data(ispans, ospans)
+            self.cpu += getattr(self.backend, "last_cpu_seconds", 0.0)
+            return n
+
+    with pipe() as p:
+        x = TimedXEngine(Source(), backend=backend, gulp_nframe=gulp,
+                         integration_spectra=g.npacket * g.nspectra_pkt)
+        null_sink_class(base_sink, arr)(x.orings[0])
+        t0 = time.perf_counter()
+        p.run()
+        wall = time.perf_counter() - t0
+    busy = x.counters.snapshot()["process_s"]
+    info = (x.backend.name, getattr(x.backend, "isa", None))
+    x.backend.close()
+    release(p, rt_name != "ours")
+    run_layout_once.last_backend = info  # type: ignore[attr-defined]
+    return wall, busy, x.cpu
+
+
+def layout_ratios(a: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:
+    """The X-engine on Bifrost's tensor layout against the same backend on our frame layout,
+    interleaved runs; ratio = frame time / tensor time (1 = as fast; goal >= 0.9)."""
+    try:
+        import xengine_block.bifrost  # noqa: F401
+        rt_name = a.layout_runtime or "bifrost"
+    except ImportError:
+        rt_name = a.layout_runtime or "ours"
+    configs = [("S=256 ci8", Geometry(nstream=256, nchan=9, npacket=32), 3),
+               ("S=64 ci4", Geometry(nstream=64, nchan=9, npacket=136, sample_bits=4), 3)]
+    if a.quick:
+        configs = [("S=32 ci8", Geometry(nstream=32, nchan=9, npacket=4), 2),
+                   ("S=32 ci4", Geometry(nstream=32, nchan=9, npacket=4, sample_bits=4), 2)]
+    out: dict[str, Any] = {"runtime": rt_name, "loadavg_before": os.getloadavg()}
+    for label, g, ngulp in configs:
+        inputs = layout_inputs(g, rng)
+        for inp in inputs.values():  # warm-up: imports, numba, first allocations
+            run_layout_once(rt_name, g, inp, 1, a.backend)
+        res: dict[str, dict[str, list[float]]] = {
+            n: {"wall_s": [], "process_s": [], "backend_cpu_s": []} for n in inputs}
+        for _ in range(a.repeat):
+            for name, inp in inputs.items():
+                wall, busy, cpu = run_layout_once(rt_name, g, inp, ngulp, a.backend)
+                for key, v in zip(("wall_s", "process_s", "backend_cpu_s"), (wall, busy, cpu),
+                                  strict=True):
+                    res[name][key].append(round(v, 4))
+        backend, isa = run_layout_once.last_backend  # type: ignore[attr-defined]
+        entry: dict[str, Any] = {"nstream": g.nstream, "nchan": g.nchan,
+                                 "sample_bits": g.sample_bits,
+                                 "spectra": ngulp * g.npacket * g.nspectra_pkt,
+                                 "backend": backend, "isa": isa, "runs": res}
+        for key in ("wall_s", "process_s", "backend_cpu_s"):
+            f, t = min(res["frame"][key]), min(res["bifrost_tensor"][key])
+            entry[f"ratio_{key}"] = round(f / t, 3) if t > 0 else None
+        out[label] = entry
+    out["loadavg_after"] = os.getloadavg()
+    return out
 
 
 def main() -> None:
@@ -186,6 +326,10 @@ def main() -> None:
     ap.add_argument("--backend", default="native", help="correlator backend (default native)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    ap.add_argument("--layouts-only", action="store_true",
+                    help="only the input-layout comparison (Bifrost tensor vs our frames)")
+    ap.add_argument("--layout-runtime", choices=("ours", "bifrost"), default=None,
+                    help="runtime of the layout comparison (default bifrost where it imports)")
     a = ap.parse_args()
     configs = [("S=32", Geometry(nstream=32, nchan=9, npacket=136), 24, 2),
                # small gulps: the blocks' per-gulp Python cost weighs most here
@@ -197,6 +341,9 @@ def main() -> None:
     peers = ("ours", "bifrost", "bifrost_plain")
     result: dict[str, Any] = {"benchmark": "runtime", "backend": a.backend,
                               "repeat": a.repeat, "configs": {}}
+    result["layouts"] = layout_ratios(a, rng)
+    if a.layouts_only:
+        configs = []
     for label, g, nout, ninteg in configs:
         pool = rng.integers(-128, 128, (2 * g.npacket, *g.frame_shape), dtype=np.int8)
         nframe = nout * g.npacket

@@ -5,6 +5,7 @@ UVH5 + quick-look PNG, in a new output directory.
     python pipelines/fx.py                      # 128 MWA tiles (256 streams), 9 channels
     python pipelines/fx.py --nant 16 --dumps 4 --transport inproc --backend cpu
     python pipelines/fx.py --record packets.pcap   # also keep every packet sent
+    python pipelines/fx.py --xengines 3 --nchan 27 --record band.pcap  # 3 instances, recorded
     python pipelines/fx.py --bits 4             # 4-bit (ci4) F-engines: half the packet bytes
 
 The F-engines run in a thread of this process and send over UDP loopback (or an in-process
@@ -68,8 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=at.port, default=0, help="UDP port (0: any free port)")
     p.add_argument("--rate-gbps", type=at.nonnegative_number, default=1.0,
                    help="UDP send rate (0: unpaced)")
-    p.add_argument("--record", type=at.output_file,
-                   help="also write the packets sent to this pcap")
+    p.add_argument("--record", type=at.recording_file,
+                   help="also write the packets sent to this pcap (and its .json sidecar); "
+                        "with --xengines, every instance's channel group in one full-band "
+                        "recording, which 'xengine reprocess' turns into the combined "
+                        "visibilities")
     p.add_argument("--out", type=at.output_dir,
                    help="output directory (default: new fx_out/run-*)")
     p.add_argument("--fs-hz", type=at.positive_number, default=40e3,
@@ -105,8 +109,9 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
     if a.xengines:
-        if a.transport != "udp" or a.record:
-            raise UsageError("--xengines", "runs over UDP only, without --record")
+        if a.transport != "udp":
+            raise UsageError("--xengines", "runs over UDP only (the instances are processes "
+                                           "with their own sockets)")
         try:
             channel_split(g.nchan, g.nchan_pkt, a.xengines)
         except ValueError as exc:
@@ -225,14 +230,10 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     print(f"fx: output in {out}")
 
     if a.xengines:
-        return run_instances(a, g, sim, sky, nframe, out)
+        return run_instances(a, array, g, sim, sky, nframe, out)
 
-    senders = []
     replay = a.transport == "pcap"  # write the pcap first, then replay it through the capture
-    if a.record:
-        a.record.parent.mkdir(parents=True, exist_ok=True)
-        write_metadata(a.record, array, g, **sky)
-        senders.append(pcap_sender(g, a.record))
+    senders = start_recording(a, array, g, sky)
     if a.transport == "udp":
         assert source is not None  # bound in main()
         senders.append(udp_sender(g, address=a.address, port=source.port,
@@ -275,8 +276,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     stop.set()  # the pipeline is done: nothing more to send
     if fengine.is_alive():
         fengine.join(timeout=10)  # prompt: it checks stop between chunks
-    if a.record:
-        finish_metadata(a.record)
+    finish_recording(a)
     elapsed = time.monotonic() - t0
     if failure is not None:  # the block and what failed (e.g. the file and errno)
         print(f"fx: {failure}", file=sys.stderr)
@@ -321,15 +321,38 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     return 1 if summary["quicklook_failures"] else 0
 
 
-def run_instances(a: argparse.Namespace, g: Geometry, sim: FEngineSimulator,
-                  sky: dict[str, float], nframe: int, out: Path) -> int:
-    """--xengines N: N correlate processes fed over UDP, their files combined."""
+def start_recording(a: argparse.Namespace, array: ArrayDescription, g: Geometry,
+                    sky: dict[str, float]) -> list:
+    """--record: write the sidecar, return the pcap sender of the whole band (none without)."""
+    if not a.record:
+        return []
+    a.record.parent.mkdir(parents=True, exist_ok=True)
+    write_metadata(a.record, array, g, **sky)
+    return [pcap_sender(g, a.record)]
+
+
+def finish_recording(a: argparse.Namespace) -> None:
+    """--record: note the closed pcap's size in the sidecar (once its sender closed it)."""
+    if a.record and a.record.exists():
+        finish_metadata(a.record)
+
+
+def run_instances(a: argparse.Namespace, array: ArrayDescription, g: Geometry,
+                  sim: FEngineSimulator, sky: dict[str, float], nframe: int, out: Path) -> int:
+    """--xengines N: N correlate processes fed over UDP, their files combined. --record writes
+    the same heaps (the band is the union of the instances' channel groups) into one
+    full-band recording: it reprocesses like any other, into the combined visibilities."""
     errors: list[BaseException] = []
     t0 = time.monotonic()
-    summary = run_scaleout(a.xengines, g, out=out, sky=sky, nframe=nframe,
-                           send=lambda senders: send_all(sim, senders, nframe, 4, errors),
-                           array=a.array, nant=a.nant, backend=a.backend, ninteg=a.ninteg,
-                           rate_gbps=a.rate_gbps, like_top_s=a.monitor)
+    recorders = start_recording(a, array, g, sky)
+    try:
+        summary = run_scaleout(
+            a.xengines, g, out=out, sky=sky, nframe=nframe,
+            send=lambda senders: send_all(sim, senders + recorders, nframe, 4, errors),
+            array=a.array, nant=a.nant, backend=a.backend, ninteg=a.ninteg,
+            rate_gbps=a.rate_gbps, like_top_s=a.monitor)
+    finally:
+        finish_recording(a)
     if errors:
         raise errors[0]
     summary["elapsed_s"] = round(time.monotonic() - t0, 2)

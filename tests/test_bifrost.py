@@ -1,6 +1,6 @@
 """Our blocks inside real Bifrost (``xengine_block.bifrost``): exact against the reference,
-files equal to our runtime's, failures stop the pipeline and reach the caller, a user's own
-Bifrost source block (docs/bifrost.md's example) feeds the X-engine.
+files equal to our runtime's, failures stop the pipeline and reach the caller (docs/bifrost.md's
+examples: tests/test_bifrost_examples.py).
 
 Skipped, with the reason, where Bifrost does not import; CI builds it from the vendored tarball
 and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
@@ -9,7 +9,6 @@ and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -237,17 +236,6 @@ def test_missing_header_key_is_one_clear_line():
         xb.XEngineBlock(array_source(BF, outputs, 2), backend="cpu")
         with pytest.raises(xb.PipelineError, match=r"lacks \['fs_hz'\]"):
             p.run()
-
-
-def test_docs_example_user_source_block_runs(tmp_path):
-    """docs/bifrost.md's last code block: a user's ci8 source without a mask, checked there
-    against numpy."""
-    doc = (ROOT / "docs" / "bifrost.md").read_text()
-    code = re.findall(r"```python\n(.*?)```", doc, re.S)[-1]
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=90, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "exact:" in r.stdout
 
 
 def run_npu(tmp_path: Path, xrt) -> tuple[Any, list, np.ndarray, Geometry]:

@@ -336,8 +336,8 @@ def test_one_forged_start_heap_costs_no_real_data():
 def test_deliveries_are_the_ring_slots_and_heaps_land_there():
     """Zero copy: every chunk spead2 fills is a slot of the output rings (frames and mask), so
     the frames a reader acquires are the bytes spead2 placed, not a copy."""
-    from xengine_block.capture.receive import RingSlots, slot_count
-    from xengine_block.runtime.ring import Ring, SlotWriter
+    from xengine_block.capture.receive import RingSlots
+    from xengine_block.runtime.ring import Ring
 
     frames = simulator(seed=5).frames(0, 6)
     queue = spead2.InprocQueue()
@@ -346,9 +346,7 @@ def test_deliveries_are_the_ring_slots_and_heaps_land_there():
     rings = [Ring(), Ring()]
     with rings[0].begin_writing() as wf, rings[1].begin_writing() as wm:
         lay = CaptureLayout(G, chan0=CHAN0)
-        n = slot_count(lay)
-        slots = RingSlots(SlotWriter(wf, lay.chunk_bytes, n, 2),
-                          SlotWriter(wm, lay.chunk_heaps, n, 2))
+        slots = RingSlots.for_rings(lay, [wf, wm], 2)
         cap = Capture(InprocSource(queue), lay, slots=slots)
         got = []
         for d in cap.deliveries():

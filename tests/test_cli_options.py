@@ -18,6 +18,8 @@ import pytest
 from xengine_block.cli import COMMANDS, SUBCOMMANDS, build_parser, main
 from xengine_block.tools import argtypes
 
+from .service_helpers import BASE, write_config
+
 ROOT = Path(__file__).resolve().parents[1]
 FX = ROOT / "pipelines" / "fx.py"
 SKY = ["--sync-time", "0", "--fs-hz", "40e3", "--freq0-hz", "150e6", "--chan-bw-hz", "40e3"]
@@ -40,6 +42,8 @@ def files(tmp_path):
     (d / "rec.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20))
     (d / "rec2").mkdir()
     (d / "rec2" / "rec.pcap").write_bytes(b"x")
+    (d / "side.pcap.json").mkdir()  # where a recording's sidecar would go
+    write_config(d / "svc.toml", BASE)
     return d
 
 
@@ -81,6 +85,7 @@ FX_CASES = [
     (["--port", "{busy}"], "--port"),
     (["--rate-gbps", "-1"], "--rate-gbps"), (["--rate-gbps", "nan"], "--rate-gbps"),
     (["--record", "{files}"], "--record"), (["--record", "{files}/plain.txt/x.pcap"], "--record"),
+    (["--record", "{files}/side.pcap"], "--record"),
     (["--out", "{files}/plain.txt"], "--out"), (["--out", "{files}/plain.txt/sub"], "--out"),
     (["--fs-hz", "0"], "--fs-hz"), (["--fs-hz", "-4e4"], "--fs-hz"),
     (["--fs-hz", "inf"], "--fs-hz"),
@@ -248,3 +253,145 @@ def test_argtypes_accept_good_values(tmp_path):
     assert not (tmp_path / "a").exists()
     assert argtypes.output_file(str(tmp_path / "c" / "x.pcap")) == tmp_path / "c" / "x.pcap"
     assert argtypes.number(-90, 90)("-90") == -90.0
+
+
+# ------------------------------------------------------- unwritable and unreadable paths
+# Issue 22 item 2: every path option fails in one line naming it (exit 2), before anything
+# starts, whatever the kernel's reason, as root too: ENOENT (/proc), a file where a directory
+# belongs, EROFS (a read-only tmpfs, in a mount namespace of its own) and EACCES (as root: a
+# process without CAP_DAC_OVERRIDE, for which permission bits count).
+
+#: Every option that writes: (program, argv with {p} where the output goes, the option named).
+WRITE_OPTIONS = [
+    ("fx", ["--out", "{p}/out"], "--out"),
+    ("fx", ["--out", "{p}"], "--out"),  # an existing directory that takes no new file
+    ("fx", ["--record", "{p}/rec.pcap", "--out", "new_out"], "--record"),
+    ("xengine", ["quicklook", "{files}/plain.txt", "-o", "{p}/q.png"], "-o/--output"),
+    ("xengine", ["reprocess", "{files}/rec.pcap", "-o", "{p}/out"], "-o/--out"),
+    ("xengine", ["record", "-o", "{p}/out", *SKY], "-o/--out"),
+    ("xengine", ["combine", "{files}", "-o", "{p}/out"], "-o/--out"),
+    ("xengine", ["correlate", "{files}/svc.toml", "--directory", "{p}/out"], "output.directory"),
+]
+#: Every option that reads, with {p}/secret a file that cannot be opened (EACCES only).
+READ_OPTIONS = [
+    ("fx", ["--array", "{p}/secret", "--out", "new_out"], "--array"),
+    ("xengine", ["quicklook", "{p}/secret"], "file"),
+    ("xengine", ["reprocess", "{p}/secret", "-o", "out"], "inputs"),
+    ("xengine", ["reprocess", "{files}/rec.pcap", "-o", "out", "--array", "{p}/secret"],
+     "--array"),
+    ("xengine", ["record", "-o", "out", "--array", "{p}/secret", *SKY], "--array"),
+    ("xengine", ["combine", "{p}/secret", "-o", "out"], "inputs"),
+    ("xengine", ["correlate", "{p}/secret"], "config"),
+]
+
+
+def run_path_cases(cases: list, p: str, files: str, work: str) -> list[dict]:
+    """Run each case in this process, in a fresh directory under ``work``: exit status, stderr,
+    and what it left there. Also the body of the subprocesses below (``python -c``)."""
+    import contextlib
+    import io
+    import os
+
+    spec = importlib.util.spec_from_file_location("fx_paths", FX)
+    fx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fx)
+    results = []
+    for i, (program, args, option) in enumerate(cases):
+        d = Path(work) / f"case{i}"
+        d.mkdir()
+        os.chdir(d)
+        argv = [a.replace("{p}", p).replace("{files}", files) for a in args]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                code = (fx.main if program == "fx" else main)(argv)
+            except SystemExit as exc:
+                code = exc.code
+        results.append({"argv": argv, "option": option, "code": code, "err": err.getvalue(),
+                        "left": sorted(os.listdir(d))})
+    return results
+
+
+def check_path_results(results: list[dict], reason: str, ncase: int) -> None:
+    assert len(results) == ncase
+    for r in results:
+        lines = r["err"].strip().splitlines()
+        assert r["code"] == 2, r
+        assert len(lines) == 1 and "Traceback" not in r["err"], r
+        assert r["option"] in lines[0] and reason in lines[0], r
+        assert r["left"] == [], r  # nothing created
+
+
+def in_subprocess(prefix: list[str], cases: list, p: Path, files: Path, work: Path
+                  ) -> list[dict]:
+    import json
+    code = ("import json, sys; from tests.test_cli_options import WRITE_OPTIONS, READ_OPTIONS, "
+            "run_path_cases as run; c = WRITE_OPTIONS + READ_OPTIONS; "
+            "print(json.dumps(run([c[i] for i in json.loads(sys.argv[1])], *sys.argv[2:])))")
+    everything = WRITE_OPTIONS + READ_OPTIONS
+    proc = subprocess.run([*prefix, sys.executable, "-c", code,
+                           json.dumps([everything.index(c) for c in cases]), str(p), str(files),
+                           str(work)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(("place", "reason"), [
+    ("/proc", "No such file or directory"),  # ENOENT even for root: issue 22's traceback
+    ("{files}/plain.txt", "not a directory"),
+])
+def test_unwritable_paths_in_process(place, reason, files, tmp_path):
+    import os
+    here = os.getcwd()
+    try:
+        results = run_path_cases(WRITE_OPTIONS, place.replace("{files}", str(files)),
+                                 str(files), str(tmp_path))
+    finally:
+        os.chdir(here)
+    check_path_results(results, reason, len(WRITE_OPTIONS))
+
+
+def test_read_only_file_system(files, tmp_path):
+    """EROFS: a read-only tmpfs mounted in a mount namespace of the subprocess alone."""
+    import shutil
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed: no read-only mount to test EROFS")
+    ro, work = tmp_path / "ro", tmp_path / "work"
+    ro.mkdir()
+    work.mkdir()
+    import os
+    userns = [] if os.geteuid() == 0 else ["--map-root-user"]
+    probe = subprocess.run(["unshare", "--mount", *userns, "mount", "-t", "tmpfs", "-o", "ro",
+                            "tmpfs", str(ro)], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {probe.stderr.strip()}")
+    mount = ["unshare", "--mount", *userns, "sh", "-c",
+             f'mount -t tmpfs -o ro tmpfs "{ro}" && exec "$@"', "sh"]
+    check_path_results(in_subprocess(mount, WRITE_OPTIONS, ro, files, work),
+                       "Read-only file system", len(WRITE_OPTIONS))
+
+
+def test_permission_denied(files, tmp_path):
+    """EACCES: a directory of another user, and a file nobody may read; as root the
+    subprocess runs without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH, so the bits count."""
+    import os
+    import shutil
+    locked, work = tmp_path / "locked", tmp_path / "work"
+    locked.mkdir()
+    work.mkdir()
+    (locked / "secret").write_text("nant = 2")
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv (util-linux): cannot drop "
+                        "CAP_DAC_OVERRIDE, so no path is unwritable by permission bits")
+        os.chown(locked / "secret", 65534, 65534)
+        os.chown(locked, 65534, 65534)
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    (locked / "secret").chmod(0o000)
+    locked.chmod(0o555)
+    try:
+        results = in_subprocess(prefix, WRITE_OPTIONS + READ_OPTIONS, locked, files, work)
+    finally:
+        locked.chmod(0o755)
+    check_path_results(results, "Permission denied", len(WRITE_OPTIONS + READ_OPTIONS))

@@ -81,14 +81,15 @@ def raw_heap(cnt: int, frame: int, stream: int, payload: bytes, *, heap_length: 
     return raw_packet(items, payload)
 
 
-def capture_udp(datagrams: list[bytes], decodable: int, **kw) -> tuple[list[CapturedFrame],
-                                                                         dict[str, int], Capture]:
-    """Send ``datagrams`` to a fresh capture on loopback (a consumer thread iterating it);
-    stop it once spead2 has decoded ``decodable`` packets (or after 20 s, which then fails the
-    exact ``packets`` count), or when it ends by itself (an honoured stop heap)."""
+def capture_udp(datagrams: list[bytes], decodable: int, wire=G,
+                **kw) -> tuple[list[CapturedFrame], dict[str, int], Capture]:
+    """Send ``datagrams`` to a fresh capture of ``wire`` (our geometry G, or a MeerKAT format)
+    on loopback (a consumer thread iterating it); stop it once spead2 has decoded ``decodable``
+    packets (or after 20 s, which then fails the exact ``packets`` count), or when it ends by
+    itself (an honoured stop heap)."""
     source = UdpSource("127.0.0.1", 0, buffer_size=4 << 20)
     source.bind()
-    cap = Capture(source, G, copy=True, **kw)
+    cap = Capture(source, wire, copy=True, **kw)
     out: list[CapturedFrame] = []
     consumer = threading.Thread(target=lambda: out.extend(cap))
     consumer.start()

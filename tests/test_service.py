@@ -58,6 +58,8 @@ BAD = [  # (change to BASE, key the one-line error must name)
     ({"correlator": {"backend": "gpu"}}, "correlator.backend"),
     ({"correlator": {"ninteg": 0}}, "correlator.ninteg"),
     ({"output": {"directory": ""}}, "output.directory"),
+    ({"output": {"directory": "c.toml/out"}}, "output.directory"),  # a file on the way
+    ({"output": {"directory": "/proc/xengine_out"}}, "output.directory"),  # ENOENT, as root
     ({"output": {"prefix": 3}}, "output.prefix"),
     ({"output": {"dumps_per_file": 0}}, "output.dumps_per_file"),
     ({"output": {"seconds_per_file": 0}}, "output.seconds_per_file"),
@@ -156,7 +158,8 @@ def test_startup_errors_are_one_clear_line(tmp_path, problem):
     change = {
         "port": {"capture": {"sources": [f"udp://127.0.0.1:{busy.getsockname()[1]}"]}},
         "interface": {"capture": {"sources": ["udp://239.255.7.7:0"], "interface": "192.0.2.77"}},
-        "directory": {"output": {"directory": "file/out"}},  # unwritable even for root
+        # unwritable even for root: a configuration error (exit 2), found before start-up
+        "directory": {"output": {"directory": "file/out"}},
     }[problem]
     (tmp_path / "file").write_text("not a directory")
     cfg = write_config(tmp_path / "c.toml", merged(BASE, **change))
@@ -165,11 +168,11 @@ def test_startup_errors_are_one_clear_line(tmp_path, problem):
                            capture_output=True, text=True, env=env(), timeout=120)
     finally:
         busy.close()
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == (2 if problem == "directory" else 1), p.stderr
     line = p.stderr.strip()
     assert "\n" not in line
     assert {"port": "already in use", "interface": "192.0.2.77",
-            "directory": "not writable"}[problem] in line
+            "directory": "output.directory: "}[problem] in line
 
 
 # ---------------------------------------------------------------------------- live run

@@ -6,6 +6,7 @@ adapters over pure functions).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,24 +15,32 @@ from .geometry import Geometry
 from .triangle import triangle_streams
 
 
-def valid_counts(mask: np.ndarray, g: Geometry) -> np.ndarray:
-    """Valid spectra per baseline from the capture presence mask.
+def valid_counts(mask: np.ndarray, g: Geometry | int,
+                 frame_spectra: int | None = None) -> np.ndarray:
+    """Valid spectra per baseline from a presence mask.
 
-    ``mask`` is ``[P, S]`` (a stream's packet of the frame arrived) or ``[P, S, G]`` (per
-    channel group). Returns ``[G, nbaseline]`` int64 (G = 1 for a per-stream mask): for
-    baseline (j, k), ``nspectra_pkt * sum_p mask[p, j] * mask[p, k]``: both streams must be
-    present for a frame's spectra to count; missing packets were zero-filled, so they add
-    nothing to the sum either.
+    ``mask`` is ``[F, S]`` (stream s's data of frame f arrived) or ``[F, S, G]`` (per
+    channel group); ``g`` the geometry (or just S), ``frame_spectra`` the spectra of one frame
+    (default: a packet's, ``g.nspectra_pkt``; layout inputs: ``SampleLayout.nspectra``).
+    Returns ``[G, nbaseline]`` int64 (G = 1 for a per-stream mask): for baseline (j, k),
+    ``frame_spectra * sum_f mask[f, j] * mask[f, k]``: both streams must be present for a
+    frame's spectra to count; missing data were zero-filled, so they add nothing to the sum
+    either.
     """
+    nstream = g if isinstance(g, int) else g.nstream
+    if frame_spectra is None:
+        if isinstance(g, int):
+            raise TypeError("valid_counts(mask, nstream) needs frame_spectra")
+        frame_spectra = g.nspectra_pkt
     m = np.asarray(mask)
     if m.ndim == 2:
         m = m[:, :, None]
-    if m.ndim != 3 or m.shape[1] != g.nstream:
-        raise ValueError(f"mask must be [P, {g.nstream}] or [P, {g.nstream}, G]; got {m.shape}")
+    if m.ndim != 3 or m.shape[1] != nstream:
+        raise ValueError(f"mask must be [P, {nstream}] or [P, {nstream}, G]; got {m.shape}")
     # Frames in which every stream arrived count for every baseline; only the others need the
     # pair products. Those use einsum's own integer loops, not BLAS: a BLAS matmul per gulp left
     # OpenBLAS's threads spinning (~0.05 CPU-s per dump) on the cores the X-engine needs.
-    j, k = triangle_streams(g.nstream)
+    j, k = triangle_streams(nstream)
     out = np.empty((m.shape[2], j.size), np.int64)
     for gi in range(m.shape[2]):
         mg = m[:, :, gi] != 0  # [P, S]
@@ -40,13 +49,79 @@ def valid_counts(mask: np.ndarray, g: Geometry) -> np.ndarray:
         if not whole.all():
             part = mg[~whole].astype(np.int32)
             out[gi] += np.einsum("ps,pt->st", part, part)[j, k]
-    return out * g.nspectra_pkt
+    return out * frame_spectra
 
 
 def counts_per_channel(counts: np.ndarray, g: Geometry) -> np.ndarray:
     """Expand ``[G, nbl]`` group counts to ``[C, nbl]`` (G = 1 broadcasts to all channels)."""
     reps = g.nchan // counts.shape[0]
     return np.repeat(counts, reps, axis=0)
+
+
+@dataclass(frozen=True)
+class IntegrationClock:
+    """Integrations of ``integration_spectra`` (N) spectra aligned to absolute spectrum counts
+    (integration k spans spectra ``[k N, (k + 1) N)``), over a sequence whose frames hold
+    ``frame_spectra`` spectra each, frame 0 starting at spectrum ``time_tag``.
+
+    Every X-engine (and integrator) cuts at the same spectra whatever its sequence's start: the
+    first integration of a sequence that starts inside one is partial (its valid counts say
+    so). Integrations and frames are numbered from the sequence's first (relative indices):
+    output frame ``i`` is integration ``i``, starting at spectrum ``start_tag + i * N``.
+    """
+
+    time_tag: int
+    frame_spectra: int
+    integration_spectra: int
+
+    def __post_init__(self) -> None:
+        ns, n, t = self.frame_spectra, self.integration_spectra, self.time_tag
+        for name, v in (("frame_spectra", ns), ("integration_spectra", n)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if n % ns:
+            raise ValueError(f"integration_spectra {n} is not a whole number of frames of "
+                             f"{ns} spectra")
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool) or t < 0 or t % ns:
+            raise ValueError(f"time_tag {t!r} is not a spectrum count that is a multiple of "
+                             f"the frame's {ns} spectra: integrations aligned to multiples of "
+                             f"{n} spectra would cut frames")
+
+    @property
+    def frames_per_integration(self) -> int:
+        return self.integration_spectra // self.frame_spectra
+
+    @property
+    def _first(self) -> tuple[int, int]:
+        """(absolute frame index of frame 0, absolute integration index of integration 0)."""
+        f0 = self.time_tag // self.frame_spectra
+        return f0, f0 // self.frames_per_integration
+
+    @property
+    def start_tag(self) -> int:
+        """Spectrum index of integration 0's aligned start (at or before ``time_tag``)."""
+        return self._first[1] * self.integration_spectra
+
+    def integration(self, frame: int) -> int:
+        """The integration frame ``frame`` belongs to."""
+        f0, k0 = self._first
+        return (f0 + frame) // self.frames_per_integration - k0
+
+    def frames(self, k: int) -> tuple[int, int]:
+        """Frames ``[fa, fb)`` of integration ``k`` (fa clipped at the sequence's start)."""
+        f0, k0 = self._first
+        per = self.frames_per_integration
+        return max((k0 + k) * per - f0, 0), (k0 + k + 1) * per - f0
+
+    def segments(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Frames ``[lo, hi)`` cut at integration boundaries: ``(k, fa, fb)`` in order."""
+        out = []
+        while lo < hi:
+            k = self.integration(lo)
+            fb = min(self.frames(k)[1], hi)
+            out.append((k, lo, fb))
+            lo = fb
+        return out
 
 
 @dataclass

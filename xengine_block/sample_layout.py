@@ -30,8 +30,9 @@ reading checks: wider values cannot keep int32 sums exact, and no backend here t
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,16 @@ ENCODING_BYTES = {"ci8": 1, "ci4": 1, "ci16": 2}
 #: Bits of a real or imaginary part per encoding, for the int32 exactness bound (ci16 values
 #: are checked to be int8-range, so they share ci8's bound).
 ENCODING_BITS = {"ci8": 8, "ci4": 4, "ci16": 8}
+
+
+#: Axis labels a layout is built from (:meth:`SampleLayout.from_axes`), and their synonyms.
+AXIS_LABELS = frozenset({"station", "pol", "stream", "freq", "fine_time", "reim"})
+AXIS_SYNONYMS = {"stand": "station", "ant": "station", "chan": "freq", "input": "stream"}
+
+
+def names_layout_axes(labels: Sequence[str]) -> bool:
+    """Whether every label is one :meth:`SampleLayout.from_axes` knows (or a synonym)."""
+    return all(lab in AXIS_LABELS or lab in AXIS_SYNONYMS for lab in labels)
 
 
 class LayoutError(ValueError):
@@ -173,21 +184,20 @@ class SampleLayout:
         """A dense C-order frame from its axes, outermost first, after the frame (time) axis.
 
         ``axes``: ``(label, size)`` pairs with labels ``station`` (or ``stand``, ``ant``),
-        ``pol`` (1 or 2; absent: 1), ``stream`` (stations and pols merged, ``2*station+pol``),
+        ``pol`` (1 or 2; absent: 1), ``stream`` (or ``input``: stations and pols merged,
+        ``2*station+pol``),
         ``freq`` (or ``chan``), ``fine_time`` (spectra within the frame; absent: 1) and, for
         ci8/ci16, an innermost ``reim`` of 2 (implied when absent). One pol doubles nothing:
         a single-pol input is refused (streams are antenna pairs of X and Y).
         ``antennas``: which stations of the buffer become antennas 0, 1, ... (default all, in
         order). ``frame_bytes``: a stride larger than the dense frame (padding).
         """
-        names = {"stand": "station", "ant": "station", "chan": "freq"}
-        dims = [(names.get(lab, lab), int(n)) for lab, n in axes]
+        dims = [(AXIS_SYNONYMS.get(lab, lab), int(n)) for lab, n in axes]
         labels = [d for d, _ in dims]
-        known = {"station", "pol", "stream", "freq", "fine_time", "reim"}
         for lab in labels:
-            if lab not in known:
-                raise LayoutError(f"axis {lab!r} is not one of {sorted(known)} (or stand, ant, "
-                                  f"chan)")
+            if lab not in AXIS_LABELS:
+                raise LayoutError(f"axis {lab!r} is not one of {sorted(AXIS_LABELS)} (or "
+                                  f"{', '.join(AXIS_SYNONYMS)})")
         if len(set(labels)) != len(labels):
             raise LayoutError(f"axes {labels} repeat a label")
         if encoding not in ENCODING_BYTES:
@@ -233,6 +243,38 @@ class SampleLayout:
         return cls(2 * len(chosen), size["freq"], nspectra, frame_bytes or dense, offsets,
                    stride["freq"], time_stride=stride.get("fine_time", 0), encoding=encoding,
                    im_offset=stride.get("reim", 0), nibble_order=nibble_order)
+
+    @classmethod
+    def from_tensor(cls, tensor: Mapping[str, Any], *,
+                    nibble_order: str = "re_high") -> SampleLayout:
+        """The layout of a ring whose Bifrost ``_tensor`` names its axes (``labels``), e.g.
+        ``ci8 [-1, nchan, nstation, 2]`` labelled ``['time', 'freq', 'station', 'pol']``.
+
+        The first axis is the frame (time) axis; the others are :meth:`from_axes` labels. dtype
+        ``ci4``, ``ci8`` or ``ci16`` (also ``i8``/``i16`` with an innermost ``reim`` axis). With
+        no ``pol`` axis a ``station``/``stand``/``ant`` axis is the merged ``stand*pol`` axis
+        (``s = 2*station + pol``), as in Bifrost's ``correlate_dp4a`` and the LWA capture rings.
+        """
+        dtype = tensor.get("dtype")
+        shape, labels = list(tensor.get("shape") or []), tensor.get("labels")
+        encodings = {"ci4": "ci4", "ci8": "ci8", "ci16": "ci16", "i8": "ci8", "i16": "ci16"}
+        if dtype not in encodings:
+            raise LayoutError(f"dtype {dtype!r} is not a complex integer type (ci4, ci8 or ci16; "
+                              f"i8/i16 with a reim axis): unpack or quantize it first")
+        if not isinstance(labels, Sequence) or len(labels) != len(shape) or not shape:
+            raise LayoutError(f"labels {labels!r} do not name the {len(shape)} axes of shape "
+                              f"{shape}")
+        if labels[0] != "time" or shape[0] != -1:
+            raise LayoutError(f"the first axis must be the frame axis 'time' of size -1, got "
+                              f"{labels[0]!r} of {shape[0]}")
+        axes = list(zip(labels[1:], shape[1:], strict=True))
+        if dtype.startswith("i") and (not axes or axes[-1][0] != "reim"):
+            raise LayoutError(f"dtype {dtype} holds re and im in an innermost reim axis; "
+                              f"labels {list(labels)} have none")
+        if "pol" not in labels:
+            axes = [("stream" if lab in ("station", "stand", "ant") else lab, n)
+                    for lab, n in axes]
+        return cls.from_axes(axes, encoding=encodings[dtype], nibble_order=nibble_order)
 
     def select(self, channels: Sequence[int] | None = None,
                streams: Sequence[int] | None = None) -> SampleLayout:
@@ -321,6 +363,112 @@ class SampleLayout:
         return out
 
 
+def spectrum_starts(layout: SampleLayout, t0: int, n: int) -> np.ndarray:
+    """int64 offsets, from a sample's stream and channel part, of spectra ``t0 .. t0 + n``
+    (frame, time block, spectrum in the block): the part of an address every stream shares."""
+    t = np.arange(t0, t0 + n, dtype=np.int64)
+    tt = t % layout.nspectra
+    return ((t // layout.nspectra) * layout.frame_bytes + (tt // layout.block) * layout.block_stride
+            + (tt % layout.block) * layout.time_stride)
+
+
+_ENCODING_CODES = {"ci8": 0, "ci4": 1, "ci16": 2}
+#: What the gather kernel returns when every ci16 value was in the int8 range.
+_ALL_IN_RANGE = 1 << 20
+
+
+@lru_cache(maxsize=1)
+def _gather_kernel() -> Callable[..., int]:
+    """The compiled gather loop (numba, compiled on first use, cached on disk): for channels
+    ``c < nchan``, streams ``s`` and spectra ``d``, the sample at ``src[rs[d] + soff[s] +
+    c * scs]`` (imaginary part ``sim`` on; encoding 0 ci8, 1 ci4, 2 ci16) to ``dst[rd[d] +
+    doff[s] + c * dcs]`` (imaginary ``dim`` on). Returns the first ci16 value outside
+    -128..127, or ``_ALL_IN_RANGE``."""
+    import numba
+
+    @numba.njit(nogil=True, cache=True)
+    def kernel(src, rs, soff, scs, sim, enc, re_low, dst, rd, doff, dcs, dim,
+               nchan):  # pragma: no cover - compiled
+        bad = _ALL_IN_RANGE
+        for c in range(nchan):
+            for s in range(soff.size):
+                a0 = soff[s] + c * scs
+                b0 = doff[s] + c * dcs
+                for d in range(rs.size):
+                    a = rs[d] + a0
+                    b = rd[d] + b0
+                    if enc == 0:
+                        re = np.int32(src[a]) - 256 * (src[a] > 127)
+                        im = np.int32(src[a + sim]) - 256 * (src[a + sim] > 127)
+                    elif enc == 1:
+                        v = np.int32(src[a])
+                        hi = ((v >> 4) ^ 8) - 8
+                        lo = ((v & 15) ^ 8) - 8
+                        re, im = (lo, hi) if re_low else (hi, lo)
+                    else:
+                        re = np.int32(src[a]) | (np.int32(src[a + 1]) << 8)
+                        im = np.int32(src[a + sim]) | (np.int32(src[a + sim + 1]) << 8)
+                        re -= 65536 * (re > 32767)
+                        im -= 65536 * (im > 32767)
+                        if bad == _ALL_IN_RANGE:
+                            if re < -128 or re > 127:
+                                bad = re
+                            elif im < -128 or im > 127:
+                                bad = im
+                    dst[b] = re
+                    dst[b + dim] = im
+        return bad
+
+    return kernel
+
+
+def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: SampleLayout,
+           *, t0: int = 0, nspec: int | None = None, streams: Sequence[int] | None = None,
+           channels: tuple[int, int] | None = None) -> None:
+    """The layout pass in one go: spectra ``[t0, t0 + nspec)`` of ``data`` (in ``layout``) into
+    ``out`` (in ``out_layout``, counted in ``out``'s elements, e.g. int8 frames or a float32
+    scratch: two parts, ``im_offset`` elements apart), spectrum ``t0 + d`` to out spectrum
+    ``d``, streams ``streams`` (indices into ``layout``'s; default all) to out streams 0, 1, ...,
+    channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (numba, the
+    GIL released), no intermediate copy; ci4 unpacked and ci16 narrowed on the way (a value
+    outside -128..127 raises :class:`LayoutError` naming it). Out samples not written keep
+    their values.
+    """
+    src = np.asarray(data)
+    if not src.flags.c_contiguous or not out.flags.c_contiguous:
+        raise LayoutError("gather needs C-contiguous data and out")
+    src = src.reshape(-1).view(np.uint8)
+    dst = out.reshape(-1)
+    if nspec is None:
+        nspec = layout.nframes(src) * layout.nspectra - t0
+    sel = list(range(layout.nstream)) if streams is None else [int(x) for x in streams]
+    c0, c1 = (0, layout.nchan) if channels is None else channels
+    if out_layout.encoding != "ci8" or len(sel) > out_layout.nstream or c1 - c0 > out_layout.nchan:
+        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a "
+                          f"two-part out layout of {out_layout.nstream} x {out_layout.nchan}")
+    if nspec <= 0 or not sel or c1 <= c0:
+        return
+    rs, rd = spectrum_starts(layout, t0, nspec), spectrum_starts(out_layout, 0, nspec)
+    soff = np.asarray(layout.stream_offsets, np.int64)[sel] + c0 * layout.chan_stride
+    doff = np.asarray(out_layout.stream_offsets[:len(sel)], np.int64)
+    part = 0 if layout.encoding == "ci4" else layout.im_offset
+    top = int(rs[-1] + soff.max()) + (c1 - c0 - 1) * layout.chan_stride + part + \
+        layout.part_bytes - 1
+    if top >= src.size:
+        raise LayoutError(f"{src.size} bytes hold fewer than spectrum {t0 + nspec - 1} of "
+                          f"this layout")
+    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + \
+            out_layout.im_offset >= dst.size:
+        raise LayoutError(f"out holds {dst.size} elements, fewer than {nspec} spectra of its "
+                          f"layout")
+    bad = _gather_kernel()(src, rs, soff, layout.chan_stride, layout.im_offset,
+                           _ENCODING_CODES[layout.encoding], layout.nibble_order == "re_low",
+                           dst, rd, doff, out_layout.chan_stride, out_layout.im_offset, c1 - c0)
+    if bad != _ALL_IN_RANGE:
+        raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples are "
+                          f"correlated exactly only in the int8 range")
+
+
 def narrow_ci16(x: np.ndarray) -> np.ndarray:
     """int16 natural samples -> int8, or LayoutError naming the first value out of range."""
     if x.dtype == np.int8:
@@ -338,15 +486,20 @@ def to_packet_frames(data: np.ndarray, layout: SampleLayout, g: Geometry,
                      nframe: int | None = None) -> tuple[np.ndarray, int]:
     """The fallback layout pass: ``data`` in ``layout`` -> (frames of ``g``'s packet layout,
     spectra they hold). The spectra are zero-padded to whole packets (zeros add nothing); ``g``
-    must have the layout's streams and channels (ci4 layouts give ci4 frames when ``g`` is ci4,
-    else int8 frames)."""
+    must have the layout's streams and channels. An 8-bit ``g`` gets int8 frames in one
+    :func:`gather` pass; a ci4 ``g`` ci4 frames (through the natural reading and a repack)."""
     from .layout import natural_to_frames
 
     if (g.nstream, g.nchan) != (layout.nstream, layout.nchan):
         raise GeometryError(f"geometry has {g.nstream} streams x {g.nchan} channels, the "
                             f"layout {layout.nstream} x {layout.nchan}")
-    x = narrow_ci16(layout.natural(data, nframe))
-    nspec = x.shape[2]
+    n = layout.nframes(data) if nframe is None else nframe
+    nspec = n * layout.nspectra
+    if not g.ci4:
+        frames = np.zeros((-(-nspec // g.nspectra_pkt), *g.frame_shape), np.int8)
+        gather(data, layout, frames, SampleLayout.packet(g), nspec=nspec)
+        return frames, nspec
+    x = narrow_ci16(layout.natural(data, n))
     pad = -nspec % g.nspectra_pkt
     if pad:
         x = np.concatenate([x, np.zeros((*x.shape[:2], pad, 2), x.dtype)], axis=2)

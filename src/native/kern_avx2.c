@@ -60,6 +60,82 @@ XE_AVX2_TARGET void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0
     }
 }
 
+/* ------------------------------------------------------------------ layout transposes */
+
+/* 16 x 16 byte transpose in each 128-bit lane (x[i] holds row rev[i]; on return x[j] holds
+ * column j, rows in order): four rounds of unpacking rows k and k + 8 at 1, 2, 4 and 8 bytes. */
+static const int xe_rev16[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+#define XE_ROUND(x, y, lo, hi)                                                                 \
+    for (int k = 0; k < 8; k++) {                                                              \
+        y[2 * k] = lo(x[k], x[k + 8]);                                                         \
+        y[2 * k + 1] = hi(x[k], x[k + 8]);                                                     \
+    }
+
+static inline XE_AVX2_TARGET void transpose16(__m256i *x)
+{
+    __m256i y[16];
+    XE_ROUND(x, y, _mm256_unpacklo_epi8, _mm256_unpackhi_epi8)
+    XE_ROUND(y, x, _mm256_unpacklo_epi16, _mm256_unpackhi_epi16)
+    XE_ROUND(x, y, _mm256_unpacklo_epi32, _mm256_unpackhi_epi32)
+    XE_ROUND(y, x, _mm256_unpacklo_epi64, _mm256_unpackhi_epi64)
+}
+#undef XE_ROUND
+
+static inline XE_AVX2_TARGET void load_rows(__m256i *x, const int8_t *const *rows, long d,
+                                            int64_t off)
+{
+    for (int i = 0; i < 16; i++)
+        x[i] = _mm256_loadu_si256((const __m256i *)(rows[d + xe_rev16[i]] + off));
+}
+
+static inline XE_AVX2_TARGET void store_lanes(int8_t *lo_dst, int8_t *hi_dst, __m256i v)
+{
+    _mm_storeu_si128((__m128i *)lo_dst, _mm256_castsi256_si128(v));
+    _mm_storeu_si128((__m128i *)hi_dst, _mm256_extracti128_si256(v, 1));
+}
+
+/* ci8: per spectrum 32 bytes re0 im0 re1 im1 ... re15 im15; column 2m is stream m's real
+ * part, 2m + 1 its imaginary part (lane 0: streams 0-7, block blk0; lane 1: 8-15). */
+XE_AVX2_TARGET void xe_transpose_ci8_avx2(const int8_t *const *rows, int64_t off, int8_t *a,
+                                          size_t blk, int blk0, long d0, long n)
+{
+    for (long d = d0; d < d0 + n; d += 16) {
+        __m256i x[16];
+        load_rows(x, rows, d, off);
+        transpose16(x);
+        int8_t *t0 = a + (size_t)blk0 * blk + xe_y_spec(d), *t1 = t0 + blk;
+        for (int m = 0; m < 8; m++) {
+            store_lanes(t0 + m * XE_KSTEP, t1 + m * XE_KSTEP, x[2 * m]);
+            store_lanes(t0 + (m + 8) * XE_KSTEP, t1 + (m + 8) * XE_KSTEP, x[2 * m + 1]);
+        }
+    }
+}
+
+/* ci4: per spectrum 32 bytes, one per stream; column j is stream j (lane 0: streams 0-15,
+ * blocks blk0, blk0 + 1) or 16 + j (lane 1: blocks blk0 + 2, blk0 + 3), both nibbles. */
+XE_AVX2_TARGET void xe_transpose_ci4_avx2(const int8_t *const *rows, int64_t off, int8_t *a,
+                                          size_t blk, int blk0, long d0, long n, int re_low)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8);
+    for (long d = d0; d < d0 + n; d += 16) {
+        __m256i x[16];
+        load_rows(x, rows, d, off);
+        transpose16(x);
+        int8_t *t0 = a + (size_t)blk0 * blk + xe_y_spec(d), *t2 = t0 + 2 * blk;
+        for (int j = 0; j < 16; j++) {
+            const __m256i v = x[j];
+            const __m256i hi = _mm256_sub_epi8(
+                _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15), e8), e8);
+            const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(v, m15), e8), e8);
+            int8_t *r0 = t0 + (size_t)(j / 8) * blk + (size_t)(j % 8) * XE_KSTEP;
+            int8_t *r2 = t2 + (size_t)(j / 8) * blk + (size_t)(j % 8) * XE_KSTEP;
+            store_lanes(r0, r2, re_low ? lo : hi);
+            store_lanes(r0 + 8 * XE_KSTEP, r2 + 8 * XE_KSTEP, re_low ? hi : lo);
+        }
+    }
+}
+
 /* Register-resident loop of the AVX2 path's instruction pair (vpmaddwd on sign-extended int16,
  * then vpaddd: 16 int8-valued MACs), 6 independent chains in ymm4-15 (asm, so nothing is
  * spilled or hoisted). Returns seconds. */

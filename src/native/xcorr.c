@@ -323,6 +323,7 @@ typedef struct {
     void (*tile_release)(void);
     int (*tile_fault)(char *msg, size_t n);  /* emulated AMX: the thread's first #GP/#UD */
     int failed;
+    int value_error;     /* the failure is the input's (a ci16 value out of range) */
     char error[256];     /* why a worker failed, if not for memory (under lock) */
     double cpu_seconds;  /* summed over the workers (under lock) */
 } xe_job;
@@ -369,6 +370,7 @@ static void work_free(xe_work *w)
     free(w->b);
     free(w->acc);
     free(w->rowsum);
+    free((void *)w->rows);
 }
 
 static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
@@ -379,7 +381,8 @@ static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
     w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
     w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
     w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
-    if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum) {
+    w->rows = p->lay ? malloc((size_t)p->kt * XE_KSTEP * sizeof *w->rows) : NULL;
+    if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum || (p->lay && !w->rows)) {
         work_free(w);
         return -1;
     }
@@ -395,6 +398,14 @@ static int take_unit(xe_job *job, xe_unit *un)
     if (u >= (long)p->nchan * p->nchunk)
         return 0;
     un->c = (int)(u / p->nchunk);
+    if (p->lay) {  /* any layout: chunks of spectra */
+        const long spec = (long)p->kt * XE_KSTEP;
+        un->t0 = (u % p->nchunk) * spec;
+        un->t1 = un->t0 + spec < p->lay->nspec ? un->t0 + spec : p->lay->nspec;
+        un->nt = (int)((un->t1 - un->t0 + XE_KSTEP - 1) / XE_KSTEP);
+        un->g0 = un->g1 = 0;
+        return 1;
+    }
     un->g0 = (u % p->nchunk) * per_chunk;
     un->g1 = un->g0 + per_chunk < p->ngroup ? un->g0 + per_chunk : p->ngroup;
     un->nt = (int)((un->g1 - un->g0 + 7) / 8);
@@ -412,7 +423,14 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
     const xe_plan *p = job->plan;
     const int nsb = p->nb8 / 2;
     const int whole = job->build ? (int)((un->g1 - un->g0) / (XE_KSTEP / XE_GROUP)) : 0;
-    for (int L = 0; convert && L < nsb; L++) {
+    if (convert && p->lay) {  /* any layout: every block, then the VNNI packing */
+        xe_convert_layout(p, w, job->frames, un);
+#ifdef XE_HAVE_AVX512_LAYOUT
+        if (job->pack_b)
+            xe_pack_b_avx512(p, w, 0, un->nt, 0, p->nb8, job->bias);
+#endif
+    }
+    for (int L = 0; convert && !p->lay && L < nsb; L++) {
         if (L + 1 < nsb)
             prefetch_super_block(p, job->frames, un, L + 1);
 #ifdef XE_HAVE_AVX512_LAYOUT
@@ -430,7 +448,7 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
         w->ntiles += un->nt;
     if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);
-    if (convert && next)
+    if (convert && next && !p->lay)
         prefetch_super_block(p, job->frames, next, 0);
 }
 
@@ -448,7 +466,7 @@ static void *worker(void *arg)
         job->tile_config();  /* tile configuration is per thread */
     xe_unit un, next;
     int cur = -1, have = take_unit(job, &un), converted = 0;
-    if (have)
+    if (have && !p->lay)
         prefetch_super_block(p, job->frames, &un, 0);
     while (have) {
         const int have_next = take_unit(job, &next);
@@ -469,12 +487,18 @@ static void *worker(void *arg)
         flush(job, &w, cur);
     if (job->tile_release && !job->layout_only)
         job->tile_release();
+    const int bad = w.bad, bad_value = w.bad_value;
     work_free(&w);
     char fault[200];
     const int faulted = job->tile_fault && job->tile_fault(fault, sizeof fault);
     const double cpu = xe_thread_cpu() - cpu0;
     pthread_mutex_lock(&job->lock);
     job->cpu_seconds += cpu;
+    if (bad && !job->error[0]) {
+        snprintf(job->error, sizeof job->error, "ci16 sample value %d is outside -128..127: "
+                 "16-bit samples are correlated exactly only in the int8 range", bad_value);
+        job->failed = job->value_error = 1;
+    }
     if (faulted && !job->error[0]) {
         snprintf(job->error, sizeof job->error, "%s: the AMX kernel faulted on the emulated "
                  "tiles: %s", ISA_NAMES[p->isa], fault);
@@ -670,44 +694,160 @@ static PyObject *py_decide_isas(PyObject *self, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(correlate_doc,
 "correlate(frames, out, nstream, nchan, ncoarse, isa, nthreads, kt=0, mode='full',\n"
-"          sample_bits=8, nibble_order='re_high')\n\n"
+"          sample_bits=8, nibble_order='re_high', accumulate=False)\n\n"
 "Correlate whole frames (C-contiguous buffer) into the packed triangle out\n"
-"[C, S(S+1)/2, 2] int32 (overwritten). sample_bits=8: int8 frames [P, S, C, ncoarse, 2, 8];\n"
-"sample_bits=4: ci4 frames [P, S, C, ncoarse, 8] bytes, one complex sample per byte as two\n"
-"two's-complement nibbles, re in the high nibble ('re_high') or the low one ('re_low'),\n"
-"unpacked inside the layout pass. isa is one of isa_status()'s names. kt: K-steps of 64\n"
-"spectra per chunk (0: default). mode: 'full'; 'layout' runs only the frame-to-tile\n"
-"conversion and leaves out untouched; 'compute' converts only each thread's first chunk\n"
-"(a wrong result) so the kernels can be timed alone. Releases the GIL. Returns the CPU\n"
-"seconds its threads used (their sum), which time slicing on a shared machine does not\n"
-"inflate.");
+"[C, S(S+1)/2, 2] int32 (overwritten, or added to modulo 2^32 with accumulate).\n"
+"sample_bits=8: int8 frames [P, S, C, ncoarse, 2, 8]; sample_bits=4: ci4 frames\n"
+"[P, S, C, ncoarse, 8] bytes, one complex sample per byte as two two's-complement nibbles,\n"
+"re in the high nibble ('re_high') or the low one ('re_low'), unpacked inside the layout\n"
+"pass. isa is one of isa_status()'s names. kt: K-steps of 64 spectra per chunk (0:\n"
+"default). mode: 'full'; 'layout' runs only the frame-to-tile conversion and leaves out\n"
+"untouched; 'compute' converts only each thread's first chunk (a wrong result) so the\n"
+"kernels can be timed alone. Releases the GIL. Returns the CPU seconds its threads used\n"
+"(their sum), which time slicing on a shared machine does not inflate.");
+
+PyDoc_STRVAR(correlate_layout_doc,
+"correlate_layout(data, out, stream_offsets, nchan, nframe, frame_spectra, frame_bytes,\n"
+"                 chan_stride, time_stride, time_block, block_stride, encoding, im_offset,\n"
+"                 nibble_order, isa, nthreads, kt=0, mode='full', accumulate=False)\n\n"
+"Correlate nframe frames of data (a C-contiguous buffer) in any layout (SampleLayout's\n"
+"fields: the byte of spectrum t of channel c of stream s is f*frame_bytes +\n"
+"stream_offsets[s] + c*chan_stride + (t/time_block)*block_stride + (t%time_block)*\n"
+"time_stride, t < frame_spectra, f < nframe; im_offset bytes on for the imaginary part)\n"
+"into out as correlate() does. encoding: 'ci8', 'ci4' (nibble_order) or 'ci16' (int16\n"
+"little endian, narrowed to int8: a value outside -128..127 raises ValueError naming it).\n"
+"stream_offsets: int64 array, one per stream (S even). Read in one pass into the tiles\n"
+"(layout.c), AVX2 transposes where streams lie side by side. Releases the GIL; returns\n"
+"the threads' CPU seconds.");
 
 /* Largest |re| or |im| of one complex product term a conj(b) for samples of `bits`: 2 x 128^2
  * for ci8, 2 x 8^2 for ci4. The packed int32 output is exact while spectra x this fits. */
 static long max_complex_term(int bits) { return bits == 8 ? 2L * 128 * 128 : 2L * 8 * 8; }
 
+/* The mode string's flags; -1 with ValueError for an unknown one. */
+static int parse_mode(const char *mode, int *layout_only, int *compute_only)
+{
+    *layout_only = strcmp(mode, "layout") == 0;
+    *compute_only = strcmp(mode, "compute") == 0;
+    if (!*layout_only && !*compute_only && strcmp(mode, "full") != 0) {
+        PyErr_Format(PyExc_ValueError, "unknown mode '%s'; choose full, layout or compute",
+                     mode);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 for re_low, 0 for re_high, -1 with ValueError otherwise. */
+static int parse_nibble_order(const char *nibble_order)
+{
+    if (strcmp(nibble_order, "re_low") == 0)
+        return 1;
+    if (strcmp(nibble_order, "re_high") == 0)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "unknown nibble_order '%s'; choose re_high or re_low",
+                 nibble_order);
+    return -1;
+}
+
+/* The out buffer of a call: C-contiguous, writable, [C, S(S+1)/2, 2] int32; 0 or -1. */
+static int get_out(PyObject *oobj, Py_buffer *ob, int S, int C)
+{
+    if (PyObject_GetBuffer(oobj, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0)
+        return -1;
+    const size_t out_bytes = (size_t)C * ((size_t)S * (S + 1) / 2) * 2 * sizeof(int32_t);
+    if ((size_t)ob->len != out_bytes) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes; expected %zu ([C, nbaseline, 2] "
+                     "int32)", ob->len, out_bytes);
+        PyBuffer_Release(ob);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every accumulation (int32 tiles, the biased VNNI sums, their int64 correction cast back
+ * to int32) is exact modulo 2^32, so the output is exact whenever the true value fits in
+ * int32: up to INT32_MAX / max_complex_term spectra per call (Geometry.max_npacket: 65535
+ * for ci8, 16.7 M for ci4). Beyond that a result could wrap, so refuse. 0 or -1. */
+static int check_spectra(size_t nspec, int bits)
+{
+    const size_t max_spec = (size_t)(INT32_MAX / max_complex_term(bits));
+    if (nspec > max_spec) {
+        PyErr_Format(PyExc_ValueError, "%zu spectra in one call can overflow int32; at most "
+                     "%zu for %d-bit samples", nspec, max_spec, bits);
+        return -1;
+    }
+    return 0;
+}
+
+/* Run a planned call (plan.nstream/nchan/kt/nchunk set; lay or the frame fields) over
+ * `input` into `out`; the CPU seconds as a float, or NULL with an exception. */
+static PyObject *run_plan(xe_plan *plan, const int8_t *input, int32_t *out, const char *isa_name,
+                          int isa, const char *mode, int bits, int re_low, int accumulate)
+{
+    int layout_only, compute_only;
+    if (parse_mode(mode, &layout_only, &compute_only) != 0)
+        return NULL;
+    const int S = plan->nstream;
+    const size_t out_bytes = (size_t)plan->nchan * ((size_t)S * (S + 1) / 2) * 2
+        * sizeof(int32_t);
+    plan->nb8 = 2 * ((S + 15) / 16);
+    plan->isa = (enum xe_isa)isa;
+    uint16_t *pairs = super_pairs(plan->nb8 / 2, &plan->nsp);
+    if (!pairs)
+        return PyErr_NoMemory();
+    plan->sp_j = pairs;
+    plan->sp_l = pairs + plan->nsp;
+    xe_job job = {0};
+    job.plan = plan;
+    job.frames = input;
+    job.out = out;
+    job.layout_only = layout_only;
+    job.compute_only = compute_only;
+    PyObject *result = NULL;
+    if (!select_isa(&job, plan->isa, bits, re_low)) {
+        PyErr_Format(PyExc_RuntimeError, "isa %s was not compiled in", isa_name);
+        goto done;
+    }
+    if (plan->lay)
+        job.build = 0;  /* the frames' one-pass build reads packets; layouts have their own */
+    pthread_mutex_init(&job.lock, NULL);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (!layout_only && !accumulate)
+        memset(job.out, 0, out_bytes);
+    rc = run_job(&job, plan->nthreads);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_destroy(&job.lock);
+    if (rc != 0) {
+        if (job.error[0])
+            PyErr_SetString(job.value_error ? PyExc_ValueError : PyExc_RuntimeError, job.error);
+        else
+            PyErr_NoMemory();
+        goto done;
+    }
+    result = PyFloat_FromDouble(job.cpu_seconds);
+done:
+    free(pairs);
+    return result;
+}
+
 static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"frames", "out", "nstream", "nchan", "ncoarse", "isa", "nthreads",
-                             "kt", "mode", "sample_bits", "nibble_order", NULL};
+                             "kt", "mode", "sample_bits", "nibble_order", "accumulate", NULL};
     PyObject *fobj, *oobj;
-    int S, C, ncoarse, nthreads, kt = 0, bits = 8;
+    int S, C, ncoarse, nthreads, kt = 0, bits = 8, accumulate = 0;
     const char *isa_name, *mode = "full", *nibble_order = "re_high";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|isis", kwlist, &fobj, &oobj, &S, &C,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|isisp", kwlist, &fobj, &oobj, &S, &C,
                                      &ncoarse, &isa_name, &nthreads, &kt, &mode, &bits,
-                                     &nibble_order))
+                                     &nibble_order, &accumulate))
         return NULL;
-    const int layout_only = strcmp(mode, "layout") == 0, compute_only = strcmp(mode, "compute") == 0;
-    if (!layout_only && !compute_only && strcmp(mode, "full") != 0)
-        return PyErr_Format(PyExc_ValueError, "unknown mode '%s'; choose full, layout or compute",
-                            mode);
     if (bits != 8 && bits != 4)
         return PyErr_Format(PyExc_ValueError, "sample_bits must be 8 or 4, got %d", bits);
-    const int re_low = strcmp(nibble_order, "re_low") == 0;
-    if (!re_low && strcmp(nibble_order, "re_high") != 0)
-        return PyErr_Format(PyExc_ValueError, "unknown nibble_order '%s'; choose re_high or "
-                            "re_low", nibble_order);
+    const int re_low = parse_nibble_order(nibble_order);
+    if (re_low < 0)
+        return NULL;
     const int isa = runnable_isa(isa_name);
     if (isa < 0)
         return NULL;
@@ -717,36 +857,20 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     Py_buffer fb, ob;
     if (PyObject_GetBuffer(fobj, &fb, PyBUF_C_CONTIGUOUS) != 0)
         return NULL;
-    if (PyObject_GetBuffer(oobj, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
+    if (get_out(oobj, &ob, S, C) != 0) {
         PyBuffer_Release(&fb);
         return NULL;
     }
     PyObject *result = NULL;
-    uint16_t *pairs = NULL;
     const int group_bytes = bits == 8 ? 2 * XE_GROUP : XE_GROUP;
     const size_t frame_bytes = (size_t)S * C * ncoarse * group_bytes;
-    const size_t out_bytes = (size_t)C * ((size_t)S * (S + 1) / 2) * 2 * sizeof(int32_t);
     if ((size_t)fb.len % frame_bytes) {
         PyErr_Format(PyExc_ValueError, "frames hold %zd bytes, not a whole number of %zu-byte "
                      "frames", fb.len, frame_bytes);
         goto done;
     }
-    if ((size_t)ob.len != out_bytes) {
-        PyErr_Format(PyExc_ValueError, "out holds %zd bytes; expected %zu ([C, nbaseline, 2] "
-                     "int32)", ob.len, out_bytes);
+    if (check_spectra((size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP, bits) != 0)
         goto done;
-    }
-    /* Every accumulation (int32 tiles, the biased VNNI sums, their int64 correction cast back
-     * to int32) is exact modulo 2^32, so the output is exact whenever the true value fits in
-     * int32: up to INT32_MAX / max_complex_term spectra per call (Geometry.max_npacket: 65535
-     * for ci8, 16.7 M for ci4). Beyond that a result could wrap, so refuse. */
-    const size_t nspec = (size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP;
-    const size_t max_spec = (size_t)(INT32_MAX / max_complex_term(bits));
-    if (nspec > max_spec) {
-        PyErr_Format(PyExc_ValueError, "%zu spectra in one call can overflow int32; at most "
-                     "%zu for %d-bit samples", nspec, max_spec, bits);
-        goto done;
-    }
     xe_plan plan = {0};
     plan.nstream = S;
     plan.nchan = C;
@@ -754,47 +878,148 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     plan.nframe = (long)((size_t)fb.len / frame_bytes);
     plan.group_bytes = group_bytes;
     plan.chan_bytes = (size_t)ncoarse * group_bytes;
-    plan.nb8 = 2 * ((S + 15) / 16);
-    plan.isa = (enum xe_isa)isa;
     plan.kt = kt ? kt : XE_DEFAULT_KT;
     plan.ngroup = plan.nframe * ncoarse;
     plan.nchunk = (plan.ngroup + plan.kt * 8 - 1) / (plan.kt * 8);
-    pairs = super_pairs(plan.nb8 / 2, &plan.nsp);
-    if (!pairs) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    plan.sp_j = pairs;
-    plan.sp_l = pairs + plan.nsp;
-    xe_job job = {0};
-    job.plan = &plan;
-    job.frames = fb.buf;
-    job.out = ob.buf;
-    job.layout_only = layout_only;
-    job.compute_only = compute_only;
-    if (!select_isa(&job, plan.isa, bits, re_low)) {
-        PyErr_Format(PyExc_RuntimeError, "isa %s was not compiled in", isa_name);
-        goto done;
-    }
-    pthread_mutex_init(&job.lock, NULL);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    if (!layout_only)
-        memset(job.out, 0, out_bytes);
-    rc = run_job(&job, nthreads);
-    Py_END_ALLOW_THREADS
-    pthread_mutex_destroy(&job.lock);
-    if (rc != 0) {
-        if (job.error[0])
-            PyErr_SetString(PyExc_RuntimeError, job.error);
-        else
-            PyErr_NoMemory();
-        goto done;
-    }
-    result = PyFloat_FromDouble(job.cpu_seconds);
+    plan.nthreads = nthreads;
+    result = run_plan(&plan, fb.buf, ob.buf, isa_name, isa, mode, bits, re_low, accumulate);
 done:
-    free(pairs);
     PyBuffer_Release(&fb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+static int parse_encoding(const char *enc)
+{
+    if (strcmp(enc, "ci8") == 0)
+        return XE_CI8;
+    if (strcmp(enc, "ci4") == 0)
+        return XE_CI4;
+    if (strcmp(enc, "ci16") == 0)
+        return XE_CI16;
+    PyErr_Format(PyExc_ValueError, "unknown encoding '%s'; choose ci8, ci4 or ci16", enc);
+    return -1;
+}
+
+/* Which groups of streams lie side by side for the AVX2 transposes (ci8: 16 streams of
+ * (re, im) pairs, im_offset 1; ci4: 32 bytes); NULL with no groups. */
+static uint8_t *side_by_side(xe_layout *L, int S)
+{
+    L->group = L->enc == XE_CI8 && L->im_offset == 1 ? 16 : L->enc == XE_CI4 ? 32 : 0;
+    if (!L->group)
+        return NULL;
+    const int step = L->enc == XE_CI8 ? 2 : 1, ngroup = S / L->group;
+    uint8_t *run = calloc((size_t)ngroup + 1, 1);
+    if (!run)
+        return NULL;
+    for (int g = 0; g < ngroup; g++) {
+        run[g] = 1;
+        for (int i = 1; i < L->group; i++)
+            if (L->stream_off[g * L->group + i] != L->stream_off[g * L->group] + step * i)
+                run[g] = 0;
+    }
+    return run;
+}
+
+static PyObject *py_correlate_layout(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", "out", "stream_offsets", "nchan", "nframe",
+                             "frame_spectra", "frame_bytes", "chan_stride", "time_stride",
+                             "time_block", "block_stride", "encoding", "im_offset",
+                             "nibble_order", "isa", "nthreads", "kt", "mode", "accumulate",
+                             NULL};
+    PyObject *dobj, *oobj, *sobj;
+    int C, im_offset, nthreads, kt = 0, accumulate = 0;
+    long nframe, fs, tb;
+    long long frame_bytes, chan_stride, time_stride, block_stride;
+    const char *enc_name, *nibble_order, *isa_name, *mode = "full";
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOillLLLlLsissi|isp", kwlist, &dobj, &oobj,
+                                     &sobj, &C, &nframe, &fs, &frame_bytes, &chan_stride,
+                                     &time_stride, &tb, &block_stride, &enc_name, &im_offset,
+                                     &nibble_order, &isa_name, &nthreads, &kt, &mode,
+                                     &accumulate))
+        return NULL;
+    const int enc = parse_encoding(enc_name), re_low = parse_nibble_order(nibble_order);
+    if (enc < 0 || re_low < 0)
+        return NULL;
+    const int isa = runnable_isa(isa_name);
+    if (isa < 0)
+        return NULL;
+    if (C < 1 || nframe < 1 || fs < 1 || tb < 1 || fs % tb || frame_bytes < 1
+        || chan_stride < 0 || time_stride < 0 || block_stride < 0 || im_offset < 0
+        || nthreads < 1 || kt < 0 || kt > 1024)
+        return PyErr_Format(PyExc_ValueError, "bad layout: nchan=%d nframe=%ld "
+                            "frame_spectra=%ld time_block=%ld frame_bytes=%lld strides "
+                            "%lld %lld %lld im_offset=%d nthreads=%d kt=%d", C, nframe, fs, tb,
+                            frame_bytes, chan_stride, time_stride, block_stride, im_offset,
+                            nthreads, kt);
+    Py_buffer db, ob, sb;
+    if (PyObject_GetBuffer(sobj, &sb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return NULL;
+    const int S = (int)(sb.len / (Py_ssize_t)sizeof(int64_t));
+    if (sb.itemsize != 8 || S < 2 || S % 2 || S > 8 * 65535) {
+        PyBuffer_Release(&sb);
+        return PyErr_Format(PyExc_ValueError, "stream_offsets must be an even number of int64 "
+                            "(%zd bytes given)", sb.len);
+    }
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS) != 0) {
+        PyBuffer_Release(&sb);
+        return NULL;
+    }
+    if (get_out(oobj, &ob, S, C) != 0) {
+        PyBuffer_Release(&sb);
+        PyBuffer_Release(&db);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    uint8_t *run = NULL;
+    xe_layout lay = {0};
+    lay.stream_off = sb.buf;
+    lay.frame_bytes = frame_bytes;
+    lay.chan_stride = chan_stride;
+    lay.time_stride = time_stride;
+    lay.block_stride = block_stride;
+    lay.frame_spectra = fs;
+    lay.time_block = tb;
+    lay.enc = enc;
+    lay.im_offset = im_offset;
+    lay.re_low = re_low;
+    lay.nspec = nframe * fs;
+    /* the last byte any sample touches must lie in the buffer */
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int s = 0; s < S; s++) {
+        lo = lay.stream_off[s] < lo ? lay.stream_off[s] : lo;
+        hi = lay.stream_off[s] > hi ? lay.stream_off[s] : hi;
+    }
+    const int64_t part = enc == XE_CI4 ? 0 : im_offset, part_bytes = enc == XE_CI16 ? 2 : 1;
+    const int64_t last = (int64_t)(nframe - 1) * frame_bytes + hi + (int64_t)(C - 1) * chan_stride
+        + ((fs - 1) / tb) * block_stride + ((fs - 1) % tb) * time_stride + part + part_bytes - 1;
+    if (lo < 0 || (enc != XE_CI4 && im_offset == 0) || last >= (int64_t)db.len) {
+        PyErr_Format(PyExc_ValueError, "the layout reaches byte %lld of a %zd-byte buffer (or "
+                     "has a negative offset or a zero im_offset)", (long long)last, db.len);
+        goto done;
+    }
+    if (check_spectra((size_t)lay.nspec, enc == XE_CI4 ? 4 : 8) != 0)
+        goto done;
+    run = side_by_side(&lay, S);
+    lay.run = run;
+#ifdef XE_HAVE_AVX2
+    lay.simd = isa != XE_SCALAR && run != NULL;
+#endif
+    xe_plan plan = {0};
+    plan.nstream = S;
+    plan.nchan = C;
+    plan.kt = kt ? kt : XE_DEFAULT_KT;
+    plan.nchunk = (lay.nspec + (long)plan.kt * XE_KSTEP - 1) / ((long)plan.kt * XE_KSTEP);
+    plan.lay = &lay;
+    plan.nthreads = nthreads;
+    result = run_plan(&plan, db.buf, ob.buf, isa_name, isa, mode, enc == XE_CI4 ? 4 : 8, re_low,
+                      accumulate);
+done:
+    free(run);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
     PyBuffer_Release(&ob);
     return result;
 }
@@ -967,6 +1192,8 @@ static PyMethodDef methods[] = {
      "isa_status() -> {name: (runnable, reason)} for every name in ISA_NAMES."},
     {"correlate", (PyCFunction)(void (*)(void))py_correlate, METH_VARARGS | METH_KEYWORDS,
      correlate_doc},
+    {"correlate_layout", (PyCFunction)(void (*)(void))py_correlate_layout,
+     METH_VARARGS | METH_KEYWORDS, correlate_layout_doc},
     {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},
     {"_decide_isas", (PyCFunction)(void (*)(void))py_decide_isas, METH_VARARGS | METH_KEYWORDS,
      decide_isas_doc},

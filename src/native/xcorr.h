@@ -32,6 +32,27 @@ enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_AMX_
 #define XE_HAVE_AMX_EMU 1
 #endif
 
+/* Sample encodings of a layout (SampleLayout.encoding). */
+enum xe_enc { XE_CI8 = 0, XE_CI4 = 1, XE_CI16 = 2 };
+
+/* Any input layout (xengine_block/sample_layout.py, the one description): the byte of
+ * spectrum t (t = f * frame_spectra + tt) of channel c of stream s is
+ *   f * frame_bytes + stream_off[s] + c * chan_stride
+ *     + (tt / time_block) * block_stride + (tt % time_block) * time_stride
+ * imaginary part im_offset bytes later (ci8, ci16: int16 little endian); ci4: the same byte,
+ * re in the high nibble unless re_low. layout.c reads it into the Y tiles. */
+typedef struct {
+    const int64_t *stream_off;
+    int64_t frame_bytes, chan_stride, time_stride, block_stride;
+    long frame_spectra, time_block;  /* time_block >= 1 */
+    long nspec;                      /* spectra of the call: nframe * frame_spectra */
+    int enc, im_offset, re_low;
+    int simd;                        /* AVX2 transposes where streams lie side by side */
+    const uint8_t *run;              /* [per group] 1 if the group's streams lie side by side:
+                                      * ci8 16 streams of (re, im) pairs, ci4 32 bytes */
+    int group;                       /* streams per group: 16 (ci8) or 32 (ci4); 0: none */
+} xe_layout;
+
 /* One correlate() call: sizes derived once, shared read-only by the worker threads. */
 typedef struct {
     int nstream, nchan, ncoarse;
@@ -46,6 +67,8 @@ typedef struct {
     long ngroup;           /* (re, im) groups per stream and channel: nframe * ncoarse */
     long nchunk;           /* chunks per channel */
     enum xe_isa isa;
+    const xe_layout *lay;  /* any layout (correlate_layout); NULL: frames [P][S][C][coarse]... */
+    int nthreads;          /* worker threads (the caller's among them) */
 } xe_plan;
 
 /* One worker thread's scratch, sized for the plan. */
@@ -57,13 +80,35 @@ typedef struct {
                        * correction), accumulated by the packing while the rows are in
                        * registers; reduced at the write-out */
     long ntiles;      /* K-steps packed since the last write-out (undoes the + 128) */
+    const int8_t **rows;  /* layout input: [kt * 64] where each spectrum of the unit's channel
+                           * starts (stream offset 0) */
+    int bad;              /* layout input: a ci16 value outside -128..127 was read ... */
+    int bad_value;        /* ... the first such value */
 } xe_work;
 
-/* One unit of work: channel c, groups [g0, g1) spanning nt K-steps. */
+/* One unit of work: channel c, groups [g0, g1) (frames), or spectra [t0, t1) (any layout),
+ * spanning nt K-steps. */
 typedef struct {
     int c, nt;
     long g0, g1;
+    long t0, t1;
 } xe_unit;
+
+/* Y tile byte offset of spectrum d of a chunk in a real row (xe_y_offset in spectra). */
+static inline size_t xe_y_spec(long d)
+{
+    return (size_t)(d / XE_KSTEP) * XE_TILE_BYTES + (size_t)(d % XE_KSTEP);
+}
+
+/* layout.c: the unit's samples in any layout -> Y tiles of every block (zero past the data). */
+void xe_convert_layout(const xe_plan *p, xe_work *w, const int8_t *data, const xe_unit *un);
+/* The AVX2 transposes layout.c uses where lay->simd (kern_avx2.c): 16 ci8 streams (32 bytes of
+ * (re, im) pairs per spectrum at rows[i] + off) or 32 ci4 streams (32 bytes) x n spectra (a
+ * multiple of 16, d0 too) into the Y rows of the blocks from blk0 (a: the work's tiles). */
+void xe_transpose_ci8_avx2(const int8_t *const *rows, int64_t off, int8_t *a, size_t blk,
+                           int blk0, long d0, long n);
+void xe_transpose_ci4_avx2(const int8_t *const *rows, int64_t off, int8_t *a, size_t blk,
+                           int blk0, long d0, long n, int re_low);
 
 /* Where group g of stream s, channel c starts in the frames, and how many groups follow it
  * contiguously (to the end of its packet or of the chunk at g1). */

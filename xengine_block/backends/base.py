@@ -67,32 +67,62 @@ class Backend(ABC):
         """Correlate whole frames; return (and fill ``out`` if given) ``[C, nbaseline, 2]``."""
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
-                         out: np.ndarray | None = None, nframe: int | None = None) -> np.ndarray:
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
         """Correlate every spectrum of ``nframe`` frames (default: all ``data`` holds) of
         ``layout`` (:mod:`~xengine_block.sample_layout`: any input layout, any number of
-        spectra); return (and fill ``out`` if given) ``[C, nbaseline, 2]`` int32.
+        spectra); return (and fill ``out`` if given) ``[C, nbaseline, 2]`` int32. With
+        ``accumulate`` the result is added to ``out`` (int32, modulo 2^32: exact while the
+        caller's total stays within the int32 bound, which the X-engine's integration checks).
 
-        This default is the plain reading (:func:`~xengine_block.sample_layout.
-        to_packet_frames`, zero-padded to whole packets) followed by :meth:`correlate` in
-        calls of at most ``max_npacket`` frames summed in int64: exact, not fast. Backends
-        with a layout pass of their own override it.
+        Frames in this backend's own packet layout (``SampleLayout.packet(geometry)``) go to
+        :meth:`correlate` as they lie (no copy: the NPU's zero copy, the native fast paths).
+        Any other layout takes this default: the plain reading (:func:`~xengine_block.
+        sample_layout.to_packet_frames`, zero-padded to whole packets) followed by
+        :meth:`correlate`: exact, not fast. Backends with a layout pass of their own override
+        it for those layouts.
         """
+        g = self.geometry
+        n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
+        if layout == SampleLayout.packet(g):
+            frames = as_frames(np.asarray(data).reshape(-1).view(np.int8)[:n * g.frame_bytes], g)
+        else:
+            frames, _ = to_packet_frames(data, layout, g, n)
+        return self.correlate_frames(frames, out, accumulate)
+
+    def layout_spectra(self, data: np.ndarray, layout: SampleLayout, nframe: int | None,
+                       out: np.ndarray | None, accumulate: bool) -> int:
+        """The spectra a ``correlate_layout`` call reads, after its checks (streams and
+        channels, the int32 bound, ``accumulate`` with an ``out``)."""
+        self.check_layout(layout)
+        if accumulate and out is None:
+            raise ValueError("accumulate needs an out array to add to")
+        n = layout.nframes(data) if nframe is None else nframe
+        layout.check_spectra(n * layout.nspectra)
+        return n * layout.nspectra
+
+    def check_layout(self, layout: SampleLayout) -> None:
+        """ValueError unless ``layout`` holds this backend's streams and channels."""
         g = self.geometry
         if (layout.nstream, layout.nchan) != (g.nstream, g.nchan):
             raise ValueError(f"layout has {layout.nstream} streams x {layout.nchan} channels, "
                              f"the backend's geometry {g.nstream} x {g.nchan}")
-        n = layout.nframes(data) if nframe is None else nframe
-        layout.check_spectra(n * layout.nspectra)
-        frames, _ = to_packet_frames(data, layout, g, n)
-        step = g.max_npacket
-        if frames.shape[0] <= step:
-            return self.correlate(frames, out)
-        acc = np.zeros(g.output_shape, np.int64)
-        for p0 in range(0, frames.shape[0], step):
-            acc += self.correlate(frames[p0:p0 + step])
+
+    def correlate_frames(self, frames: np.ndarray, out: np.ndarray | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """:meth:`correlate` of any number of whole frames, in calls of at most ``max_npacket``
+        frames, into ``out`` or added to it (``accumulate``): int32 sums modulo 2^32, exact
+        while the true total fits int32 (the callers' spectrum bounds)."""
+        step = self.geometry.max_npacket
         if out is None:
             out = self.new_output()
-        out[...] = acc  # exact: check_spectra kept the sum within int32
+        if frames.shape[0] == 0 and not accumulate:
+            out[...] = 0
+        for p0 in range(0, frames.shape[0], step):
+            if accumulate or p0:
+                out += self.correlate(frames[p0:p0 + step])  # int32 wraps: exact mod 2^32
+            else:
+                self.correlate(frames[p0:p0 + step], out)
         return out
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
@@ -150,6 +180,15 @@ class HostUnpack(Backend):
             out = self.new_output()
         out[...] = acc  # exact: check_frames kept P within the ci4 int32 bound
         return out
+
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """ci4 frames of our packet layout: unpacked as above. Any other layout: the device's
+        own host layout pass, which unpacks ci4 on its way into the device's int8 input."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        return self.device.correlate_layout(data, layout, out, nframe, accumulate)
 
     def close(self) -> None:
         self.device.close()

@@ -11,6 +11,9 @@ What is computed (the Hermitian triangle, not the whole matrix):
   blocks, i.e. the upper triangle at block granularity;
 - im = M - M^T with M = B A^T (A = re parts, B = im parts, K = 480): K_im is antisymmetric,
   so one K=480 product gives it. Together ~62 % of the flops of a full complex product at S=256.
+Any other input layout (``correlate_layout``) is gathered from the input straight into the
+same float32 scratch, chunk by chunk (``sample_layout.gather``: one compiled pass, ci4
+unpacked and ci16 narrowed on the way), then the same products.
 ci4 input is unpacked inside the same layout pass: two arithmetic shifts per byte
 (``layout.unpack_ci4_planes``) write re and im straight into the float32 scratch, where ci8
 converts (measured here: ~0.9 ms per chunk against ~1.7 ms for ci8's strided conversion).
@@ -21,6 +24,7 @@ threaded inside, which measured faster than threaded BLAS on small per-packet ma
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -28,6 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from ..geometry import Geometry
 from ..layout import unpack_ci4_planes
+from ..sample_layout import SampleLayout, gather
 from ..triangle import pack_triangle
 from .base import Backend
 
@@ -58,12 +63,33 @@ class CpuBackend(Backend):
         # ci4: per-thread int8 scratch for the low nibble's shift.
         self._shift = [np.empty((PACKET_CHUNK, g.nstream, g.nspectra_pkt), np.int8)
                        for _ in range(self.nthreads)] if g.ci4 else None
+        # The scratch as a layout (in float32 elements), for the layout pass of any input.
+        k = g.nspectra_pkt
+        self._scratch_layout = SampleLayout(g.nstream, 1, k, self.spad * 2 * k,
+                                            tuple(s * 2 * k for s in range(g.nstream)),
+                                            chan_stride=0, time_stride=1, im_offset=k)
 
-    def _channel(self, f: np.ndarray, c: int, w: np.ndarray,
-                 shift: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _products(self, wv: np.ndarray, acc_re: np.ndarray, acc_m: np.ndarray) -> None:
+        """Add the products of ``wv`` (float32 ``[pc, spad, 2, 480]``: ``pc`` packets of 480
+        spectra, each exact in float32) to the float64 accumulators."""
         g, sb = self.geometry, self.sb
-        acc_re = np.zeros((len(self.pairs), sb, sb), np.float64)
-        acc_m = np.zeros((self.spad, self.spad), np.float64)
+        pc = wv.shape[0]
+        y = wv.reshape(pc, self.nblock, sb, 2 * g.nspectra_pkt)
+        for q, (i, j) in enumerate(self.pairs):
+            r = np.matmul(y[:, i], y[:, j].transpose(0, 2, 1))
+            acc_re[q] += r.sum(axis=0, dtype=np.float64)
+        m = np.matmul(wv[:, :, 1], wv[:, :, 0].transpose(0, 2, 1))
+        acc_m += m.sum(axis=0, dtype=np.float64)
+
+    def _new_acc(self) -> tuple[np.ndarray, np.ndarray]:
+        return (np.zeros((len(self.pairs), self.sb, self.sb), np.float64),
+                np.zeros((self.spad, self.spad), np.float64))
+
+    def _channel(self, f: np.ndarray, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Channel ``c`` of packet frames ``f``, in thread ``k``'s scratch."""
+        g, w = self.geometry, self._scratch[k]
+        shift = self._shift[k] if self._shift else None
+        acc_re, acc_m = self._new_acc()
         for p0 in range(0, f.shape[0], PACKET_CHUNK):
             src = f[p0:p0 + PACKET_CHUNK, :, c]  # [pc, S, coarse, reim, fine] or ci4 bytes
             pc = src.shape[0]
@@ -73,16 +99,30 @@ class CpuBackend(Backend):
                                   wv[:, :g.nstream, 1], g.nibble_order, shift[:pc])
             else:
                 wv[:, :g.nstream] = src.transpose(0, 1, 3, 2, 4).reshape(pc, g.nstream, 2, -1)
-            y = wv.reshape(pc, self.nblock, sb, 2 * g.nspectra_pkt)
-            for q, (i, j) in enumerate(self.pairs):
-                r = np.matmul(y[:, i], y[:, j].transpose(0, 2, 1))
-                acc_re[q] += r.sum(axis=0, dtype=np.float64)
-            m = np.matmul(wv[:, :, 1], wv[:, :, 0].transpose(0, 2, 1))
-            acc_m += m.sum(axis=0, dtype=np.float64)
+            self._products(wv, acc_re, acc_m)
         return acc_re, acc_m
 
-    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        f = self.check_frames(frames)
+    def _channel_layout(self, data: np.ndarray, layout: SampleLayout, nspec: int, c: int,
+                        k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Channel ``c`` of ``nspec`` spectra of ``data`` in ``layout``: each chunk gathered
+        straight from the input into thread ``k``'s float32 scratch (one compiled pass:
+        :func:`~xengine_block.sample_layout.gather`), the last packet zero-padded."""
+        g, w = self.geometry, self._scratch[k]
+        acc_re, acc_m = self._new_acc()
+        chunk = PACKET_CHUNK * g.nspectra_pkt
+        for t0 in range(0, nspec, chunk):
+            n = min(chunk, nspec - t0)
+            pc = -(-n // g.nspectra_pkt)
+            wv = w[:pc]
+            gather(data, layout, wv, self._scratch_layout, t0=t0, nspec=n, channels=(c, c + 1))
+            tail = n - (pc - 1) * g.nspectra_pkt
+            wv[pc - 1, :g.nstream, :, tail:] = 0
+            self._products(wv, acc_re, acc_m)
+        return acc_re, acc_m
+
+    def _run(self, channel: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+             out: np.ndarray | None, accumulate: bool = False) -> np.ndarray:
+        """Every channel (``channel(c, thread)``) on the pool; the packed triangle."""
         g, sb = self.geometry, self.sb
         re = np.zeros((g.nchan, self.spad, self.spad), np.int64)
         im = np.zeros_like(re)
@@ -90,8 +130,7 @@ class CpuBackend(Backend):
         def work(k: int) -> None:
             with threadpool_limits(1):
                 for c in range(k, g.nchan, self.nthreads):
-                    acc_re, acc_m = self._channel(f, c, self._scratch[k],
-                                                  self._shift[k] if self._shift else None)
+                    acc_re, acc_m = channel(c, k)
                     for q, (i, j) in enumerate(self.pairs):
                         re[c, i * sb:(i + 1) * sb, j * sb:(j + 1) * sb] = acc_re[q]
                     im[c] = acc_m - acc_m.T
@@ -100,9 +139,27 @@ class CpuBackend(Backend):
             fut.result()
         tri = pack_triangle(re[:, :g.nstream, :g.nstream], im[:, :g.nstream, :g.nstream])
         if out is not None:
-            out[...] = tri
+            if accumulate:
+                out += tri.astype(np.int32)  # int32 wraps: exact modulo 2^32
+            else:
+                out[...] = tri
             return out
         return tri
+
+    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        f = self.check_frames(frames)
+        return self._run(lambda c, k: self._channel(f, c, k), out)
+
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """Any layout: each chunk read from the input straight into the float32 scratch (no
+        frames in between); our packet layout keeps the frame path."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        return self._run(lambda c, k: self._channel_layout(data, layout, nspec, c, k), out,
+                         accumulate)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import Geometry
-from ..npu.blockpairs import BlockPairExecutor, BlockPairJob
+from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, correlate_layout_calls
 from ..npu.emulate import PlanEmulator
 from ..npu.hostio import input_shape
 from ..npu.plan import NpuPlan, build_plan
+from ..sample_layout import SampleLayout
 from .base import Backend
 
 
@@ -55,6 +56,24 @@ class EmulatorBackend(Backend):
         f = self.check_frames(frames)
         return _EmulatorExecutor(self, self.emulator_for(f.shape[0])).submit(f, out).result()
 
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """Any layout through the host layout pass into the device's int8 input
+        (``blockpairs.fill_inputs_layout``), P packets of spectra per emulated call."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        g = self.geometry
+
+        def submit(t0: int, n: int) -> BlockPairJob:
+            npk = -(-n // g.nspectra_pkt)
+            return _EmulatorExecutor(self, self.emulator_for(npk)).submit_layout(data, layout,
+                                                                                 t0, n)
+
+        return correlate_layout_calls(submit, g, nspec, g.npacket,
+                                      self.new_output() if out is None else out, accumulate)
+
 
 class _EmulatorExecutor(BlockPairExecutor):
     """Block-pair executor whose NPU call is one run of the plan emulator, done at once."""
@@ -64,8 +83,9 @@ class _EmulatorExecutor(BlockPairExecutor):
         self.backend = backend
         self.emu = emu
 
-    def input_buffers(self, frames: np.ndarray) -> list[np.ndarray]:
-        shape = input_shape(self.geometry, frames.shape[0])
+    def input_buffers(self, frames: np.ndarray | None,
+                      npacket: int | None = None) -> list[np.ndarray]:
+        shape = input_shape(self.geometry, frames.shape[0] if npacket is None else npacket)
         return [np.empty(shape, np.int8) for _ in range(self.geometry.npu_nblock)]
 
     def dispatch(self, job: BlockPairJob, group: int, buffers: list[np.ndarray]) -> None:

@@ -30,6 +30,7 @@ from types import ModuleType
 import numpy as np
 
 from ..geometry import Geometry
+from ..sample_layout import SampleLayout
 from .base import Backend, BackendUnavailable
 
 log = logging.getLogger(__name__)
@@ -137,36 +138,91 @@ class NativeBackend(Backend):
             return False, str(exc)
         return True, reason
 
-    def _run(self, frames: np.ndarray, out: np.ndarray, mode: str) -> None:
+    def _run(self, frames: np.ndarray, out: np.ndarray, mode: str,
+             accumulate: bool = False) -> None:
         g = self.geometry
         # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass.
         self.last_cpu_seconds = self._ext.correlate(
             frames, out, g.nstream, g.nchan, g.ncoarse, self.isa, self.nthreads,
-            self.chunk_ksteps, mode, g.sample_bits, g.nibble_order)
+            self.chunk_ksteps, mode, g.sample_bits, g.nibble_order, accumulate)
+
+    def _target(self, out: np.ndarray | None, accumulate: bool) -> np.ndarray:
+        """``out`` if the extension can write it in place, else a fresh int32 output (with
+        ``accumulate``: holding ``out``'s values)."""
+        if (out is not None and out.dtype == np.int32 and out.shape == self.geometry.output_shape
+                and out.flags.c_contiguous):
+            return out
+        target = self.new_output()
+        if accumulate:
+            target[...] = out
+        return target
 
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        f = np.ascontiguousarray(self.check_frames(frames))
-        target = out
-        if (out is None or out.dtype != np.int32 or out.shape != self.geometry.output_shape
-                or not out.flags.c_contiguous):
-            target = self.new_output()
-        self._run(f, target, "full")
+        return self.correlate_frames(self.check_frames(frames), out)
+
+    def correlate_frames(self, frames: np.ndarray, out: np.ndarray | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """Frames of the packet layout, any number: one call per ``max_npacket`` frames, each
+        adding into the output (the extension's accumulate: no temporary)."""
+        if accumulate and out is None:
+            raise ValueError("accumulate needs an out array to add to")
+        f = np.ascontiguousarray(self.check_frames(frames[:self.geometry.max_npacket]))
+        target = self._target(out, accumulate)
+        step = self.geometry.max_npacket
+        self._run(f, target, "full", accumulate)
+        for p0 in range(step, frames.shape[0], step):
+            self._run(np.ascontiguousarray(self.check_frames(frames[p0:p0 + step])), target,
+                      "full", True)
         if out is not None and target is not out:
             out[...] = target
         return target
 
-    def time_stages(self, frames: np.ndarray) -> dict[str, float]:
-        """Seconds of the layout conversion alone and of the tile products alone.
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """Any layout in the extension's own layout pass (``src/native/layout.c``: one pass
+        from the input into the tiles, no numpy transpose); our packet layout takes the frame
+        paths (:meth:`correlate_frames`)."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        self.layout_spectra(data, layout, nframe, out, accumulate)
+        target = self._target(out, accumulate)
+        self._run_layout(data, layout, target, nframe, "full", accumulate)
+        if out is not None and target is not out:
+            out[...] = target
+        return target
 
-        ``layout``: frames -> tiles (and VNNI packing) for every chunk, no products;
+    def _run_layout(self, data: np.ndarray, layout: SampleLayout, out: np.ndarray,
+                    nframe: int | None, mode: str, accumulate: bool = False) -> None:
+        a = np.asarray(data)
+        if not a.flags.c_contiguous:
+            raise ValueError("layout data must be C-contiguous")
+        buf = a.reshape(-1).view(np.uint8)
+        n = self.layout_spectra(buf, layout, nframe, out, accumulate) // layout.nspectra
+        self.last_cpu_seconds = self._ext.correlate_layout(
+            buf, out, np.asarray(layout.stream_offsets, np.int64), layout.nchan, n,
+            layout.nspectra, layout.frame_bytes, layout.chan_stride, layout.time_stride,
+            layout.block, layout.block_stride, layout.encoding, layout.im_offset,
+            layout.nibble_order, self.isa, self.nthreads, self.chunk_ksteps, mode, accumulate)
+
+    def time_stages(self, data: np.ndarray,
+                    layout: SampleLayout | None = None) -> dict[str, float]:
+        """Seconds of the layout conversion alone and of the tile products alone, for frames
+        of the packet layout or ``data`` in ``layout``.
+
+        ``layout``: input -> tiles (and VNNI packing) for every chunk, no products;
         ``compute``: products over tiles converted once per thread (the result is discarded).
         Together with the full call they show what limits the rate.
         """
-        f = np.ascontiguousarray(self.check_frames(frames))
         out = self.new_output()
+        if layout is None or layout == SampleLayout.packet(self.geometry):
+            f = np.ascontiguousarray(self.check_frames(data))
+            run = lambda mode: self._run(f, out, mode)  # noqa: E731
+        else:
+            run = lambda mode: self._run_layout(data, layout, out, None, mode)  # noqa: E731
         times = {}
         for mode in ("layout", "compute"):
             t0 = time.perf_counter()
-            self._run(f, out, mode)
+            run(mode)
             times[mode] = time.perf_counter() - t0
         return times

@@ -82,8 +82,14 @@ from ..npu.artifacts import (
     geometry_tag,
     list_builds,
 )
-from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, frames_are_input
+from ..npu.blockpairs import (
+    BlockPairExecutor,
+    BlockPairJob,
+    correlate_layout_calls,
+    frames_are_input,
+)
 from ..runtime.memory import bytes_at
+from ..sample_layout import SampleLayout
 from .base import Backend, BackendUnavailable
 
 PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
@@ -208,7 +214,9 @@ class NpuBackend(Backend, BlockPairExecutor):
         #: Calls by input path: ``zero_copy_calls`` (frames in allocate_host memory, run in
         #: place through a sub-buffer), ``in_place_calls`` (frames written into input_buffer()),
         #: ``copied_calls`` (frames copied into a ring entry's BOs).
-        self.stats: Counter[str] = Counter(zero_copy_calls=0, in_place_calls=0, copied_calls=0)
+        #: ``layout_calls``: device calls fed by the host layout pass from another layout.
+        self.stats: Counter[str] = Counter(zero_copy_calls=0, in_place_calls=0, copied_calls=0,
+                                           layout_calls=0)
         self._host_bos: dict[int, _HostBo] = {}  # by start address
         self._adopted: dict[int, np.ndarray] = {}  # adopt_host_memory's views, by address
         x = self._xrt
@@ -374,9 +382,10 @@ class NpuBackend(Backend, BlockPairExecutor):
             raise TimeoutError(f"no free NPU input entry within {self.timeout_s} s") from None
 
     # ------------------------------------------------------------------ BlockPairExecutor
-    def input_buffers(self, frames: np.ndarray) -> list[np.ndarray]:
+    def input_buffers(self, frames: np.ndarray | None,
+                      npacket: int | None = None) -> list[np.ndarray]:
         with self._lock:
-            entry = self._reserved.pop(frames.ctypes.data, None)
+            entry = None if frames is None else self._reserved.pop(frames.ctypes.data, None)
         return (entry or self._take_free()).views
 
     def dispatch(self, job: BlockPairJob, group: int, buffers: list[np.ndarray]) -> None:
@@ -448,10 +457,7 @@ class NpuBackend(Backend, BlockPairExecutor):
     # ------------------------------------------------------------------ Backend
     def submit(self, frames: np.ndarray, out: np.ndarray | None = None) -> BlockPairJob:
         """Start correlating up to P frames; ``job.result()`` returns the packed triangle."""
-        if self._closed:
-            raise RuntimeError("the NPU backend is closed")
-        if self.broken:
-            raise NpuTimeout(self.broken)
+        self._check_usable()
         f = self.check_frames(frames)
         if f.shape[0] > self.design.npacket:
             raise ValueError(f"the xclbin ({geometry_tag(self.design)}) integrates at most "
@@ -467,13 +473,41 @@ class NpuBackend(Backend, BlockPairExecutor):
         self.stats["in_place_calls" if in_place else "copied_calls"] += 1
         return super().submit(f, out)
 
-    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The packed triangle of ``frames`` (waits; every run is bounded by ``timeout_s``)."""
-        job = self.submit(frames, out)
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("the NPU backend is closed")
+        if self.broken:
+            raise NpuTimeout(self.broken)
+
+    def _wait(self, job: BlockPairJob) -> np.ndarray:
         # Each run ends (or fails with NpuTimeout) within timeout_s; runs queued ahead of this
         # job's and its own bound the wait, so this outer limit only guards against a bug.
         nruns = self.geometry.nchan_group * len(job.pairs) * (self.nring + 1)
         return job.result(self.timeout_s * (nruns + 1))
+
+    def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The packed triangle of ``frames`` (waits; every run is bounded by ``timeout_s``)."""
+        return self._wait(self.submit(frames, out))
+
+    def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
+                         out: np.ndarray | None = None, nframe: int | None = None,
+                         accumulate: bool = False) -> np.ndarray:
+        """Our packet layout as frames (zero copy where the ring is the NPU's memory); any
+        other layout through the host layout pass, written straight into the ring entries'
+        input BOs (``blockpairs.fill_inputs_layout``; ``stats["layout_calls"]``), P packets of
+        spectra per device call (docs/npu.md: what that pass costs and why)."""
+        if layout == SampleLayout.packet(self.geometry):
+            return super().correlate_layout(data, layout, out, nframe, accumulate)
+        nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+
+        def submit(t0: int, n: int) -> BlockPairJob:
+            self._check_usable()
+            self.stats["layout_calls"] += 1
+            return self.submit_layout(data, layout, t0, n)
+
+        return correlate_layout_calls(submit, self.geometry, nspec, self.design.npacket,
+                                      self.new_output() if out is None else out, accumulate,
+                                      self._wait)
 
     def close(self) -> None:
         """Stop the threads (after the work queued so far); the BOs go with the object."""

@@ -7,9 +7,17 @@ a block's failure.
 """
 
 from ..runtime.pipeline import PipelineError
-from .blocks import CaptureBlock, IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
-from .runtime import BifrostBlock, Pipeline, as_ours, attach_counters, bf
+from .blocks import (
+    CaptureBlock,
+    IntegrateBlock,
+    QuicklookBlock,
+    SpeadOutputBlock,
+    UVH5WriterBlock,
+    XEngineBlock,
+)
+from .correlate import correlate
+from .runtime import BifrostBlock, Pipeline, as_old_ring, as_ours, as_ring, attach_counters, bf
 
 __all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",
-           "QuicklookBlock", "UVH5WriterBlock", "XEngineBlock", "as_ours", "attach_counters",
-           "bf"]
+           "QuicklookBlock", "SpeadOutputBlock", "UVH5WriterBlock", "XEngineBlock",
+           "as_old_ring", "as_ours", "as_ring", "attach_counters", "bf", "correlate"]

@@ -8,18 +8,52 @@ import logging
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
+
+from ..array import ArrayDescription
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
+from ..outputs.spead_block import SpeadOutputLogic
 from ..runtime.memory import bytes_at, populate
-from .runtime import BifrostBlock, SlotWriter, SourceAdapter, bfp, ring_memory
+from .headers import LWA_TIME_TAG_HZ, HeaderAdapter
+from .runtime import (
+    BifrostBlock,
+    SourceAdapter,
+    as_ring,
+    bfp,
+    ring_memory,
+    transformed_view,
+)
 
 log = logging.getLogger(__name__)
 
 
 class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
-    __doc__ = XEngineLogic.__doc__
+    __doc__ = (XEngineLogic.__doc__ or "") + """
+    On Bifrost the data input may also be a capture ring (``bifrost.ring.Ring`` or ``ring2``)
+    written by Bifrost's ``UDPCapture`` / ``UDPVerbsCapture`` / ``DiskReader`` with an LWA flat
+    header, or a Bifrost voltage tensor ``['time', 'freq', 'station', 'pol']``: their headers
+    are read through :class:`~xengine_block.bifrost.headers.HeaderAdapter` (docs/bifrost.md).
+
+    array : the array description, where the sequence header has none (else one is assumed
+        and the log says so: :func:`~xengine_block.bifrost.headers.assumed_array`).
+    time_tag_hz : ticks per second of an ADP/NDP capture header's ``time_tag`` (LWA: 196 MHz).
+    nibble_order : which nibble of a capture ring's ci4 byte is the real part.
+    headers : the header adapter to use instead (:func:`~xengine_block.bifrost.correlate`'s).
+    """
+
+    def __init__(self, data: Any, mask: Any = None, *, array: ArrayDescription | None = None,
+                 time_tag_hz: float = LWA_TIME_TAG_HZ, nibble_order: str = "re_high",
+                 headers: HeaderAdapter | None = None, **kwargs: Any) -> None:
+        super().__init__(as_ring(data), mask, **kwargs)
+        if headers is None:
+            headers = HeaderAdapter(self.name, array=array, time_tag_hz=time_tag_hz,
+                                    nibble_order=nibble_order)
+        headers.who = headers.who or self.name
+        self.headers = headers
+        self.irings[0] = transformed_view(self.irings[0], headers)
 
     def _ring_holds_memory(self) -> bool:
         return ring_memory(self.irings[0])[1] > 0
@@ -68,15 +102,22 @@ class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):
     __doc__ = UVH5WriterLogic.__doc__
 
 
+class SpeadOutputBlock(BifrostBlock, SpeadOutputLogic, bfp.MultiTransformBlock):
+    __doc__ = SpeadOutputLogic.__doc__
+
+
 class QuicklookBlock(BifrostBlock, QuicklookLogic, bfp.SinkBlock):
     __doc__ = QuicklookLogic.__doc__
 
 
 class CaptureBlock(SourceAdapter, bfp.SourceBlock):
     """Our :class:`xengine_block.capture.receive.CaptureBlock` (same arguments) as a Bifrost source:
-    frames ring + presence-mask ring, zero copy as on our runtime (spead2 fills Bifrost write
-    spans, :class:`~xengine_block.bifrost.runtime.SlotWriter`). ``capture_counters()`` and
-    ``receiving`` are the capture's.
+    frames ring + presence-mask ring. ``capture_counters()`` and ``receiving`` are the capture's.
+
+    Not zero copy here: Bifrost reallocates a ring (a reader sizing it when it opens a
+    sequence) only while no write span is open, so spans cannot be lent to spead2 for as long
+    as it needs them without risking a deadlock; spead2 fills the capture's own slots and each
+    frame is copied into a one-frame Bifrost span (one memcpy per frame, as before zero copy).
     """
 
     def __init__(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
@@ -87,6 +128,7 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
             inner = OurCapture(*args, **kwargs)
         super().__init__(inner, 2, name=name)
         self.receiving = inner.receiving
+        self.layout = inner.layout  # the wire format's sizes (correlator_chain reads them)
 
     def capture_counters(self) -> dict[str, int]:
         return self.inner.capture_counters()
@@ -96,25 +138,48 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
 
 
 class _CaptureOutput:
-    """The capture's output (``capture.receive.CaptureOutput``) on Bifrost rings."""
+    """The capture's output (``capture.receive.CaptureOutput``) on Bifrost rings: its slots are
+    the capture's own memory; a slot committed while a sequence is open is copied into it."""
 
     def __init__(self, block: CaptureBlock, orings: list[Any]) -> None:
-        from ..capture.receive import RingSlots, slot_count
+        from ..capture.receive import slot_pool
 
-        lay, gulp = block.inner.layout, block.inner.gulp_nframe
-        n = slot_count(lay)
         self.block, self.orings = block, orings
-        self.slots = RingSlots(SlotWriter(orings[0], lay.chunk_bytes, n, gulp),
-                               SlotWriter(orings[1], lay.chunk_heaps, n, gulp))
+        self.layout = block.inner.layout
+        self.slots = self
+        self._pool = slot_pool(self.layout)
+        self._reserved: list[tuple[np.ndarray, np.ndarray]] = []
         self._stack: ExitStack | None = None
+        self._oseqs: list[Any] = []
 
     def begin(self, headers: list[dict[str, Any]]) -> None:
         self.end()
         self._stack = ExitStack()
         self.block.counters.add(sequences=1)
-        bfp.SourceBlock.begin_sequences(self.block, self._stack, self.orings, headers, [], [])
+        self._oseqs, _ = bfp.SourceBlock.begin_sequences(self.block, self._stack, self.orings,
+                                                         headers, [], [])
 
     def end(self) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:
             stack.close()
+
+    # CaptureSlots
+    def reserve(self) -> tuple[np.ndarray, np.ndarray]:
+        slot = self._pool.reserve()
+        self._reserved.append(slot)
+        return slot
+
+    def commit(self) -> None:
+        data, present = self._reserved.pop(0)
+        if self._stack is not None:  # a frame of the open sequence (else space between them)
+            for oseq, src in zip(self._oseqs, (data, self.layout.grid.mask(present)),
+                                 strict=True):
+                with oseq.reserve(1) as span:
+                    bytes_at(span._data_ptr, src.nbytes)[...] = src.reshape(-1).view(np.uint8)
+                    span.commit(1)
+        self._pool.commit()
+
+    def cancel(self) -> None:
+        self._reserved.clear()
+        self._pool.cancel()

@@ -12,6 +12,10 @@ What real Bifrost does differently from our runtime, and what this module does a
   chained to the original; also for a user's own Bifrost blocks in the same pipeline.
 - Finishing: Bifrost skips ``on_sequence_end`` when a block raises or stops early, so a file
   would stay open. :class:`BifrostBlock` runs it for the open sequence in every case.
+- Capture rings: the LWA pipelines' captures write ``bifrost.ring.Ring``s with flat JSON
+  headers and no ``_tensor``; :func:`as_ring` presents one as the ``ring2`` ring Bifrost's
+  blocks read, and :func:`transformed_view` gives a block our header contract for it
+  (:mod:`.headers`), once per sequence.
 - Unguaranteed readers: Bifrost's ring size is a power of two, so the point where the writer
   overtakes a reader is mid-frame for most frame sizes and ``ReadSpan.frame_offset`` asserts
   (ring2.py). Such readers read through :func:`unguaranteed_view`, whose spans start at the next
@@ -25,24 +29,26 @@ What real Bifrost does differently from our runtime, and what this module does a
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import math
 import queue
 import traceback
-from collections import deque
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
 
-from ..runtime.memory import bytes_at, populate
 from ..runtime.monitor import BlockCounters
 from ..runtime.pipeline import RunControl
 from ..runtime.ring import DTYPES
 from ._loader import load_bifrost
+from .headers import ADAPTED_KEY
 
 bf = load_bifrost()
 from bifrost import pipeline as bfp  # noqa: E402 - after load_bifrost found the library
 from bifrost.libbifrost import EndOfDataStop, _bf, _check  # noqa: E402
+from bifrost.ring import Ring as OldRing  # noqa: E402
 from bifrost.ring2 import ReadSequence, ReadSpan, Ring  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -89,7 +95,41 @@ class SpanView:
         return getattr(self.span, name)
 
 
-# ------------------------------------------------------------------ unguaranteed reading
+# ------------------------------------------------------------------------ ring views
+class _ReadSequence(ReadSequence):
+    """A read sequence of one of our ring views: its (transformed) header is made once per
+    sequence, and a header the transform adapted from a capture's (``headers.ADAPTED_KEY``)
+    gives the sequence's name and time_tag (a capture's C sequence has no name, and its
+    time_tag is the pipeline's own clock, not our spectrum index)."""
+
+    _view_header: dict[str, Any] | None = None
+
+    @property
+    def header(self) -> dict[str, Any]:
+        if self._view_header is None:
+            try:
+                self._view_header = super().header
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"ring {self.ring.name!r}: a sequence header is not JSON "
+                                 f"({exc}); a capture needs a sequence callback that writes "
+                                 f"one (docs/bifrost.md)") from None
+        return self._view_header
+
+    def increment(self) -> None:
+        super().increment()
+        self._view_header = None
+
+    @property
+    def time_tag(self) -> int:
+        hdr = self.header
+        return int(hdr["time_tag"]) if ADAPTED_KEY in hdr else super().time_tag
+
+    @property
+    def name(self) -> str:
+        hdr = self.header
+        return str(hdr["name"]) if ADAPTED_KEY in hdr else super().name
+
+
 class _AlignedReadSpan(ReadSpan):
     """A read span that starts at a whole frame even when the writer overtook the reader
     mid-frame (the frames before the next frame boundary count as skipped)."""
@@ -117,21 +157,24 @@ class _AlignedReadSpan(ReadSpan):
         return math.ceil(max(nbyte.value - self._delta, 0) / self.frame_nbyte)
 
 
-class _AlignedReadSequence(ReadSequence):
+class _AlignedReadSequence(_ReadSequence):
     def acquire(self, frame_offset: int, nframe: int) -> ReadSpan:
         self.ring.last_request = (frame_offset, nframe)
         return _AlignedReadSpan(self, frame_offset, nframe)
 
 
-class _UnguaranteedRing(Ring):
-    """A view of a ring whose reads give frame-aligned spans (Bifrost's ``Ring.read``, with
-    the aligned sequence class)."""
+class _ViewRing(Ring):
+    """A view of a ring (same ring, own read position and header transform) whose sequences
+    are :class:`_ReadSequence`; ``aligned`` views (unguaranteed readers) give frame-aligned
+    spans (Bifrost's ``Ring.read`` with our sequence classes)."""
 
+    aligned = False
     last_request: tuple[int, int] = (0, 0)
 
     def read(self, whence: str = "earliest", guarantee: bool = True) -> Any:
-        with _AlignedReadSequence(self, which=whence, guarantee=guarantee,
-                                  header_transform=self.header_transform) as cur_seq:
+        cls = _AlignedReadSequence if self.aligned else _ReadSequence
+        with cls(self, which=whence, guarantee=guarantee,
+                 header_transform=self.header_transform) as cur_seq:
             while True:
                 try:
                     yield cur_seq
@@ -140,10 +183,55 @@ class _UnguaranteedRing(Ring):
                     return
 
 
+def as_ring(ring: Any) -> Any:
+    """``ring`` as a ``bifrost.ring2.Ring`` (what ``bifrost.pipeline`` blocks read): a
+    ``bifrost.ring.Ring`` (the API the LWA pipelines' captures write through) is wrapped, the
+    same C ring; blocks and ``ring2`` rings are returned as they are."""
+    if not isinstance(ring, OldRing):
+        return ring
+    view = Ring.__new__(_ViewRing)
+    view.obj, view.base, view.is_view = ring.obj, ring, True  # never destroyed through here
+    view.space, view.owner, view.header_transform = ring.space, None, None
+    return view
+
+
+class _BorrowedOldRing(OldRing):
+    """A ``bifrost.ring.Ring`` over a ring it does not own (never destroyed through here)."""
+
+    def _destroy(self) -> None:
+        pass
+
+
+def as_old_ring(ring: Any) -> OldRing:
+    """A block's output (or a ``ring2`` ring) as the ``bifrost.ring.Ring`` the LWA pipelines'
+    raw-ring operations read (``iseq.header`` bytes, ``iseq.read(nbyte)``, ``data_view``): the
+    same C ring, kept alive by the returned object."""
+    ring = getattr(ring, "orings", [ring])[0]
+    old = OldRing.__new__(_BorrowedOldRing)
+    old.obj, old.owner = ring.obj, ring
+    return old
+
+
+def _view(ring: Ring) -> _ViewRing:
+    view = ring.view()
+    if not isinstance(view, _ViewRing):
+        view.__class__ = _ViewRing
+    return view
+
+
 def unguaranteed_view(ring: Ring) -> Ring:
     """``ring`` as seen by one unguaranteed reader (a view: same ring, own read position)."""
-    view = ring.view()
-    view.__class__ = _UnguaranteedRing
+    view = _view(ring)
+    view.aligned = True
+    return view
+
+
+def transformed_view(ring: Ring, transform: Callable[[dict], dict]) -> Ring:
+    """``ring`` with each sequence header passed through ``transform`` once (after any
+    transform the ring already has)."""
+    view = _view(ring)
+    old = ring.header_transform
+    view.header_transform = transform if old is None else (lambda h: transform(old(h)))
     return view
 
 
@@ -157,37 +245,6 @@ def ring_memory(ring: Ring) -> tuple[int, int]:
     finally:
         _check(_bf.bfRingUnlock(ring.obj))
     return (data.value or 0), stride.value
-
-
-class SlotWriter:
-    """:class:`xengine_block.runtime.ring.SlotWriter` on a Bifrost ring (the capture's zero
-    copy): one write span per frame slot, reserved ahead, committed in order (Bifrost holds a
-    commit until its span is at the head, and cancels spans committed empty from the newest
-    back). Bifrost reallocates a ring only while no span is open, so the ring is sized here,
-    before the first slot, for the slots and readers of up to 3 gulps (the X-engine's default
-    depth); a reader asking for more later would wait for the capture's spans."""
-
-    def __init__(self, writer: Any, frame_nbyte: int, nslot: int, gulp_nframe: int = 1) -> None:
-        self.ring = writer.ring
-        self.frame_nbyte = frame_nbyte
-        self.ring.resize(gulp_nframe * frame_nbyte, (nslot + 3 * gulp_nframe) * frame_nbyte)
-        populate(bytes_at(*ring_memory(self.ring)))  # no page faults while packets arrive
-        self._spans: deque[Any] = deque()
-
-    def reserve(self, nonblocking: bool = False) -> np.ndarray:
-        span = _bf.BFwspan()
-        _check(_bf.bfRingSpanReserve(span, self.ring.obj, self.frame_nbyte, nonblocking))
-        info = _bf.BFspan_info()
-        _check(_bf.bfRingSpanGetInfo(ctypes.cast(span, _bf.BFspan), info))
-        self._spans.append(span)
-        return bytes_at(info.data, self.frame_nbyte)
-
-    def commit(self) -> None:
-        _check(_bf.bfRingSpanCommit(self._spans.popleft(), self.frame_nbyte))
-
-    def cancel(self) -> None:
-        while self._spans:
-            _check(_bf.bfRingSpanCommit(self._spans.pop(), 0))
 
 
 # ------------------------------------------------------------------------------ blocks

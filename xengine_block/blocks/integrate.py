@@ -1,20 +1,24 @@
-"""IntegrateBlock: sums k X-engine frames exactly (int64) into dumps aligned to time_tag
-multiples of k * P * 480 spectra, so independent X-engines dump at the same instants.
+"""IntegrateBlock: sums X-engine frames exactly (int64) into dumps of a whole number of them
+(``ninteg`` frames, or ``integration_spectra`` spectra), aligned to absolute spectrum counts
+(dump ``time_tag``s are multiples of the dump's spectra), so independent X-engines dump at the
+same instants.
 
 Inputs (lockstep): visibilities ``ci32 [-1, C, nbl]`` and valid counts ``i64 [-1, G, nbl]``.
 Outputs: ``ci64 [-1, C, nbl]`` and ``i64 [-1, G, nbl]``, one frame per dump; header
-``nspectra`` = spectra a full dump spans. A first dump that starts mid-integration holds fewer
-frames (its valid counts say so). A trailing partial dump at the end of a sequence has no output
-span to go to (Bifrost gives none after the last gulp): it is counted in ``dropped_partial`` and
-logged. Align recordings and runs to whole dumps to avoid it (``pipelines/fx.py`` does).
-X-engine frames lost to an unguaranteed reader (``guarantee=False``) count as frames with no
-valid spectra: the dumps they fall in are emitted all the same, each exactly once, and a dump
-whose every frame was lost is all zeros with zero valid counts (flagged, nsamples 0, in UVH5).
+``nspectra`` = spectra a full dump spans, ``ninteg`` = X-engine frames in it. A first dump that
+starts mid-integration holds fewer frames (its valid counts say so). A trailing partial dump at
+the end of a sequence has no output span to go to (Bifrost gives none after the last gulp): it
+is counted in ``dropped_partial`` and logged. Align recordings and runs to whole dumps to avoid
+it (``pipelines/fx.py`` does). X-engine frames lost to an unguaranteed reader
+(``guarantee=False``) count as frames with no valid spectra: the dumps they fall in are emitted
+all the same, each exactly once, and a dump whose every frame was lost is all zeros with zero
+valid counts (flagged, nsamples 0, in UVH5).
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
 from typing import Any
 
 import numpy as np
@@ -33,14 +37,30 @@ INTEGRATE_KEYS = ("nspectra", "sync_time", "fs_hz")
 
 
 class IntegrateLogic(BlockLogic):
-    """Exact accumulation of ``ninteg`` X-engine frames per dump."""
+    """Exact accumulation of X-engine frames into dumps.
 
-    def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *, ninteg: int,
+    Parameters
+    ----------
+    vis, valid : the X-engine block (its two outputs), or its two rings.
+    ninteg : X-engine frames per dump.
+    integration_spectra : instead of ``ninteg``, spectra per dump: a whole number of the
+        X-engine's frames (its header's ``nspectra``; checked at each sequence, one line if
+        not). The service's ``correlator.integration_spectra``.
+    """
+
+    def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
+                 ninteg: int | None = None, integration_spectra: int | None = None,
                  **kwargs: Any) -> None:
         super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
-        if ninteg < 1:
-            raise ValueError(f"ninteg must be >= 1 X-engine frame, got {ninteg}")
+        if (ninteg is None) == (integration_spectra is None):
+            raise ValueError("give the dump length as ninteg (X-engine frames) or "
+                             "integration_spectra (spectra), one of them")
+        for name, v in (("ninteg", ninteg), ("integration_spectra", integration_spectra)):
+            if v is not None and (not isinstance(v, numbers.Integral) or isinstance(v, bool)
+                                  or v < 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.ninteg = ninteg
+        self.integration_spectra = integration_spectra
         self.dropped_partial = 0
         self.dumps = 0
         #: Dumps missing some spectra of some baseline (lost packets, gaps, a partial first dump).
@@ -50,6 +70,12 @@ class IntegrateLogic(BlockLogic):
         hdr = iseqs[0].header
         require_keys(hdr, INTEGRATE_KEYS, self.name)
         self.frame_spectra = int(hdr["nspectra"])
+        if self.integration_spectra is not None:
+            if self.integration_spectra % self.frame_spectra:
+                raise ValueError(f"{self.name}: integration_spectra {self.integration_spectra} "
+                                 f"is not a whole number of the X-engine's frames of "
+                                 f"{self.frame_spectra} spectra (header nspectra)")
+            self.ninteg = self.integration_spectra // self.frame_spectra
         self.integrator = Integrator(self.ninteg, self.frame_spectra)
         self.t0 = iseqs[0].time_tag
         self._added = 0  # next input frame to add (those before it were added or lost)

@@ -9,6 +9,10 @@ service restarted on data it already wrote, e.g. a replayed recording) writes
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
+
+The visibilities may also come in Bifrost correlate's matrix or the TCC order (our
+``xengine_block.bifrost.correlate`` outputs, ``cf32`` or ``ci32``: :func:`~xengine_block.
+visibility_orders.as_triangle`), without a valid-counts input (every spectrum counts).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..integration import counts_per_channel
 from ..outputs.uvh5 import SiteInfo, UVH5Writer, load_time_tables
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
+from ..visibility_orders import TRIANGLE_ORDER, as_triangle, visibility_order
 from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 
@@ -51,7 +56,7 @@ class UVH5WriterLogic(BlockLogic):
                  overwrite: bool = False, new_name_if_exists: bool = False,
                  filename: str | Path | None = None,
                  channels: list[int] | None = None, **kwargs: Any) -> None:
-        super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
+        super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
         self.orings = []
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
@@ -77,6 +82,11 @@ class UVH5WriterLogic(BlockLogic):
                              f"{self.hdr['geometry']['nstream']} streams (2 per antenna)")
         self.freqs = channel_freqs(self.hdr)
         self.geometry = Geometry.from_dict(self.hdr["geometry"])
+        self.order = visibility_order(self.hdr)
+        self.float_vis = self.hdr["_tensor"]["dtype"].startswith("cf")
+        if self.order != TRIANGLE_ORDER:
+            log.info("%s: visibilities in the %s order%s", self.name, self.order,
+                     "" if len(iseqs) > 1 else ", no valid counts: every spectrum counts")
         if self.channels is not None:
             bad = self.channels[(self.channels < 0) | (self.channels >= self.freqs.size)]
             if bad.size:
@@ -106,7 +116,7 @@ class UVH5WriterLogic(BlockLogic):
             try:
                 writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"],
                                     self.nspectra, sample_bits=self.geometry.sample_bits,
-                                    overwrite=self.overwrite,
+                                    float_visdata=self.float_vis, overwrite=self.overwrite,
                                     instrument=self.hdr.get("instrument", "xengine_block"),
                                     history=history)
             except FileExistsError:
@@ -118,16 +128,29 @@ class UVH5WriterLogic(BlockLogic):
         log.info("%s: writing %s", self.name, path)
         return writer
 
+    def _valid(self, ispans: list, f: int) -> np.ndarray:
+        """Valid counts of frame ``f``: its input, or every spectrum without one."""
+        if len(ispans) < 2:
+            return np.full((1, self.geometry.nbaseline), self.nspectra, np.int64)
+        return self.array(ispans[1])[f - ispans[1].frame_offset]
+
+    def _triangle(self, vis: np.ndarray) -> np.ndarray:
+        """A frame in our triangle order, ``[C, nbl, 2]`` (float64 pairs for float input)."""
+        tri = as_triangle(vis, self.hdr)
+        if np.iscomplexobj(tri):
+            tri = np.stack([tri.real, tri.imag], axis=-1).astype(np.float64)
+        return tri
+
     def on_data(self, ispans: list, ospans: list) -> list[int]:
-        vis_in, valid_in = self.array(ispans[0]), self.array(ispans[1])
+        vis_in = self.array(ispans[0])
         lo, hi = common_frames(ispans)  # lockstep inputs overtaken apart: lost, not mixed
         for f in range(max(lo, self._next), hi):
             self._next = f + 1
             time_tag = self.t0 + f * self.nspectra
             if self._writer is None:
                 self._writer = self._open(time_tag)
-            vis = vis_in[f - ispans[0].frame_offset]
-            valid = valid_in[f - ispans[1].frame_offset]
+            vis = self._triangle(vis_in[f - ispans[0].frame_offset])
+            valid = self._valid(ispans, f)
             if not self.guarantee:  # copy, then check the writer did not come back meanwhile
                 vis, valid = vis.copy(), valid.copy()
                 if self.overwritten(ispans):

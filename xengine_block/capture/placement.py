@@ -5,12 +5,17 @@ spead2 receives in its own C++ thread and places every heap's payload straight i
 :class:`CaptureLayout`: heap index = ``stream * nchan_group + group``, offset = index *
 payload_bytes, so a chunk is exactly a ring frame ``[stream][chan][coarse][reim][fine]``.
 :mod:`.receive` delivers the chunks; this module decides, per heap, in spead2's thread.
+The wire format enters only through a :class:`HeapGrid` (sizes, steps, which ids are valid):
+MeerKAT's F-engine heaps (:mod:`.meerkat`, one heap per antenna per heap time, chunk
+``[ant][chan][spectra][pol][re, im]``) are the same rule with other numbers, so the checks and
+the time policy below are one compiled callback for both.
 
 Many F-engines feed one X-engine, so no single sender may steer it (DESIGN.md 6). The callback
 judges every heap once (``_Stat``, spead2 custom stream stats), in this order: end-of-stream
 heaps (counted per stream, never followed unless ``stop_on_end_heap``), missing items
 (descriptors, foreign SPEAD), wrong size, item pointers other than one payload at address 0,
-timestamp not a multiple of nspectra_pkt, unknown stream, wrong channel; then the time policy:
+timestamp not a multiple of the frame's step, unknown stream (or feng_id), wrong channel; then
+the time policy:
 
 - **Start.** The first well-formed heap opens a *provisional* sequence at its frame (rounded up
   to ``align``); it is confirmed once ``quorum`` distinct heaps of one frame are placed in it.
@@ -81,15 +86,19 @@ COUNTERS: dict[str, str] = {
     "bad_zero_length": "heaps with no payload at all (spead2 never offers them for placement)",
     "bad_unsized": "packets without a heap-size item (spead2 drops them; derived: packets - "
                    "packets of sized heaps, exact unless multi-packet heaps lose packets)",
-    "bad_timestamp": "heaps whose timestamp is not a multiple of nspectra_pkt",
-    "bad_stream": "heaps whose stream id is >= nstream",
-    "bad_channel": "heaps whose first channel is not chan0 + k * nchan_pkt, k < nchan_group",
+    "bad_timestamp": "heaps whose timestamp is not a multiple of the frame's timestamp step "
+                     "(nspectra_pkt; MeerKAT: spectra_per_heap * samples_between_spectra)",
+    "bad_stream": "heaps whose stream id (MeerKAT: feng_id) is outside the array",
+    "bad_channel": "heaps whose first channel is not chan0 + k * nchan_pkt, k < nchan_group "
+                   "(MeerKAT: not chan0, the substream's first channel)",
     "out_of_window": "heaps more than max_ahead frames ahead of the head (dropped, they vote "
                      "for a resynchronisation)",
     "before_start": "heaps before the first (aligned) frame of a sequence",
     "start_rejected": "heaps placed in a provisional start that a quorum elsewhere overruled",
-    "stop_heaps": "end-of-stream heaps received (any sender; per stream: stop_heaps_by_stream)",
-    "metadata": "heaps without timestamp, stream id or frequency (descriptors, foreign SPEAD)",
+    "stop_heaps": "end-of-stream heaps received (any sender; per stream id: "
+                  "stop_heaps_by_stream)",
+    "metadata": "heaps without timestamp, stream id (MeerKAT: feng_id) or frequency "
+                "(descriptors, foreign SPEAD)",
     "incomplete": "heaps with packets missing when their frame was delivered (spead2)",
     "packets": "SPEAD packets decoded (spead2); datagrams that are not SPEAD, truncated, or "
                "whose payload runs past their heap size are dropped by spead2 before any count",
@@ -150,10 +159,10 @@ class _State(IntEnum):
     CAND_QFRAMES = 12  # its frames holding a quorum of votes
     CAND_ACCEPTED0 = 13  # ACCEPTED when it appeared
     NEPOCH = 14  # sequences recorded so far
-    # The layout's parameters (one compiled callback serves every layout).
-    NSTREAM = 15
+    # The layout's parameters (one compiled callback serves every layout and format: HeapGrid).
+    NSTREAM = 15  # source ids (our stream ids; MeerKAT feng_ids)
     NGROUP = 16
-    NCHAN_PKT = 17
+    NCHAN_PKT = 17  # channels per heap
     CHAN0 = 18
     HEAP_BYTES = 19
     STEP = 20
@@ -194,10 +203,10 @@ _NSCALAR = int(_State.LANE_BASE) + _MAX_LANES
 @dataclass(frozen=True)
 class _Offsets:
     """Where the arrays of the state live: the sequence history, then per chunk slot its
-    chunk id and distinct-heap count, the candidate's per-frame votes, stop heaps per stream."""
+    chunk id and distinct-heap count, the candidate's per-frame votes, stop heaps per source."""
 
     nchunks: int
-    nstream: int
+    nsource: int
 
     @property
     def history(self) -> int:
@@ -221,19 +230,73 @@ class _Offsets:
 
     @property
     def size(self) -> int:
-        return self.stops + self.nstream
+        return self.stops + self.nsource
+
+
+@dataclass(frozen=True)
+class HeapGrid:
+    """The format-specific part of placement: how a wire format's heaps tile a frame.
+
+    A heap is well formed when its heap-size item is ``heap_bytes``, its timestamp a multiple
+    of ``timestamp_step``, its source id (the 0x4101 item) below ``nsource`` and its first
+    channel (0x4103) ``chan0 + k * nchan_heap`` with ``k < ngroup``; it goes to frame
+    ``timestamp // timestamp_step``, heap index ``source * ngroup + k``, byte offset
+    ``index * heap_bytes``. Both formats are this rule with other numbers (ours: a source is a
+    stream, heaps of ``nchan_pkt`` channels, a frame one packet time; MeerKAT's F-engines,
+    :mod:`.meerkat`: a source is an antenna carrying both pols, one heap of the substream's
+    channels, a frame one heap time), so one compiled callback and one time policy serve both.
+    """
+
+    nsource: int  # source ids 0 .. nsource - 1 (our stream ids; MeerKAT feng_ids)
+    ngroup: int  # heaps per source per frame (channel groups)
+    nchan_heap: int  # channels per heap
+    heap_bytes: int
+    timestamp_step: int  # timestamp units from one frame to the next
+    frame_spectra: int  # spectra per frame (time_tag = frame * frame_spectra)
+    pols_per_source: int  # streams a source's heap carries: 1 (ours) or 2 (MeerKAT)
+    frame_shape: tuple[int, ...]  # the frame's int8 array shape
+    default_align: int  # frames a sequence start is aligned to by default
+
+    @classmethod
+    def packet(cls, g: Geometry) -> HeapGrid:
+        """Our format (DESIGN.md 6): one heap per stream and channel group per packet time."""
+        return cls(g.nstream, g.nchan_group, g.nchan_pkt, g.payload_bytes, g.nspectra_pkt,
+                   g.nspectra_pkt, 1, g.frame_shape, g.npacket)
+
+    @property
+    def nheap(self) -> int:
+        """Heaps per frame."""
+        return self.nsource * self.ngroup
+
+    @property
+    def nstream(self) -> int:
+        return self.nsource * self.pols_per_source
+
+    @property
+    def mask_shape(self) -> tuple[int, ...]:
+        """Per-frame mask: ``[S]`` for one channel group per stream, else ``[S, G]``."""
+        return (self.nstream,) if self.ngroup == 1 else (self.nstream, self.ngroup)
+
+    def mask(self, present: np.ndarray) -> np.ndarray:
+        """spead2's per-heap presence -> the per-stream mask (a view where a heap is a stream)."""
+        m = present.reshape(self.nsource, self.ngroup)
+        if self.pols_per_source > 1:
+            m = np.repeat(m, self.pols_per_source, axis=0)
+        return m.reshape(self.mask_shape)
 
 
 @dataclass(frozen=True)
 class CaptureLayout:
-    """Sizes and rules of the capture, all derived from the geometry (katgpucbf-style).
+    """Sizes and rules of the capture, all derived from the wire format (katgpucbf-style).
 
     Parameters
     ----------
-    geometry : the correlator geometry (streams, channels, payload).
+    wire : the wire format: a :class:`~xengine_block.geometry.Geometry` (ours: streams,
+        channels, payload) or a :class:`.meerkat.MeerkatFormat` (MeerKAT F-engine heaps).
     chan0 : first (absolute) channel of this X-engine; packets carry absolute channels.
     window : reorder depth: heaps this many frames behind the head are late.
-    align : the first frame of a sequence is a multiple of ``align`` packet times (0: P).
+    align : the first frame of a sequence is a multiple of ``align`` frames (0: P for ours,
+        1 for MeerKAT's).
     max_ahead : heaps more than this many frames ahead of the head are out of window
         (0: ``window // 2``, at least 1). spead2 keeps ``window + max_ahead`` frames.
     quorum : distinct heaps of one frame that confirm a start, move the head and count a
@@ -242,7 +305,7 @@ class CaptureLayout:
     resync_frames : candidate frames holding a quorum before the capture jumps (0: 2).
     """
 
-    geometry: Geometry
+    wire: Any
     chan0: int = 0
     window: int = 8
     align: int = 0
@@ -265,27 +328,48 @@ class CaptureLayout:
             raise ValueError(f"resync_frames ({self.resync_frames}) must be <= window + "
                              f"max_ahead ({self.nchunks})")
 
+    @functools.cached_property
+    def grid(self) -> HeapGrid:
+        """How the wire format's heaps tile a frame."""
+        if isinstance(self.wire, Geometry):
+            return HeapGrid.packet(self.wire)
+        return self.wire.heap_grid()
+
+    @property
+    def geometry(self) -> Geometry | None:
+        """Our format's geometry (None for another wire format)."""
+        return self.wire if isinstance(self.wire, Geometry) else None
+
     @property
     def heap_bytes(self) -> int:
-        return self.geometry.payload_bytes
+        return self.grid.heap_bytes
 
     @property
     def chunk_heaps(self) -> int:
-        """Heaps per frame: ``nstream * nchan_group``."""
-        return self.geometry.npackets_per_frame
+        """Heaps per frame: ``nsource * ngroup`` (ours: ``nstream * nchan_group``)."""
+        return self.grid.nheap
 
     @property
     def chunk_bytes(self) -> int:
-        return self.geometry.frame_bytes
+        return self.grid.nheap * self.grid.heap_bytes
 
     @property
     def timestamp_step(self) -> int:
         """Timestamp increment from one frame to the next."""
-        return self.geometry.nspectra_pkt
+        return self.grid.timestamp_step
+
+    @property
+    def frame_spectra(self) -> int:
+        """Spectra per frame (a frame's time_tag is its number times this)."""
+        return self.grid.frame_spectra
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        return self.grid.frame_shape
 
     @property
     def align_frames(self) -> int:
-        return self.align or self.geometry.npacket
+        return self.align or self.grid.default_align
 
     @property
     def max_ahead_frames(self) -> int:
@@ -313,23 +397,29 @@ class CaptureLayout:
     @property
     def mask_shape(self) -> tuple[int, ...]:
         """Per-frame mask: ``[S]`` for one channel group per stream, else ``[S, G]``."""
-        g = self.geometry
-        return (g.nstream,) if g.nchan_group == 1 else (g.nstream, g.nchan_group)
+        return self.grid.mask_shape
 
     @property
     def offsets(self) -> _Offsets:
-        return _Offsets(self.nchunks, self.geometry.nstream)
+        return _Offsets(self.nchunks, self.grid.nsource)
+
+    def stream_config(self, **kw: Any) -> spead2.recv.StreamConfig:
+        """spead2's stream config for this format: heaps are assembled per source where the
+        format's heap counters say which source sent them (MeerKAT's ``cnt % n_ants ==
+        feng_id``), so interleaved multi-packet heaps of many senders never evict each other."""
+        extra = getattr(self.wire, "stream_config_kw", None)
+        return spead2.recv.StreamConfig(**kw, **(extra() if extra is not None else {}))
 
     def new_state(self, start_timestamp: int | None = None) -> np.ndarray:
         """The callback's int64 state: parameters set, no sequence yet, or (``start_timestamp``)
         a sequence already confirmed at the first aligned frame at or after that timestamp."""
-        g = self.geometry
+        grid = self.grid
         state = np.zeros(self.offsets.size, np.int64)
         state[self.offsets.tags:self.offsets.counts] = -1
         state[[_State.STATUS, _State.MAXCHUNK, _State.CAND_LANE, _State.WINNER]] = -1
-        params = {_State.NSTREAM: g.nstream, _State.NGROUP: g.nchan_group,
-                  _State.NCHAN_PKT: g.nchan_pkt, _State.CHAN0: self.chan0,
-                  _State.HEAP_BYTES: self.heap_bytes, _State.STEP: self.timestamp_step,
+        params = {_State.NSTREAM: grid.nsource, _State.NGROUP: grid.ngroup,
+                  _State.NCHAN_PKT: grid.nchan_heap, _State.CHAN0: self.chan0,
+                  _State.HEAP_BYTES: grid.heap_bytes, _State.STEP: grid.timestamp_step,
                   _State.WINDOW: self.window, _State.ALIGN: self.align_frames,
                   _State.AHEAD: self.max_ahead_frames, _State.QUORUM: self.quorum_heaps,
                   _State.RESYNC: self.resync_after, _State.LANES: self.lanes}

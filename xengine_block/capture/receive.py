@@ -38,6 +38,7 @@ from ..runtime.memory import populate
 from ..runtime.monitor import BlockCounters
 from ..runtime.pipeline import SourceBlock
 from ..runtime.ring import RingWriter, SlotWriter, WriteSequence
+from .meerkat import MeerkatFormat
 from .placement import (
     _CALLBACK_STATS,
     _ITEMS,
@@ -58,8 +59,9 @@ class CapturedFrame(NamedTuple):
     """One delivered frame."""
 
     time_tag: int  # spectrum index of its first spectrum
-    frame: np.ndarray  # int8 geometry.frame_shape ([S, C, coarse, 2, fine]; ci4 no reim axis)
-    mask: np.ndarray  # uint8 [S] or [S, G]: 1 where the heap arrived
+    frame: np.ndarray  # int8 layout.frame_shape: ours [S, C, coarse, 2, fine] (ci4 no reim
+    #                    axis); MeerKAT [ant, C, spectra, pol, 2]
+    mask: np.ndarray  # uint8 [S] or [S, G]: 1 where the stream's heap arrived
     new_sequence: bool  # first frame of a sequence (start, or after a resynchronisation)
 
 
@@ -109,20 +111,41 @@ class _PoolSlots:
 
 class RingSlots:
     """Slots in two rings written in lockstep: frames and presence mask (what CaptureBlock
-    writes); ``frames`` and ``mask`` are :class:`~xengine_block.runtime.ring.SlotWriter`\\ s
-    or anything with the same ``reserve``/``commit``/``cancel`` (Bifrost's rings)."""
+    writes). Where a heap is a stream (ours), spead2's presence array is the mask ring's slot
+    itself; where a heap carries several streams (MeerKAT's two pols) the mask slot is written
+    from it when the slot is committed (a few bytes a frame)."""
 
-    def __init__(self, frames: Any, mask: Any) -> None:
+    def __init__(self, layout: CaptureLayout, frames: Any, mask: Any) -> None:
+        self.grid = layout.grid
         self.frames, self.mask = frames, mask
+        self.expand = int(np.prod(layout.mask_shape)) != layout.chunk_heaps
+        self._masks: deque[tuple[np.ndarray, np.ndarray]] = deque()
+
+    @classmethod
+    def for_rings(cls, layout: CaptureLayout, writers: list[Any], gulp_nframe: int,
+                  slot_writer: Any = SlotWriter) -> RingSlots:
+        """Slot writers (``slot_writer``: ours, or Bifrost's) on the two rings' writers."""
+        n = slot_count(layout)
+        return cls(layout, slot_writer(writers[0], layout.chunk_bytes, n, gulp_nframe),
+                   slot_writer(writers[1], int(np.prod(layout.mask_shape)), n, gulp_nframe))
 
     def reserve(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.frames.reserve(), self.mask.reserve()
+        data, mask = self.frames.reserve(), self.mask.reserve()
+        if not self.expand:
+            return data, mask
+        present = np.zeros(self.grid.nheap, np.uint8)
+        self._masks.append((present, mask))
+        return data, present
 
     def commit(self) -> None:
+        if self.expand:
+            present, mask = self._masks.popleft()
+            mask[...] = self.grid.mask(present).reshape(-1)
         self.frames.commit()
         self.mask.commit()
 
     def cancel(self) -> None:
+        self._masks.clear()
         self.frames.cancel()
         self.mask.cancel()
 
@@ -142,7 +165,8 @@ class Capture:
     Parameters
     ----------
     source : :class:`UdpSource`, :class:`PcapSource` or :class:`InprocSource`.
-    layout : :class:`CaptureLayout` (or pass a Geometry plus layout keywords).
+    layout : :class:`CaptureLayout` (or pass its wire format, a Geometry or a
+        :class:`.meerkat.MeerkatFormat`, plus layout keywords).
     start_timestamp : first timestamp to deliver (rounded up to the alignment; the sequence is
         confirmed at once); None: the time policy finds the start (module docstring).
     copy : yield copies (safe to keep) instead of views valid until the next iteration.
@@ -156,12 +180,12 @@ class Capture:
         capture's own memory (iterate the capture).
     """
 
-    def __init__(self, source: Source, layout: CaptureLayout | Geometry, *,
+    def __init__(self, source: Source, layout: CaptureLayout | Geometry | MeerkatFormat, *,
                  start_timestamp: int | None = None, copy: bool = False,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  spare_chunks: int = 4, slots: CaptureSlots | None = None,
                  **layout_kw: Any) -> None:
-        if isinstance(layout, Geometry):
+        if not isinstance(layout, CaptureLayout):
             layout = CaptureLayout(layout, **layout_kw)
         elif layout_kw:
             raise TypeError(f"layout keywords {sorted(layout_kw)} given with a CaptureLayout")
@@ -175,8 +199,8 @@ class Capture:
         self._cand_bitmap = np.zeros_like(self._bitmap)
         self._state[_State.BITMAP] = self._bitmap.ctypes.data
         self._state[_State.CAND_BITMAP] = self._cand_bitmap.ctypes.data
-        config = spead2.recv.StreamConfig(memcpy=spead2.MEMCPY_NONTEMPORAL,
-                                          stop_on_stop_item=stop_on_end_heap)
+        config = layout.stream_config(memcpy=spead2.MEMCPY_NONTEMPORAL,
+                                      stop_on_stop_item=stop_on_end_heap)
         self._state[_State.STATS_BASE] = config.next_stat_index()
         for name in _CALLBACK_STATS:
             config.add_stat(_STAT_PREFIX + name)
@@ -360,15 +384,19 @@ class Capture:
 
     def __iter__(self) -> Iterator[CapturedFrame]:
         lay = self.layout
-        g = lay.geometry
         for d in self.deliveries():
             if d.frame_id is None:
                 continue
-            frame = d.data.view(np.int8).reshape(g.frame_shape)
-            mask = d.present.reshape(lay.mask_shape)
+            frame = d.data.view(np.int8).reshape(lay.frame_shape)
+            mask = lay.grid.mask(d.present)
             if self.copy:
                 frame, mask = frame.copy(), mask.copy()
-            yield CapturedFrame(d.frame_id * lay.timestamp_step, frame, mask, d.new_sequence)
+            yield CapturedFrame(d.frame_id * lay.frame_spectra, frame, mask, d.new_sequence)
+
+
+def slot_pool(layout: CaptureLayout) -> CaptureSlots:
+    """Slots of a capture's own memory (for outputs that copy frames out of them)."""
+    return _PoolSlots(layout)
 
 
 def slot_count(layout: CaptureLayout, spare: int = 4) -> int:
@@ -377,35 +405,42 @@ def slot_count(layout: CaptureLayout, spare: int = 4) -> int:
     return layout.nchunks + spare + layout.lanes * layout.max_ahead_frames + 1
 
 
-def capture_frames(source: Source, geometry: Geometry, **kw: Any) -> Capture:
+def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) -> Capture:
     """Frames from ``source`` without a pipeline (tests, reprocessing pcap files).
 
     Returns a :class:`Capture` (iterate it; ``counters()`` afterwards). Keywords are those of
     :class:`Capture` and :class:`CaptureLayout`; ``copy`` defaults to True here.
     """
     kw.setdefault("copy", True)
-    return Capture(source, geometry, **kw)
+    return Capture(source, wire, **kw)
 
 
 # ---------------------------------------------------------------------------- the block
 def capture_headers(layout: CaptureLayout, array: ArrayDescription, *, time_tag: int,
                     sync_time: float, fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                     name: str) -> list[dict[str, Any]]:
-    """The two output headers (frames, mask) of a capture sequence (DESIGN.md section 5)."""
-    g = layout.geometry
-    if array.nstream != g.nstream:
-        raise ValueError(f"array has {array.nstream} streams, geometry.nstream is {g.nstream}")
-    frame_s = g.nspectra_pkt / fs_hz
-    tscale = [sync_time + time_tag / fs_hz, frame_s]
+    """The two output headers (frames, mask) of a capture sequence (DESIGN.md section 5; a
+    MeerKAT capture's frames ring carries the ``sample_layout`` of the header contract)."""
+    grid = layout.grid
+    if array.nstream != grid.nstream:
+        raise ValueError(f"array has {array.nstream} streams, the capture {grid.nstream}")
+    tscale = [sync_time + time_tag / fs_hz, layout.frame_spectra / fs_hz]
     common = {"time_tag": time_tag, "sync_time": sync_time, "fs_hz": fs_hz,
-              "chan0": layout.chan0, "nchan": g.nchan, "freq0_hz": freq0_hz,
-              "chan_bw_hz": chan_bw_hz, "nstream": g.nstream, "geometry": g.to_dict(),
+              "chan0": layout.chan0, "nchan": grid.nchan_heap * grid.ngroup,
+              "freq0_hz": freq0_hz, "chan_bw_hz": chan_bw_hz, "nstream": grid.nstream,
               "array": array.to_dict()}
-    frames = dict(common, name=name, _tensor={
-        "dtype": g.frame_dtype, "shape": [-1, *g.frame_shape],
-        "labels": ["time", *g.frame_labels],
-        "scales": [tscale, None, [freq0_hz, chan_bw_hz]] + [None] * (len(g.frame_shape) - 2),
-        "units": ["s", None, "Hz"] + [None] * (len(g.frame_shape) - 2)})
+    g = layout.geometry
+    if g is None:  # another wire format (MeerKAT): its own tensor and sample layout
+        common.update(layout.wire.header_fields())
+        tensor = layout.wire.tensor(tscale, freq0_hz, chan_bw_hz)
+    else:
+        common["geometry"] = g.to_dict()
+        tensor = {"dtype": g.frame_dtype, "shape": [-1, *g.frame_shape],
+                  "labels": ["time", *g.frame_labels],
+                  "scales": [tscale, None, [freq0_hz, chan_bw_hz]]
+                  + [None] * (len(g.frame_shape) - 2),
+                  "units": ["s", None, "Hz"] + [None] * (len(g.frame_shape) - 2)}
+    frames = dict(common, name=name, _tensor=tensor)
     mask_axes = ["time", "stream"] + (["chan_group"] if len(layout.mask_shape) == 2 else [])
     mask = dict(common, name=f"{name}.mask", _tensor={
         "dtype": "u8", "shape": [-1, *layout.mask_shape], "labels": mask_axes,
@@ -433,10 +468,8 @@ class _RingOutput:
     """:class:`CaptureOutput` over our rings (:class:`~xengine_block.runtime.ring.SlotWriter`)."""
 
     def __init__(self, block: CaptureBlock, orings: list[RingWriter]) -> None:
-        lay, n = block.layout, slot_count(block.layout)
         self.block, self.orings = block, orings
-        self.slots = RingSlots(SlotWriter(orings[0], lay.chunk_bytes, n, block.gulp_nframe),
-                               SlotWriter(orings[1], lay.chunk_heaps, n, block.gulp_nframe))
+        self.slots = RingSlots.for_rings(block.layout, orings, block.gulp_nframe)
         self._stack: ExitStack | None = None
 
     def begin(self, headers: list[dict[str, Any]]) -> None:
@@ -457,24 +490,26 @@ class CaptureBlock(SourceBlock):
     """Source block: SPEAD F-engine packets -> frames ring + presence-mask ring, zero copy
     (spead2 places heaps straight into the rings' slots; module docstring).
 
-    Outputs: ``orings[0]`` frames ``i8 [-1, S, C, coarse, 2, fine]``, ``orings[1]`` mask
-    ``u8 [-1, S]`` (``[-1, S, G]`` with several channel groups); headers from
+    Outputs: ``orings[0]`` frames ``i8 [-1, S, C, coarse, 2, fine]`` (MeerKAT heaps: ``ci8
+    [-1, ant, C, spectra, pol]`` with a ``sample_layout``), ``orings[1]`` mask ``u8 [-1, S]``
+    (``[-1, S, G]`` with several channel groups); headers from
     :func:`capture_headers`. Each source is captured in turn; a resynchronisation (the
     F-engines jumped) begins a new sequence in both rings. Counters: :meth:`capture_counters`.
 
     Parameters
     ----------
     sources : a source or a list of sources (e.g. several pcap files).
-    geometry, array : correlator geometry and array description (header).
+    wire, array : the wire format (our correlator Geometry, or a
+        :class:`.meerkat.MeerkatFormat` for MeerKAT F-engine heaps) and the array description.
     sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (DESIGN.md 5).
     chan0, window, align, max_ahead, quorum, resync_frames : see :class:`CaptureLayout`.
     gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine
-        integration); frames are committed one by one.
+        integration; MeerKAT: one heap time); frames are committed one by one.
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
         heaps are counted, not followed, unless ``stop_on_end_heap``: single senders only).
     """
 
-    def __init__(self, sources: Source | list[Source], geometry: Geometry,
+    def __init__(self, sources: Source | list[Source], wire: Geometry | MeerkatFormat,
                  array: ArrayDescription, *, sync_time: float, fs_hz: float, freq0_hz: float,
                  chan_bw_hz: float, chan0: int = 0, window: int = 8, align: int = 0,
                  max_ahead: int = 0, quorum: int = 0, resync_frames: int = 0,
@@ -482,14 +517,15 @@ class CaptureBlock(SourceBlock):
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  **kwargs: Any) -> None:
         self.sources = sources if isinstance(sources, list) else [sources]
-        super().__init__(self.sources, gulp_nframe or geometry.npacket, **kwargs)
+        default_gulp = wire.npacket if isinstance(wire, Geometry) else 1
+        super().__init__(self.sources, gulp_nframe or default_gulp, **kwargs)
         self.orings = [self.create_ring(), self.create_ring()]
-        self.layout = CaptureLayout(geometry, chan0=chan0, window=window, align=align,
+        self.layout = CaptureLayout(wire, chan0=chan0, window=window, align=align,
                                     max_ahead=max_ahead, quorum=quorum,
                                     resync_frames=resync_frames)
-        if array.nstream != geometry.nstream:
+        if array.nstream != self.layout.grid.nstream:
             raise ValueError(f"array has {array.nstream} streams, "
-                             f"geometry.nstream is {geometry.nstream}")
+                             f"the capture's wire format {self.layout.grid.nstream}")
         self.array = array
         self.sky = {"sync_time": float(sync_time), "fs_hz": float(fs_hz),
                     "freq0_hz": float(freq0_hz), "chan_bw_hz": float(chan_bw_hz)}
@@ -497,7 +533,7 @@ class CaptureBlock(SourceBlock):
         self.stop_on_end_heap = stop_on_end_heap
         self._capture: Capture | None = None
         self._totals = dict.fromkeys(COUNTERS, 0)
-        self._stops = np.zeros(geometry.nstream, np.int64)
+        self._stops = np.zeros(self.layout.grid.nsource, np.int64)
         #: Set once the first source's receiver is attached (its placement callback compiled
         #: and its socket read): senders in the same process wait on it so nothing is lost to
         #: start-up.
@@ -545,7 +581,7 @@ class CaptureBlock(SourceBlock):
                         out.end()  # space between sequences
                         continue
                     if d.new_sequence:
-                        t = d.frame_id * self.layout.timestamp_step
+                        t = d.frame_id * self.layout.frame_spectra
                         out.begin(capture_headers(self.layout, self.array, time_tag=t,
                                                   name=f"capture-{t}", **self.sky))
                     counters.add(frames=1, bytes=frame_nbyte)

@@ -1,4 +1,5 @@
-"""``xengine bench``: one backend's throughput against numpy peers, as JSON."""
+"""``xengine bench``: one backend's throughput against the machine's roofline and library peers,
+as JSON."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=argtypes.positive_int, default=2)
 
 
-@command("bench", "measure a correlator backend against numpy peers (JSON)", _args)
+@command("bench", "measure a correlator backend against the roofline and peers (JSON)", _args)
 def run(a: argparse.Namespace) -> int:
     from ..backends import BackendUnavailable, choose_backend
     from ..tools import benchmarking

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..tools import argtypes
 from . import command
 
 
-def _existing(text: str) -> Path:
-    """An existing file or directory (combine takes both)."""
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{text!r}: no such file or directory")
-    return path
-
-
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", type=_existing, nargs="+",
+    p.add_argument("inputs", type=argtypes.input_path, nargs="+",
                    help="instances' UVH5 files, or directories holding them")
     p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
                    help="output directory")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..service.config import KEYS, add_flags
+from ..tools import argtypes
 from . import command
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", type=Path, nargs="?",
+    p.add_argument("config", type=argtypes.input_file, nargs="?",
                    help="TOML configuration (docs/deploy.md); flags override its keys")
     add_flags(p)
 

@@ -1,10 +1,13 @@
-"""``xengine reprocess``: recordings -> UVH5 files again, locally or on a dask cluster."""
+"""``xengine reprocess``: recordings (our pcap files, GUPPI RAW, PSRDADA, VDIF, MWAX) -> UVH5
+files again, locally or on a dask cluster."""
 
 from __future__ import annotations
 
 import argparse
 import socket
 
+from ..array import ArrayError
+from ..readers import ALL_FORMATS
 from ..tools import argtypes
 from ..tools.reprocess import ReprocessOptions, parse_channels, plan_tasks, reprocess
 from ..tools.tasks import summarise
@@ -30,21 +33,56 @@ def _scheduler_arg(text: str) -> str:
     return text
 
 
+def _array_arg(text: str) -> str:
+    """An array TOML or a telinfo YAML/TOML that parses (its antennas checked against each
+    recording when it is reprocessed)."""
+    from ..readers.arrays import load_array
+
+    path = argtypes.input_file(text)
+    try:
+        load_array(path)
+    except ArrayError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(path)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", type=argtypes.input_file,
-                   help="recorded pcap files (with .json sidecars)")
+                   help="recordings: pcap files (with .json sidecars), GUPPI RAW files or "
+                        ".NNNN.raw sequences, PSRDADA files, VDIF files, MWAX .sub files")
     p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
                    help="output directory")
+    p.add_argument("--format", choices=("auto", *ALL_FORMATS), default="auto",
+                   help="the inputs' format (default: recognised from each file's first bytes)")
+    p.add_argument("--array", type=_array_arg,
+                   help="antenna positions: an array TOML or a telescope-info YAML/TOML "
+                        "(BLRI/COSMIC telinfo); antennas matched to the recording by name "
+                        "(needed for multi-antenna recordings)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--integration-spectra", type=argtypes.positive_int,
+                        help="spectra per integration: any whole number (pcap: a multiple of "
+                             "480); default one second's, at most the recording's")
+    length.add_argument("--integration-s", type=argtypes.positive_number,
+                        help="seconds per integration, rounded to whole spectra (pcap: to "
+                             "whole packets of 480)")
     p.add_argument("--npacket", type=argtypes.positive_int,
-                   help="packets per X-engine frame P (default: as recorded)")
+                   help="pcap: packets per X-engine frame P (default: as recorded)")
     p.add_argument("--ninteg", type=argtypes.positive_int, default=1,
-                   help="X-engine frames per dump")
+                   help="pcap: X-engine frames per dump")
     p.add_argument("--channels", type=_channels_arg,
                    help="channels to write: A:B or a,b,c (default: all)")
     p.add_argument("--backend", type=argtypes.backend_name, default="auto")
+    p.add_argument("--sample-rate", type=argtypes.positive_number, metavar="HZ",
+                   help="spectra per second, for recordings whose headers lack it (VDIF)")
+    p.add_argument("--freq0", type=argtypes.positive_number, metavar="HZ",
+                   help="first channel's centre frequency, where the headers lack it (VDIF)")
+    p.add_argument("--chan-bw", type=argtypes.number(), metavar="HZ",
+                   help="channel width (negative: channels run high to low), where the "
+                        "headers lack it (VDIF)")
     p.add_argument("--allow-damaged", action="store_true",
-                   help="write damaged recordings (lost or mangled packets, garbage, cut "
-                        "files) and count them as done; their line still says what is wrong")
+                   help="write damaged recordings (lost or mangled packets or blocks, garbage, "
+                        "cut files, lying headers) and count them as done; their line still "
+                        "says what is wrong")
     cluster = p.add_mutually_exclusive_group()
     cluster.add_argument("--workers", type=argtypes.positive_int,
                          help="start a LocalCluster of N worker processes")
@@ -52,12 +90,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          help="address of an existing dask scheduler")
 
 
-@command("reprocess", "correlate recorded pcap files again into UVH5 (local or dask)",
-         add_arguments)
+@command("reprocess", "correlate recordings (pcap, GUPPI RAW, PSRDADA, VDIF, MWAX) again "
+         "into UVH5 (local or dask)", add_arguments)
 def run(a: argparse.Namespace) -> int:
-    options = ReprocessOptions(a.npacket, a.ninteg, a.channels, a.backend, a.allow_damaged)
+    if a.chan_bw == 0:
+        raise argtypes.UsageError("--chan-bw", "must not be 0")
+    options = ReprocessOptions(a.npacket, a.ninteg, a.channels, a.backend, a.allow_damaged,
+                               format=a.format, array=a.array,
+                               integration_spectra=a.integration_spectra,
+                               integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
+                               freq0_hz=a.freq0, chan_bw_hz=a.chan_bw)
     try:
-        plan_tasks(a.inputs, a.out)
+        plan_tasks(a.inputs, a.out, a.format)
     except ValueError as exc:
         raise argtypes.UsageError("inputs", str(exc)) from None
     if a.scheduler and a.scheduler.split("://")[0] in ("tcp", a.scheduler):

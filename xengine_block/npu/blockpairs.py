@@ -14,19 +14,23 @@ call runs and where its input buffers live:
   to its sync and launch threads.
 
 Both go through :meth:`BlockPairExecutor.submit`, which fills the inputs with
-:func:`fill_inputs` and collects the outputs in a :class:`BlockPairJob`.
+:func:`fill_inputs` and collects the outputs in a :class:`BlockPairJob`; input in any other
+layout through :meth:`BlockPairExecutor.submit_layout`, whose host layout pass
+(:func:`fill_inputs_layout`) writes the device's int8 input buffers straight from it.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from functools import lru_cache
 from math import prod
 
 import numpy as np
 
 from ..geometry import Geometry
+from ..sample_layout import SampleLayout, gather
 from ..triangle import baseline_index
 from . import hostio
 
@@ -64,6 +68,39 @@ def fill_inputs(frames: np.ndarray, g: Geometry, group: int,
         if not (frames_are_input(g) and holds_frames(buf, frames)):
             hostio.npu_input(frames, g, block, group, out=buf[:n])
         buf[n:] = 0
+
+
+def fill_inputs_layout(data: np.ndarray, layout: SampleLayout, t0: int, nspec: int,
+                       g: Geometry, group: int, buffers: list[np.ndarray]) -> None:
+    """The host layout pass: spectra ``[t0, t0 + nspec)`` of channel group ``group`` of
+    ``data`` in any ``layout`` written straight into one device input buffer per stream block
+    (``[P_buf, npu_block, payload]`` int8: the packet layout of ``npu_block`` streams and one
+    channel group, :func:`~xengine_block.sample_layout.gather`); streams past S and spectra past
+    ``nspec`` zeroed (they add nothing)."""
+    if len(buffers) != g.npu_nblock:
+        raise ValueError(f"need {g.npu_nblock} input buffers, got {len(buffers)}")
+    dev = SampleLayout.packet(g.replace(nstream=g.npu_block, nchan=g.nchan_pkt))
+    c0 = group * g.nchan_pkt
+    for block, buf in enumerate(buffers):
+        if buf.shape[0] * g.nspectra_pkt < nspec:
+            raise ValueError(f"input buffer holds {buf.shape[0]} packets, fewer than "
+                             f"{nspec} spectra")
+        s0, s1 = block * g.npu_block, min((block + 1) * g.npu_block, g.nstream)
+        frames = buf.reshape(buf.shape[0], *dev_frame_shape(g))
+        npk = -(-nspec // g.nspectra_pkt)
+        tail = nspec - (npk - 1) * g.nspectra_pkt
+        if tail < g.nspectra_pkt:  # the last packet's spectra past nspec
+            last = frames[npk - 1].reshape(g.npu_block, g.nchan_pkt, g.ncoarse * 2 * g.nfine)
+            last[...] = 0
+        gather(data, layout, frames, dev, t0=t0, nspec=nspec, streams=range(s0, s1),
+               channels=(c0, c0 + g.nchan_pkt))
+        frames[:npk, s1 - s0:] = 0
+        frames[npk:] = 0
+
+
+def dev_frame_shape(g: Geometry) -> tuple[int, ...]:
+    """One packet of one device input buffer: ``[npu_block, nchan_pkt, coarse, 2, fine]``."""
+    return (g.npu_block, g.nchan_pkt, g.ncoarse, 2, g.nfine)
 
 
 @lru_cache(maxsize=8)
@@ -173,7 +210,8 @@ class BlockPairExecutor(ABC):
     geometry: Geometry
 
     @abstractmethod
-    def input_buffers(self, frames: np.ndarray) -> list[np.ndarray]:
+    def input_buffers(self, frames: np.ndarray | None,
+                      npacket: int | None = None) -> list[np.ndarray]:
         """Writable ``[P_buf >= len(frames), npu_block, payload]`` int8 buffers, one per block."""
 
     @abstractmethod
@@ -185,13 +223,29 @@ class BlockPairExecutor(ABC):
 
     def submit(self, frames: np.ndarray, out: np.ndarray | None = None) -> BlockPairJob:
         """Start correlating ``frames`` ``[P, S, C, coarse, 2, fine]``; returns the job."""
+        return self._submit(frames.shape[0], out, frames,
+                            lambda group, buffers: fill_inputs(frames, self.geometry, group,
+                                                               buffers))
+
+    def submit_layout(self, data: np.ndarray, layout: SampleLayout, t0: int, nspec: int,
+                      out: np.ndarray | None = None) -> BlockPairJob:
+        """Start correlating spectra ``[t0, t0 + nspec)`` of ``data`` in any ``layout``
+        (at most the device's P packets of spectra), written straight into the device's input
+        buffers by the host layout pass (:func:`fill_inputs_layout`)."""
         g = self.geometry
-        job = BlockPairJob(g, frames.shape[0], out)
+        return self._submit(-(-nspec // g.nspectra_pkt), out, None,
+                            lambda group, buffers: fill_inputs_layout(data, layout, t0, nspec, g,
+                                                                      group, buffers))
+
+    def _submit(self, npacket: int, out: np.ndarray | None, frames: np.ndarray | None,
+                fill: Callable[[int, list[np.ndarray]], None]) -> BlockPairJob:
+        g = self.geometry
+        job = BlockPairJob(g, npacket, out)
         for group in range(g.nchan_group):
             buffers = None
             try:
-                buffers = self.input_buffers(frames)
-                fill_inputs(frames, g, group, buffers)
+                buffers = self.input_buffers(frames, npacket)
+                fill(group, buffers)
             except BaseException as exc:
                 if buffers is not None:
                     self.abandon(buffers)
@@ -199,3 +253,19 @@ class BlockPairExecutor(ABC):
                 raise
             self.dispatch(job, group, buffers)
         return job
+
+
+def correlate_layout_calls(submit: Callable[[int, int], BlockPairJob], g: Geometry,
+                           nspec: int, per_call: int, out: np.ndarray, accumulate: bool,
+                           wait: Callable[[BlockPairJob], np.ndarray] = BlockPairJob.result
+                           ) -> np.ndarray:
+    """``nspec`` spectra in device calls of at most ``per_call`` packets (``submit(t0, n)``
+    starts one), all in flight at once, their int32 triangles (``wait(job)``) summed into
+    ``out`` (or added to it): modulo 2^32, exact within the caller's int32 bound."""
+    step = per_call * g.nspectra_pkt
+    jobs = [submit(t0, min(step, nspec - t0)) for t0 in range(0, nspec, step)]
+    if not accumulate:
+        out[...] = 0
+    for job in jobs:
+        out += wait(job)
+    return out

@@ -7,6 +7,12 @@ Conventions, written down once:
   ``K[j, k] = x_j conj(x_k)``. From the packed triangle (j <= k): ``K[s2, s1] = conj(K[s1, s2])``
   when s1 <= s2, else it is stored directly (only YX of an autocorrelation).
 - Polarisations XX -5, YY -6, XY -7 (x feed of ant_1, y feed of ant_2), YX -8.
+- A negative channel width is a band whose channels run from high to low frequency: a
+  spectrally inverted (lower-sideband) band, whose complex samples carry the conjugate of the
+  sky's phase (rawspec conjugates such GUPPI input: ``input_conjugated = obsbw < 0``). The
+  frequency axis is written as recorded (``freq_array`` descending, ``channel_width``
+  negative) and the visibilities are conjugated, so the file holds ``conj(x[ant_1]) x[ant_2]``
+  of the sky signal like any other (tests/test_reprocess_physics.py phases a point source).
 - Phase centre "unprojected" (zenith drift): uvw = ENU(ant_2) - ENU(ant_1), metres.
 - Time is the JD of the integration midpoint; LST from astropy at the site.
 
@@ -366,9 +372,11 @@ class UVH5Writer:
     ----------
     path : output file; refused if it exists unless ``overwrite``.
     site : antennas and site.
-    freq_hz : centre frequency of each channel; ``channel_width_hz`` their width.
+    freq_hz : centre frequency of each channel; ``channel_width_hz`` their width (negative:
+        an inverted band, whose dumps are conjugated; module docstring).
     max_spectra : largest number of spectra integrated in one dump; with ``sample_bits`` (the
         geometry's: 8 or 4) it chooses int32 or float64 visdata (:func:`visdata_dtype`).
+    float_visdata : float64 visdata whatever the bound (float input, e.g. Bifrost's cf32).
 
     Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
     ``close``) and leaves the file as it was after the last successful append; a file without
@@ -377,16 +385,19 @@ class UVH5Writer:
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
                  channel_width_hz: float, max_spectra: int, *, sample_bits: int = 8,
-                 overwrite: bool = False,
+                 float_visdata: bool = False, overwrite: bool = False,
                  instrument: str = "xengine_block", history: str = "",
                  x_orientation: str = "east") -> None:
         self.path = Path(path)
         self.site = site
         self.bmap = baseline_map(site.antenna_numbers)
         self.freq_hz = np.asarray(freq_hz, np.float64)
+        #: Conjugate every dump: the band is spectrally inverted (module docstring).
+        self.conjugate = channel_width_hz < 0
         self.ndump = 0
         self.error: Exception | None = None  # what stopped the writing, if anything
-        self.vis_dtype = visdata_dtype(max_spectra, sample_bits)
+        self.vis_dtype = (np.dtype([("r", np.float64), ("i", np.float64)]) if float_visdata
+                          else visdata_dtype(max_spectra, sample_bits))
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite)
@@ -494,6 +505,8 @@ class UVH5Writer:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
         vis = triangle_to_uvh5(tri, b)  # [Nbls, C, Npols, 2]
+        if self.conjugate:
+            vis[..., 1] = -vis[..., 1]
         cnt = np.moveaxis(np.broadcast_to(valid, (tri.shape[0], valid.shape[-1]))[:, b.index],
                           0, 1)  # [Nbls, C, Npols]
         if vis.shape[1] != self.freq_hz.size:

@@ -20,8 +20,9 @@ from typing import Any
 
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
-from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError
-from ..tools.argtypes import sample_bits
+from ..capture.meerkat import CAPTURE_FORMATS, DEFAULT_SPECTRA_PER_HEAP, FormatError, MeerkatFormat
+from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
+from ..tools.argtypes import directory_problem, sample_bits
 
 
 class ConfigError(ValueError):
@@ -105,6 +106,14 @@ def boolean(value: Any) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def capture_format(value: Any) -> str:
+    """The F-engines' wire format: ours (``xengine``) or MeerKAT's (``meerkat``)."""
+    if value not in CAPTURE_FORMATS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(CAPTURE_FORMATS)}, "
+                                         f"got {value!r}")
+    return value
+
+
 def nibble_order(value: Any) -> str:
     """Which nibble of a ci4 byte holds the real part (``geometry.NIBBLE_ORDERS``)."""
     if value not in NIBBLE_ORDERS:
@@ -157,6 +166,7 @@ class Key:
     parse: Callable[[Any], Any]
     default: Any
     help: str
+    flag_name: str | None = None  # the flag, where the key's name alone would be unclear
 
     @property
     def dotted(self) -> str:
@@ -164,7 +174,7 @@ class Key:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return "--" + (self.flag_name or self.name.replace("_", "-"))
 
 
 KEYS: tuple[Key, ...] = (
@@ -177,8 +187,18 @@ KEYS: tuple[Key, ...] = (
     Key("capture", "sources", udp_endpoints, REQUIRED,
         "udp://ADDRESS:PORT, one or more (a multicast group is joined on 'interface')"),
     Key("capture", "interface", ipv4, None, "IPv4 address of the NIC that joins multicast groups"),
+    Key("capture", "format", capture_format, "xengine",
+        "F-engine packets: xengine (ours, DESIGN.md 6) or meerkat (MeerKAT CBF feng_raw heaps)"),
     Key("capture", "chan0", int_at_least(0), 0, "this instance's first channel in the band"),
-    Key("capture", "nchan", int_at_least(1), 9, "channels of this instance (multiple of 9)"),
+    Key("capture", "nchan", int_at_least(1), 9,
+        "channels of this instance (xengine: a multiple of 9; meerkat: its substream's)"),
+    Key("capture", "total_channels", int_at_least(1), None,
+        "the band's channels (meerkat; default chan0 + nchan, required when chan0 > 0 and "
+        "samples_between_spectra is not given)"),
+    Key("capture", "spectra_per_heap", int_at_least(1), DEFAULT_SPECTRA_PER_HEAP,
+        "meerkat: spectra per F-engine heap"),
+    Key("capture", "samples_between_spectra", int_at_least(1), None,
+        "ADC samples per spectrum (MeerKAT timestamps; default 2 * total_channels)"),
     Key("capture", "npacket", int_at_least(1), 136, "packets per X-engine frame (P)"),
     Key("capture", "sample_bits", sample_bits, 8,
         "bits per re/im part the F-engines send: 8 (ci8) or 4 (ci4, one byte per sample)"),
@@ -188,11 +208,20 @@ KEYS: tuple[Key, ...] = (
     Key("capture", "buffer_bytes", int_at_least(1 << 16), 64 << 20,
         "socket receive buffer per source (capped by net.core.rmem_max)"),
     Key("correlator", "backend", text, "auto", "correlator backend or 'auto'"),
-    Key("correlator", "ninteg", int_at_least(1), 1, "X-engine frames per dump"),
+    Key("correlator", "ninteg", int_at_least(1), None, "X-engine frames per dump (default 1)"),
+    Key("correlator", "integration_spectra", int_at_least(1), None,
+        "instead of ninteg: spectra per dump, whole heaps (480 spectra, meerkat: "
+        "spectra_per_heap), cut at multiples of it from spectrum 0"),
     Key("correlator", "threads", int_at_least(1), None,
         "native backend's worker threads (default: one per core; one fewer gives the capture "
         "and the writer a core of their own)"),
-    Key("output", "directory", path, REQUIRED, "output directory (created if missing)"),
+    Key("output", "directory", path, None,
+        "UVH5 output directory (created if missing); directory or spead, or both"),
+    Key("output", "spead", udp_endpoint, None,
+        "udp://ADDRESS:PORT: send each dump as MeerKAT baseline-correlation-products heaps",
+        "spead-out"),
+    Key("output", "spead_rate_factor", non_negative_float, 1.1,
+        "send a dump's heap in 1/factor of a dump's duration (0: unpaced)"),
     Key("output", "prefix", text, "xengine_", "file name prefix"),
     Key("output", "dumps_per_file", int_at_least(1), None, "start a new file every N dumps"),
     Key("output", "seconds_per_file", positive_float, None,
@@ -215,7 +244,8 @@ class ServiceConfig:
 
     values: dict[str, Any]
     array: ArrayDescription
-    geometry: Geometry
+    geometry: Geometry  # the backend's
+    wire: Geometry | MeerkatFormat  # what the capture receives
     source_file: Path | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -242,9 +272,26 @@ class ServiceConfig:
         return "native", {"nthreads": threads}
 
     @property
+    def dump_spectra(self) -> int:
+        v = self.values
+        if v["integration_spectra"] is not None:
+            return v["integration_spectra"]
+        return (v["ninteg"] or 1) * self.geometry.npacket * self.geometry.nspectra_pkt
+
+    @property
     def dump_seconds(self) -> float:
-        g = self.geometry
-        return self.values["ninteg"] * g.npacket * g.nspectra_pkt / self.values["fs_hz"]
+        return self.dump_spectra / self.values["fs_hz"]
+
+    @property
+    def samples_between_spectra(self) -> int:
+        """ADC samples per spectrum (timestamps of MeerKAT heaps, in and out)."""
+        v = self.values
+        return v["samples_between_spectra"] or 2 * self.total_channels
+
+    @property
+    def total_channels(self) -> int:
+        v = self.values
+        return v["total_channels"] or v["chan0"] + v["nchan"]
 
     @property
     def dumps_per_file(self) -> int | None:
@@ -322,27 +369,41 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     for name in ("array", "directory"):
         if values[name] is not None and not values[name].is_absolute():
             values[name] = base / values[name]
+    if values["directory"] is None and values["spead"] is None:
+        raise ConfigError("output.directory", "is required (or give --directory), unless "
+                                              "output.spead sends the dumps")
+    why = values["directory"] is not None and directory_problem(values["directory"])
+    if why:  # as every command's output options
+        raise ConfigError("output.directory", why)
     if values["chan_bw_hz"] is None:
         values["chan_bw_hz"] = values["fs_hz"]
     return ServiceConfig(values, *_derived(values), source_file=Path(path) if path else None)
 
 
-def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry]:
-    """Cross-key rules: array, geometry, backend, rotation, multicast interface."""
+def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | MeerkatFormat]:
+    """Cross-key rules: array, wire format, geometry, integration, backend, rotation, outputs,
+    multicast interface."""
     if v["array"] is not None and v["nant"] is not None:
         raise ConfigError("nant", "give either 'array' or 'nant', not both")
     try:
         array = ArrayDescription.from_toml(v["array"]) if v["array"] else default_array(v["nant"])
     except (ValueError, OSError) as exc:
         raise ConfigError("array", str(exc)) from None
-    fields = ("nchan", "npacket", "sample_bits", "nibble_order")
-    try:
-        geometry = Geometry(nstream=array.nstream, **{k: v[k] for k in fields})
-    except GeometryError as exc:
-        field = exc.field if exc.field in fields else "nchan"
-        if exc.field == "nstream":
-            field = "array" if v["array"] else "nant"
-        raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
+    if v["ninteg"] is not None and v["integration_spectra"] is not None:
+        raise ConfigError("correlator.integration_spectra", "give ninteg or "
+                                                            "integration_spectra, not both")
+    if v["format"] == "meerkat":
+        wire, geometry = _meerkat(v, array)
+    else:
+        fields = ("nchan", "npacket", "sample_bits", "nibble_order")
+        try:
+            geometry = wire = Geometry(nstream=array.nstream, **{k: v[k] for k in fields})
+        except GeometryError as exc:
+            field = exc.field if exc.field in fields else "nchan"
+            if exc.field == "nstream":
+                field = "array" if v["array"] else "nant"
+            raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
+        _check_integration(v, geometry.nspectra_pkt, geometry.sample_bits, "480-spectrum packets")
     try:
         backend = choose_backend(v["backend"], geometry)[0]
     except (BackendUnavailable, KeyError, ValueError) as exc:
@@ -353,10 +414,69 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry]:
     if v["dumps_per_file"] is not None and v["seconds_per_file"] is not None:
         raise ConfigError("output.seconds_per_file", "give dumps_per_file or seconds_per_file, "
                                                      "not both")
+    if v["quicklook"] and v["directory"] is None:
+        raise ConfigError("output.quicklook", "needs output.directory to write its PNGs to")
+    total = v["total_channels"] or v["chan0"] + v["nchan"]
+    if v["spead"] is not None and (v["chan0"] % v["nchan"] or total % v["nchan"]):
+        raise ConfigError("output.spead", f"MeerKAT heap counters need chan0 ({v['chan0']}) and "
+                                          f"total_channels ({total}) to be multiples of nchan "
+                                          f"({v['nchan']})")
     sources = v["sources"]
     if len(set(sources)) != len(sources):
         raise ConfigError("capture.sources", "lists a source twice")
     if any(s.multicast for s in sources) and v["interface"] is None:
         raise ConfigError("capture.interface", "is required to join a multicast group "
                                                "(the IPv4 address of the receiving NIC)")
-    return array, geometry
+    return array, geometry, wire
+
+
+def _check_integration(v: dict[str, Any], heap_spectra: int, bits: int, what: str) -> int | None:
+    """The X-engine's integration in spectra for ``correlator.integration_spectra`` (whole
+    heaps), via the chain's split; None when not given."""
+    from ..chain import split_integration
+
+    n = v["integration_spectra"]
+    if n is None:
+        return None
+    if n % heap_spectra:
+        raise ConfigError("correlator.integration_spectra", f"{n} is not a whole number of "
+                                                            f"{what} ({heap_spectra} spectra)")
+    return split_integration(n, heap_spectra, max_spectra_int32(bits))[0]
+
+
+def _meerkat(v: dict[str, Any], array: ArrayDescription) -> tuple[MeerkatFormat, Geometry]:
+    """``capture.format = "meerkat"``: the F-engine heaps and the backend geometry for them."""
+    from ..blocks.xengine_input import layout_geometry
+
+    if v["sample_bits"] != 8:
+        raise ConfigError("capture.sample_bits", "format meerkat carries 8-bit samples "
+                                                 "(katgpucbf's X-engine input)")
+    nchan, chan0 = v["nchan"], v["chan0"]
+    if v["total_channels"] is None and v["samples_between_spectra"] is None and chan0 > 0:
+        raise ConfigError("capture.total_channels", "is required with format meerkat when "
+                                                    "chan0 > 0 (samples_between_spectra is "
+                                                    "2 * total_channels)")
+    total = v["total_channels"] or chan0 + nchan
+    if chan0 % nchan:
+        raise ConfigError("capture.chan0", f"{chan0} is not a multiple of nchan ({nchan}): an "
+                                           f"X-engine receives whole F-engine substreams")
+    if chan0 + nchan > total or total % nchan:
+        raise ConfigError("capture.total_channels", f"{total} must be a multiple of nchan "
+                                                    f"({nchan}) and >= chan0 + nchan")
+    try:
+        wire = MeerkatFormat(array.nant, nchan, v["samples_between_spectra"] or 2 * total,
+                             v["spectra_per_heap"])
+    except FormatError as exc:
+        raise ConfigError(KEYS_BY_NAME[exc.field].dotted, str(exc)) from None
+    if v["ninteg"] is not None:
+        raise ConfigError("correlator.ninteg", "counts our X-engine frames; with format "
+                                               "meerkat give integration_spectra")
+    if v["integration_spectra"] is None:  # about a second of whole heaps
+        v["integration_spectra"] = max(1, round(v["fs_hz"] / wire.spectra_per_heap)) \
+            * wire.spectra_per_heap
+    xspectra = _check_integration(v, wire.spectra_per_heap, 8, "heaps")
+    try:
+        geometry = layout_geometry(wire.sample_layout, None, xspectra, "capture")
+    except ValueError as exc:
+        raise ConfigError("capture.nchan", str(exc)) from None
+    return wire, geometry

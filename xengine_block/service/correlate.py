@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..capture.meerkat import MeerkatFormat
 from ..capture.receive import CaptureBlock
 from ..chain import Chain, correlator_chain
 from ..runtime.pipeline import Pipeline
@@ -60,7 +61,8 @@ class CorrelatorService:
         self.config, self.drain_timeout = config, drain_timeout
         self.stdout = stdout or sys.stdout
         v = config.values
-        check_writable(v["directory"])
+        if v["directory"] is not None:
+            check_writable(v["directory"])
         self.source = ServiceSource(v["sources"], interface=v["interface"],
                                     buffer_size=v["buffer_bytes"])
         try:
@@ -77,15 +79,24 @@ class CorrelatorService:
         cfg, v = self.config, self.config.values
         self.pipeline = Pipeline("correlate", monitor_interval=v["like_top_s"] or None)
         with self.pipeline:
-            self.capture = CaptureBlock(self.source, cfg.geometry, cfg.array, **cfg.sky,
-                                        chan0=v["chan0"], window=v["window"])
+            meerkat = isinstance(cfg.wire, MeerkatFormat)
+            # MeerKAT: sequences start on a dump boundary, so the first dump is whole.
+            align = cfg.dump_spectra // cfg.wire.spectra_per_heap if meerkat else 0
+            self.capture = CaptureBlock(self.source, cfg.wire, cfg.array, **cfg.sky,
+                                        chan0=v["chan0"], window=v["window"], align=align)
             backend, options = cfg.backend_choice
+            spead = None if v["spead"] is None else str(v["spead"])
             self.chain: Chain = correlator_chain(
                 self.capture, directory=v["directory"], backend=backend,
-                backend_options=options,
-                ninteg=v["ninteg"], prefix=v["prefix"], dumps_per_file=cfg.dumps_per_file,
-                new_name_if_exists=True,
-                quicklook=v["quicklook"], geometry=cfg.geometry)
+                backend_options=options, ninteg=v["ninteg"] or 1,
+                integration_spectra=v["integration_spectra"],
+                prefix=v["prefix"], dumps_per_file=cfg.dumps_per_file,
+                new_name_if_exists=True, quicklook=v["quicklook"],
+                geometry=None if meerkat else cfg.geometry, spead=spead,
+                spead_options={"samples_between_spectra": cfg.samples_between_spectra,
+                               "total_channels": cfg.total_channels,
+                               "rate_factor": v["spead_rate_factor"],
+                               "interface": v["interface"]})
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
         self.metrics: MetricsServer | None = None
         if v["metrics_port"] is not None:
@@ -120,6 +131,7 @@ class CorrelatorService:
         try:
             runner.start()
             self._wait(runner)
+            self.chain.close()  # the visibility stream's stop heap
             if errors:
                 raise errors[0]
             # said before the default handlers return, so a late SIGTERM finds it said
@@ -166,15 +178,17 @@ class CorrelatorService:
                 deadline = None
 
     def summary(self, elapsed_s: float) -> dict[str, Any]:
-        w = self.chain.writer
+        w, spead = self.chain.writer, self.chain.spead
+        files = list(w.files) if w is not None else []
         backend = self.chain.xengine.backend
         return {
             "elapsed_s": round(elapsed_s, 3),
             "backend": backend.name if backend else None,
             "chan0": self.config.chan0,
-            "dumps_written": w.dumps_written,
-            "files": [str(f) for f in w.files],
-            "bytes_written": output_bytes(list(w.files)),
+            "dumps_written": w.dumps_written if w is not None else 0,
+            "files": [str(f) for f in files],
+            "bytes_written": output_bytes(files),
+            "spead": spead.spead_counters() if spead is not None else None,
             "capture": self.collector.capture_counters(),
             "blocks": {b.name: {k: round(x, 3) for k, x in b.perf.items()}
                        for b in self.pipeline.blocks},

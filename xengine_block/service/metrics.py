@@ -79,11 +79,23 @@ class CorrelatorCollector(Collector):
                 fill.add_metric([ring.name], ring.fill)
         yield fill
 
-        writer = self.chain.writer
+        writer, spead = self.chain.writer, self.chain.spead
         m = CounterMetricFamily(f"{NAMESPACE}_dumps_written", "dumps appended to UVH5 files")
-        m.add_metric([], writer.dumps_written)
+        m.add_metric([], writer.dumps_written if writer is not None else 0)
         yield m
-        files = list(writer.files)
+        if spead is not None:
+            m = CounterMetricFamily(f"{NAMESPACE}_spead_dumps", "dumps of the SPEAD visibility "
+                                    "stream, by outcome (sent, skipped: no antenna whole, with "
+                                    "missing baselines marked)", labels=["outcome"])
+            c = spead.spead_counters()
+            for k in ("sent", "skipped", "with_missing"):
+                m.add_metric([k], c[f"dumps_{k}"])
+            yield m
+            m = CounterMetricFamily(f"{NAMESPACE}_spead_clipped_visibilities",
+                                    "visibilities saturated to int32 in the SPEAD stream")
+            m.add_metric([], c["clipped"])
+            yield m
+        files = list(writer.files) if writer is not None else []
         m = CounterMetricFamily(f"{NAMESPACE}_output_files", "UVH5 files opened")
         m.add_metric([], len(files))
         yield m

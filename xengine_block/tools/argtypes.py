@@ -4,7 +4,16 @@ Each checker is an argparse ``type=``: a bad value stops the parser with argpars
 ``prog: error: argument --opt: why`` and exit status 2, before any side effect. Checks that need
 several options (a geometry, a port to bind) raise :class:`UsageError` naming the option; the
 ``xengine`` front end and the scripts turn it into the same line and status
-(:func:`usage_errors`). Paths are checked without creating anything.
+(:func:`usage_errors`).
+
+Output paths are checked by trying: a temporary file is created (and removed) in the directory
+that will be written, or a temporary directory in the nearest existing ancestor of one that will
+be created, and a file to be written is opened (an existing one for appending, unchanged; a new
+one created and removed), its sidecars too. So a path fails here whatever the reason the
+kernel gives (ENOENT in /proc, EACCES, EROFS, a file where a directory belongs, a name too long)
+and as root too, where permission bits say nothing; nothing is left behind.
+:func:`directory_problem` and :func:`file_problem` give the reason as text, for checks outside
+argparse (config files).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import contextlib
 import math
 import os
 import socket
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -116,58 +126,133 @@ def ipv4_address(text: str) -> str:
     return str(infos[0][4][0]) if infos else text
 
 
-def _creatable(path: Path) -> str | None:
-    """Why ``path`` could not be created as a directory (None: it could be)."""
+def _nearest_existing(path: Path) -> tuple[Path | None, str | None]:
+    """(the nearest existing ancestor of ``path``, or ``path`` itself; why none can be used)."""
     ancestor = path
-    while not ancestor.exists():
-        if ancestor.is_symlink():
-            return f"{ancestor} is a dangling link"
-        ancestor = ancestor.parent
+    while True:
+        try:
+            ancestor.lstat()
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a file on the way
+            ancestor = ancestor.parent
+            continue
+        except OSError as exc:  # EACCES on a component, ENOTDIR, ENAMETOOLONG, ELOOP ...
+            return None, f"cannot look up {ancestor}: {exc.strerror or exc}"
+        break
+    if ancestor.is_symlink() and not ancestor.exists():
+        return None, f"{ancestor} is a dangling link"
+    if not ancestor.is_dir() and ancestor != path:
+        return None, f"{ancestor} exists and is not a directory"
+    return ancestor, None
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be used as an output directory (None: it can).
+
+    An existing directory must take a new file (one is created and removed); a missing one must
+    be creatable: a directory is created and removed in its nearest existing ancestor."""
+    ancestor, why = _nearest_existing(path)
+    if why:
+        return why
+    assert ancestor is not None
     if not ancestor.is_dir():
-        return f"{ancestor} exists and is not a directory"
-    if ancestor != path and not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"cannot create it: {ancestor} is not writable"
+        return f"{path} exists and is not a directory"
+    try:
+        if ancestor == path:
+            fd, probe = tempfile.mkstemp(prefix=".xengine-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".xengine-probe-", dir=ancestor))
+    except OSError as exc:
+        what = f"cannot write in {path}" if ancestor == path else (
+            f"cannot create {path}: no directory can be made in {ancestor}")
+        return f"{what}: {exc.strerror or exc}"
+    return None
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file (None: it can): an existing one is opened for
+    appending (its content unchanged), a new one created and removed, a missing directory
+    checked as :func:`directory_problem` does."""
+    if not str(path) or str(path).endswith(os.sep):
+        return f"expected a file name, got {str(path)!r}"
+    ancestor, why = _nearest_existing(path)
+    if why:
+        return why
+    if ancestor == path:
+        if path.is_dir():
+            return f"{path} is a directory"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK  # no wait on a FIFO
+    elif ancestor == path.parent:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    else:
+        return directory_problem(path.parent)
+    try:
+        os.close(os.open(path, flags, 0o644))
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    if flags & os.O_CREAT:
+        os.unlink(path)
     return None
 
 
 def output_dir(text: str) -> Path:
-    """A directory that exists and is writable, or can be created (nothing is created here)."""
+    """A directory that exists and takes new files, or can be created (see the module doc)."""
     if not text:
         raise argparse.ArgumentTypeError("empty path")
     path = Path(text)
-    why = _creatable(path)
-    if why is None and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
-        why = f"{path} is not writable"
+    why = directory_problem(path)
     if why:
         raise argparse.ArgumentTypeError(why)
     return path
 
 
 def output_file(text: str) -> Path:
-    """A file that can be written: not a directory, its directory exists or can be created."""
-    if not text or text.endswith(os.sep):
-        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{path} is a directory")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{path} is not writable")
-    why = _creatable(path.parent)
-    if why is None and path.parent.is_dir() and not os.access(path.parent, os.W_OK | os.X_OK):
-        why = f"{path.parent} is not writable"
+    """A file that can be written (see the module doc)."""
+    why = file_problem(Path(text)) if text else "empty path"
     if why:
         raise argparse.ArgumentTypeError(why)
+    return Path(text)
+
+
+def recording_file(text: str) -> Path:
+    """A pcap recording to write: the file and its JSON sidecar (capture.recording)."""
+    from ..capture.recording import metadata_path
+    path = output_file(text)
+    why = file_problem(metadata_path(path))
+    if why:
+        raise argparse.ArgumentTypeError(f"its sidecar: {why}")
     return path
 
 
 def input_file(text: str) -> Path:
-    """An existing readable file."""
+    """An existing file that opens for reading (tried: as root permission bits say nothing)."""
     path = Path(text)
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text!r}: no such file" if not path.exists()
                                          else f"{text!r} is not a file")
-    if not os.access(path, os.R_OK):
-        raise argparse.ArgumentTypeError(f"{text!r} is not readable")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not readable: "
+                                         f"{exc.strerror or exc}") from None
+    return path
+
+
+def input_path(text: str) -> Path:
+    """An existing file that opens for reading, or a directory that can be listed."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file or directory")
+    if not path.is_dir():
+        return input_file(text)
+    try:
+        with os.scandir(path):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be listed: "
+                                         f"{exc.strerror or exc}") from None
     return path
 
 

@@ -1,15 +1,29 @@
-"""Offline reprocessing: recorded pcap files -> the same capture, X-engine, integration and UVH5
-blocks -> one UVH5 file per recording (``NAME.1.uvh5``, ``NAME.2.uvh5``... for each further
-sequence where the F-engines jumped in time), locally or across a dask.distributed cluster.
+"""Offline reprocessing: recordings -> UVH5 files again, locally or across a dask.distributed
+cluster, one task per file or time range (:mod:`~xengine_block.tools.tasks`: resumable
+``.partial`` outputs, a line per task, failures per file).
 
-Each recording carries its sidecar (:mod:`~xengine_block.capture.recording`); the integration length
-(P packets per X-engine frame, k frames per dump), channel selection and backend are chosen
-anew. Outputs are resumable and failures are per file (:mod:`~xengine_block.tools.tasks`).
+Two kinds of recording:
 
-A damaged recording fails unless accepted with ``allow_damaged`` (``--allow-damaged``): heaps
-missing from frames or mangled (capture counters), bytes of the pcap that are no record or not
-SPEAD, a cut-off last record, or a size that differs from the one its recorder noted. The
-file's line says which, and how many dumps have gaps.
+- our pcap files of F-engine SPEAD traffic with their sidecar
+  (:mod:`~xengine_block.capture.recording`), replayed through the same capture, X-engine,
+  integration and UVH5 blocks; one UVH5 file per recording (``NAME.1.uvh5``, ``NAME.2.uvh5``...
+  for each further sequence where the F-engines jumped in time); the integration length is P
+  packets per X-engine frame and k frames per dump (whole packets of 480 spectra);
+- the observatories' recorded voltages (GUPPI RAW, PSRDADA, VDIF, MWAX: :mod:`xengine_block.
+  readers`), correlated in place from the files' memory maps (:mod:`~xengine_block.readers.
+  correlate`) in integrations of any whole number of spectra, with an array file for antenna
+  positions (:mod:`~xengine_block.readers.arrays`). A multi-file recording (a GUPPI or DADA
+  sequence) gives one task and one UVH5 file per file, each holding the integrations that start
+  in it (they may read on into the next file), aligned to the recording's first spectrum, so
+  every split gives the same integrations; an MWAX sub-observation's coarse-channel files give
+  one task and one file.
+
+A damaged recording fails unless accepted with ``allow_damaged`` (``--allow-damaged``). pcap:
+heaps missing from frames or mangled (capture counters), bytes of the pcap that are no record or
+not SPEAD, a cut-off last record, or a size that differs from the one its recorder noted.
+Readers: missing blocks, garbage between blocks, a cut last block, headers contradicting the
+file (:data:`~xengine_block.readers.base.DAMAGE`), counted per file. The file's line says which,
+and how many dumps have gaps.
 """
 
 from __future__ import annotations
@@ -29,11 +43,33 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReprocessOptions:
-    npacket: int | None = None  # P; None: the recording's
-    ninteg: int = 1
+    npacket: int | None = None  # pcap: P; None: the recording's
+    ninteg: int = 1  # pcap: X-engine frames per dump
     channels: tuple[int, ...] | None = None  # indices into the recording's channels
     backend: str = "auto"
     allow_damaged: bool = False  # write and accept a damaged recording (reported, exit 0)
+    format: str = "auto"  # "auto" (from each file's first bytes) or one of readers.ALL_FORMATS
+    array: str | None = None  # array TOML or telinfo YAML/TOML (readers.arrays.load_array)
+    integration_spectra: int | None = None  # spectra per integration (default: 1 s)
+    integration_s: float | None = None  # or seconds per integration (rounded to spectra)
+    sample_rate_hz: float | None = None  # for formats whose headers lack them (VDIF)
+    freq0_hz: float | None = None
+    chan_bw_hz: float | None = None
+
+    @property
+    def sky_overrides(self) -> dict[str, float]:
+        return {k: v for k, v in (("fs_hz", self.sample_rate_hz), ("freq0_hz", self.freq0_hz),
+                                  ("chan_bw_hz", self.chan_bw_hz)) if v is not None}
+
+
+@dataclass(frozen=True)
+class RecordingTask(Task):
+    """A task of a reader's recording: its files, the format, and which part it writes
+    (``part``: the integrations starting in ``files[part]``; None: all of them)."""
+
+    files: tuple[Path, ...] = ()
+    format: str | None = None
+    part: int | None = None
 
 
 #: Capture counters that mean heaps of the recording were lost or mangled.
@@ -78,13 +114,14 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
         raise FileNotFoundError(f"{task.input}: no such recording")
     info = read_metadata(task.input)
     scan = scan_pcap(task.input)
-    g = info.geometry if options.npacket is None else info.geometry.replace(
-        npacket=options.npacket)
+    npacket, ninteg = pcap_packets(options, info.geometry.npacket, info.sky["fs_hz"],
+                                   info.geometry.nspectra_pkt)
+    g = info.geometry.replace(npacket=npacket)
     with Pipeline() as pipeline:
         capture = CaptureBlock(PcapSource(str(task.input)), g, info.array, **info.sky,
                                chan0=info.chan0)
         chain = correlator_chain(capture, directory=task.partial.parent, backend=options.backend,
-                                 ninteg=options.ninteg, quicklook=False,
+                                 ninteg=ninteg, quicklook=False,
                                  filename=task.partial.name, overwrite=True,
                                  channels=list(options.channels) if options.channels else None,
                                  geometry=g)
@@ -128,21 +165,162 @@ def extra_output(output: Path, n: int) -> Path:
     return output.with_name(f"{output.stem}.{n}{output.suffix}")
 
 
-def plan_tasks(inputs: list[Path], outdir: Path) -> list[Task]:
-    tasks, seen = [], set()
+def pcap_packets(options: ReprocessOptions, recorded: int, fs_hz: float,
+                 nspectra_pkt: int = 480) -> tuple[int, int]:
+    """(P, k) for a pcap recording: ``--npacket``/``--ninteg``, or an integration length in
+    spectra (a multiple of a packet's 480) or seconds (rounded to whole packets)."""
+    n = options.integration_spectra
+    if n is None and options.integration_s is not None:
+        n = max(1, round(options.integration_s * fs_hz / nspectra_pkt)) * nspectra_pkt
+    if n is None:
+        return options.npacket or recorded, options.ninteg
+    if n % nspectra_pkt:
+        raise ValueError(f"integration of {n} spectra: pcap recordings integrate whole packets "
+                         f"of {nspectra_pkt} spectra")
+    k = n // nspectra_pkt
+    p = max(d for d in range(1, min(k, recorded if options.npacket is None else
+                                    options.npacket) + 1) if k % d == 0)
+    return p, k // p
+
+
+def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto") -> list[Task]:
+    """One task per pcap file, per file of a reader's multi-file recording (GUPPI, DADA
+    sequences; VDIF files) or per MWAX sub-observation; files of no known format become tasks
+    that fail with the reason. ValueError if two tasks would write one output."""
+    from ..readers import detect_format, group_recordings, reader
+
+    tasks: list[Task] = []
+    by_format: dict[str | None, list[Path]] = {}
     for path in inputs:
-        out = outdir / (path.name.removesuffix(".pcap") + ".uvh5")
-        if out in seen:
-            raise ValueError(f"two recordings map to the same output {out}")
-        seen.add(out)
-        tasks.append(Task(path, out))
+        f = fmt if fmt != "auto" else detect_format(path)
+        by_format.setdefault(f, []).append(Path(path))
+    for f, paths in by_format.items():
+        if f == "pcap":
+            tasks += [Task(p, outdir / (p.name.removesuffix(".pcap") + ".uvh5")) for p in paths]
+        elif f is None:
+            tasks += [RecordingTask(p, outdir / (p.name + ".uvh5"), (p,)) for p in paths]
+        else:
+            cls = reader(f)
+            for files in group_recordings(paths, f):
+                parts = range(len(files)) if cls.parts_by_file else [None]
+                for part in parts:
+                    stem = cls.part_name(files, 0 if part is None else part)
+                    tasks.append(RecordingTask(files[part or 0], outdir / f"{stem}.uvh5",
+                                               tuple(files), f, part))
+    seen: set[Path] = set()
+    for t in tasks:
+        if t.output in seen:
+            raise ValueError(f"two recordings map to the same output {t.output}")
+        seen.add(t.output)
     return tasks
+
+
+def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
+    """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
+    if isinstance(task, RecordingTask):
+        return reprocess_recording(task, options)
+    return reprocess_file(task, options)
+
+
+def integration_spectra(options: ReprocessOptions, fs_hz: float, span: int) -> int:
+    """Spectra per integration: given, or seconds x spectra per second (rounded), default one
+    second capped at the recording's length."""
+    if options.integration_spectra is not None:
+        return options.integration_spectra
+    if options.integration_s is not None:
+        return max(1, round(options.integration_s * fs_hz))
+    return max(1, min(round(fs_hz), span))
+
+
+def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[str, Any]:
+    """Correlate a reader's recording (its part ``task.part``) into ``task.partial``.
+
+    Raises with the file's name for an unknown format, an unreadable or damaged recording (the
+    damage counted per file; ``allow_damaged`` writes it), antennas the array file lacks, or a
+    part without a complete integration."""
+    import numpy as np
+
+    from ..blocks.writer import site_info
+    from ..outputs.uvh5 import UVH5Writer
+    from ..readers import open_recording
+    from ..readers.arrays import load_array, match_antennas
+    from ..readers.correlate import RecordingCorrelator, windows
+
+    if task.format is None:
+        raise ValueError(f"{task.input}: not a recording of a known format (pcap, GUPPI RAW, "
+                         f"PSRDADA, VDIF, MWAX subfile); give --format")
+    where = f"{task.input}: "
+    rec = open_recording(task.files, task.format, **options.sky_overrides)
+    corr = None
+    try:
+        meta = rec.meta
+        nspec = integration_spectra(options, meta.fs_hz, rec.end - rec.start)
+        wins, dropped = windows(rec.start, rec.end, nspec)
+        last = task.part is None or task.part + 1 == len(task.files)
+        if task.part is not None:  # the integrations that start in this file
+            starts = rec.file_starts()
+            lo = starts[task.part]
+            hi = rec.end if last else starts[task.part + 1]
+            wins = [w for w in wins if lo <= w[0] < hi]
+        touched = {rec.files[r.file].name for r in rec.runs
+                   if any(r.time_tag < w1 and w0 < r.end for w0, w1 in wins)}
+        touched.add(task.input.name)
+        damage = {f: c for f, c in rec.damage.by_file.items() if f in touched}
+        what = "; ".join(f"{f}: " + ",".join(f"{k}={v}" for k, v in c.items())
+                         for f, c in damage.items())
+        if damage and not options.allow_damaged:
+            raise DamagedRecording(f"{where}damaged recording: {what} (--allow-damaged writes "
+                                   f"it anyway)")
+        if not wins:
+            raise ValueError(f"{where}no complete integration of {nspec} spectra starts in "
+                             f"this file (the recording holds {rec.end - rec.start} spectra "
+                             f"from {rec.start})")
+        array = load_array(options.array) if options.array else None
+        sub, antennas = match_antennas(meta, array, where)
+        chans = np.arange(meta.nchan) if options.channels is None else np.asarray(
+            options.channels, np.intp)
+        if chans.max() >= meta.nchan:
+            raise ValueError(f"{where}channels {chans[chans >= meta.nchan].tolist()} are "
+                             f"outside the recording's {meta.nchan} channels")
+        c0, c1 = int(chans.min()), int(chans.max()) + 1
+        corr = RecordingCorrelator(rec, antennas, (c0, c1), options.backend)
+        nbl = corr.nbaseline
+        names = ", ".join(f.name for f in task.files)
+        history = f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump"
+        writer = UVH5Writer(task.partial, site_info(sub), meta.freqs_hz[chans],
+                            meta.chan_bw_hz, nspec, sample_bits=meta.sample_bits,
+                            overwrite=True, instrument=sub.instrument, history=history,
+                            x_orientation=sub.x_orientation)
+        spectra = gaps = 0
+        try:
+            for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
+                valid = c.valid[chans - c0]
+                writer.append(c.vis[chans - c0], np.broadcast_to(valid[:, None],
+                                                                 (chans.size, nbl)),
+                              nspec, meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
+                spectra += int(valid.max(initial=0))
+                gaps += bool((valid < nspec).any())
+        finally:
+            writer.close()
+        summary: dict[str, Any] = {
+            "format": task.format, "dumps": len(wins), "integration_spectra": nspec,
+            "spectra": spectra, "dumps_with_gaps": gaps, "antennas": sub.nant,
+            "channels": int(chans.size), "backend": ",".join(corr.backend_names)}
+        if last and dropped:
+            summary["dropped_spectra"] = dropped
+        if damage:
+            summary["damaged"] = what.replace(" ", "")
+        return summary
+    finally:
+        if corr is not None:
+            corr.close()
+        rec.close()
 
 
 def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
               scheduler: str | None = None, workers: int | None = None, progress=sys.stderr):
     """Plan and run; returns the per-task results."""
     outdir.mkdir(parents=True, exist_ok=True)
-    fn = functools.partial(reprocess_file, options=options)
-    return run_tasks(plan_tasks(inputs, outdir), fn, scheduler=scheduler, workers=workers,
-                     progress=progress)
+    fn = functools.partial(run_task, options=options)
+    return run_tasks(plan_tasks(inputs, outdir, options.format), fn, scheduler=scheduler,
+                     workers=workers, progress=progress)

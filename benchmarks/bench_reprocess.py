@@ -1,0 +1,211 @@
+"""Reprocessing recordings: ``xengine reprocess`` against the bare backend on the same data, and
+against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; one JSON object.
+
+Per format (``FORMATS``: one entry per format; a second format is one more entry) and stream
+count S, a recording is written, read once so that it is in the page cache, then:
+
+- ``msps``: ``xengine_block.tools.reprocess.reprocess`` on it, the library call the command
+  makes (headers indexed, every integration correlated from the memory map, UVH5 written),
+  wall time; samples of every channel per second (DESIGN.md 9: C x spectra / s);
+- ``bare_backend_msps``: the same backend's ``correlate_layout`` on the same chunks (same
+  layouts, same calls) copied into memory beforehand, correlation time only;
+- ``ratio`` = msps / bare_backend_msps: what reading, indexing and writing cost (goal >= 0.8:
+  reading must not be what limits reprocessing);
+- ``speedup_vs_blri``: BLRI's ``blri_pycorr`` on the same file and integration, wall time,
+  over ours (where BLRI is installed; S = 64 by default, BLRI's per-baseline numpy loop takes
+  minutes at S = 256: ``--blri-all``). Goal >= 50.
+
+The backend uses every core (``auto``: the native backend's threads). Machines are shared:
+compare the ratios of one run; the load average is recorded at both ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xengine_block.array import ArrayDescription
+from xengine_block.readers import open_recording
+from xengine_block.readers.correlate import RecordingCorrelator
+from xengine_block.readers.guppi import antenna_cards, write_guppi
+from xengine_block.tools.machine_limits import best_time
+from xengine_block.tools.reprocess import ReprocessOptions, reprocess
+
+#: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); S = 64 is the file the
+#: vendor README timed BLRI on (blri_input_gen -D 32 16 3840 2 -N 8: 63 MB).
+GUPPI_SIZES = {64: (32, 16, 3840, 8), 256: (128, 8, 1024, 4)}
+QUICK_SIZES = {64: (32, 16, 960, 2), 256: (128, 4, 512, 2)}
+
+
+def page_cache(path: Path) -> None:
+    """Read ``path`` once so that the measured runs read it from memory."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def array_for(nant: int, seed: int = 0) -> ArrayDescription:
+    rng = np.random.default_rng(seed)
+    enu = np.round(rng.uniform(-500, 500, (nant, 3)) * [1, 1, 0.01], 3)
+    return ArrayDescription("BENCH", 40.8, -121.5, 1000.0, [f"a{i:03d}" for i in range(nant)],
+                            list(range(nant)), enu)
+
+
+def write_telinfo(path: Path, array: ArrayDescription) -> None:
+    """The array as a BLRI telinfo YAML (xyz: ECEF offsets from the site)."""
+    import yaml
+
+    doc = {"telescope_name": array.telescope_name, "latitude": array.latitude_deg,
+           "longitude": array.longitude_deg, "altitude": array.altitude_m,
+           "antenna_position_frame": "xyz", "antenna_diameter": 6.0,
+           "antennas": [{"name": n, "number": k, "position": p}
+                        for n, k, p in zip(array.antenna_names, array.antenna_numbers,
+                                           array.antenna_positions.tolist(), strict=True)]}
+    path.write_text(yaml.safe_dump(doc))
+
+
+def guppi_recording(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], Path, Path, int]:
+    """A multi-antenna GUPPI file of S = ``nstream``; (files, array TOML, telinfo, spectra per
+    integration: two blocks)."""
+    nant, nchan, ntime, nblock = sizes[nstream]
+    rng = np.random.default_rng(nstream)
+    array = array_for(nant)
+    block = rng.integers(-128, 128, (nant, nchan, ntime, 2, 2), dtype=np.int8)
+    cards = {"TELESCOP": "BENCH", "OBSFREQ": 1400.0, "OBSBW": 0.5 * nchan, "TBIN": 2e-6,
+             "SYNCTIME": 1_700_000_000, "POLS": "xy", "RA_STR": "05:00:00",
+             "DEC_STR": "40:00:00", "SRC_NAME": "bench", **antenna_cards(array.antenna_names)}
+    path = write_guppi(work / f"bench_s{nstream}.0000.raw",
+                       (np.roll(block, k, axis=2) for k in range(nblock)), cards)
+    toml, telinfo = work / f"array_s{nstream}.toml", work / f"array_s{nstream}.telinfo.yaml"
+    array.write_toml(toml)
+    write_telinfo(telinfo, array)
+    return [path], toml, telinfo, 2 * ntime
+
+
+def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
+            backend: str, repeat: int) -> dict[str, Any]:
+    """Ours through reprocess, and the bare backend on the same chunks in memory."""
+    for f in files:
+        page_cache(f)
+    rec = open_recording(files, fmt)
+    meta = rec.meta
+    nwin = (rec.end - rec.start) // nspec
+    samples = meta.nchan * nwin * nspec
+    chunks = [c for k in range(nwin)
+              for c in rec.chunks(rec.start + k * nspec, rec.start + (k + 1) * nspec)]
+    corr = RecordingCorrelator(rec, list(range(meta.nant)), (0, meta.nchan), backend)
+    in_ram = [(np.array(c.data), c.layout, c.nframe) for c in chunks]
+    b = corr.backend(chunks[0].layout)
+    b.correlate_layout(*in_ram[0][:2], nframe=in_ram[0][2])  # warm-up
+
+    def bare() -> None:
+        for data, layout, nframe in in_ram:
+            corr.backend(layout).correlate_layout(data, layout, nframe=nframe)
+
+    t_bare, _ = best_time(bare, repeat)
+    name, nthreads = b.name, getattr(b, "nthreads", os.cpu_count())
+    corr.close()
+    rec.close()
+    in_ram.clear()  # the copies are not needed for the timed runs
+
+    def ours() -> None:
+        out = work / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        (r,) = reprocess(files[:1], out, ReprocessOptions(format=fmt, array=str(toml),
+                                                          integration_spectra=nspec,
+                                                          backend=backend), progress=None)
+        if not r.ok:
+            raise RuntimeError(r.error)
+
+    ours()  # warm-up: imports, astropy's time tables, the backend's threads
+    t_ours, _ = best_time(ours, repeat)
+    msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
+    return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
+            "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
+            "backend": name, "nthreads": nthreads, "calls": len(chunks),
+            "seconds": t_ours, "bare_seconds": t_bare, "msps": msps,
+            "bare_backend_msps": bare_msps, "ratio": msps / bare_msps}
+
+
+def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> float | None:
+    """BLRI's blri_pycorr on the same file and integration (None where not installed)."""
+    try:
+        from blri.entrypoints.correlate import correlate_cli
+    except ImportError:
+        return None
+    out = work / "blri.uvh5"
+    t0 = time.perf_counter()
+    correlate_cli(["-t", str(telinfo), "-u", "1", "-i", str(nspec), "--output-filepath",
+                   str(out), *map(str, files)])
+    return time.perf_counter() - t0
+
+
+def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
+    entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {},
+                             "speedup_vs_blri": {}, "runs": {}}
+    for s in args.streams:
+        files, toml, telinfo, nspec = guppi_recording(work, s, sizes)
+        run = measure(files, "guppi", toml, nspec, work, args.backend, args.repeat)
+        key = f"S{s}"
+        entry["runs"][key] = run
+        for k in ("msps", "bare_backend_msps", "ratio"):
+            entry[k][key] = run[k]
+        if not args.no_blri and (s <= 64 or args.blri_all):
+            t = blri_seconds(files, telinfo, nspec, work)
+            if t is None:
+                entry["speedup_vs_blri"][key] = None
+                entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
+            else:
+                run["blri_seconds"] = t
+                entry["speedup_vs_blri"][key] = t / run["seconds"]
+        for f in files:
+            f.unlink()
+    entry["goals"] = {"ratio": 0.8, "speedup_vs_blri": 50}
+    return entry
+
+
+#: format -> function(work directory, args) -> its JSON entry.
+FORMATS: dict[str, Callable[[Path, argparse.Namespace], dict[str, Any]]] = {
+    "guppi": guppi_entry,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--formats", nargs="+", choices=sorted(FORMATS), default=sorted(FORMATS))
+    p.add_argument("--streams", nargs="+", type=int, default=[64, 256], choices=[64, 256])
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="smaller files (a smoke test)")
+    p.add_argument("--no-blri", action="store_true", help="skip the BLRI peer")
+    p.add_argument("--blri-all", action="store_true", help="BLRI at S = 256 too (minutes)")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="where the recordings go (default: a temporary directory)")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench_reprocess_", dir=args.workdir))
+    result: dict[str, Any] = {"load_average_1min": {"start": os.getloadavg()[0]},
+                              "cpus": os.cpu_count()}
+    try:
+        for fmt in args.formats:
+            result[fmt] = FORMATS[fmt](work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["load_average_1min"]["end"] = os.getloadavg()[0]
+    json.dump(result, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

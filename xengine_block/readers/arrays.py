@@ -1,0 +1,194 @@
+"""Which array a recording was made with: our array TOML or a telescope-info file (BLRI's
+``telinfo`` YAML/TOML, what COSMIC and ATA users have), matched to the recording's antennas.
+
+Telescope-info files (MydonSolutions/BLRI src/blri/fileformats/telinfo.py
+``TelescopeInformation``): ``telescope_name``, ``longitude`` and ``latitude`` (degrees, numbers
+or ``D:M:S`` strings), ``altitude`` (m), ``antenna_position_frame`` and ``antennas``, each with
+``name``, ``number`` and ``position``. Frames: ``xyz`` is ECEF relative to the site (BLRI writes
+these positions unchanged as UVH5 ``antenna_positions``, which pyuvdata defines so; its
+``transform_antenna_positions_xyz_to_enu`` rotates them by longitude and latitude, i.e. treats
+them as ECEF-aligned), ``ecef`` absolute ECEF (BLRI subtracts the site), ``enu`` east, north,
+up of the site in metres.
+
+Matching (:func:`match_antennas`): a recording that names its antennas (GUPPI ``ANTNMSxx``,
+ATA's LO letter dropped; DADA ``ANTS``) keeps the array file's antennas it names, in the array
+file's order; one that names none takes the array file's antennas in order (BLRI does the same).
+Without an array file a single-antenna recording gets its header's telescope, sited from
+pyuvdata's known telescopes; a multi-antenna one is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..array import ArrayDescription, ArrayError, enu_to_ecef_rotation, lla_from_ecef
+from .base import RecordingError, RecordingMeta
+
+TELINFO_FRAMES = ("xyz", "ecef", "enu")
+_TELINFO_KEYS = {"telescope_name", "longitude", "latitude", "altitude",
+                 "antenna_position_frame", "antennas"}
+
+
+def _degrees(value: Any, field: str) -> float:
+    """Degrees from a number or ``D:M:S`` (BLRI parse.degrees_process: the sign of the first
+    part applies to all)."""
+    if isinstance(value, str):
+        parts = value.strip().split(":")
+        try:
+            first = float(parts[0])
+            sign = -1.0 if parts[0].strip().startswith("-") else 1.0
+            rest = sum(float(p) / 60 ** (i + 1) for i, p in enumerate(parts[1:]))
+        except ValueError:
+            raise ArrayError(f"{field} {value!r} is not degrees (a number or D:M:S)") from None
+        return first + sign * rest
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArrayError(f"{field} must be degrees, got {value!r}")
+    return float(value)
+
+
+def is_telinfo(doc: Mapping[str, Any]) -> bool:
+    return "antenna_position_frame" in doc or "antennas" in doc
+
+
+def array_from_telinfo(doc: Mapping[str, Any]) -> ArrayDescription:
+    """A telescope-info document (parsed YAML/TOML) as an :class:`ArrayDescription`."""
+    missing = sorted(_TELINFO_KEYS - set(doc))
+    if missing:
+        raise ArrayError(f"telescope info lacks {', '.join(missing)}")
+    frame = str(doc["antenna_position_frame"]).lower()
+    if frame not in TELINFO_FRAMES:
+        raise ArrayError(f"antenna_position_frame must be one of {TELINFO_FRAMES}, got "
+                         f"{doc['antenna_position_frame']!r}")
+    lat = _degrees(doc["latitude"], "latitude")
+    lon = _degrees(doc["longitude"], "longitude")
+    alt = doc["altitude"]
+    if isinstance(alt, bool) or not isinstance(alt, (int, float)) or not math.isfinite(alt):
+        raise ArrayError(f"altitude must be metres, got {alt!r}")
+    ants = doc["antennas"]
+    if not isinstance(ants, Sequence) or isinstance(ants, str) or not ants:
+        raise ArrayError("antennas must be a non-empty list")
+    names, numbers, pos = [], [], []
+    for i, a in enumerate(ants):
+        if not isinstance(a, Mapping):
+            raise ArrayError(f"antennas[{i}] must be a table, got {type(a).__name__}")
+        for key in ("name", "number", "position"):
+            if key not in a:
+                raise ArrayError(f"antennas[{i}].{key} is required")
+        names.append(str(a["name"]))
+        numbers.append(a["number"])
+        p = a["position"]
+        if (not isinstance(p, Sequence) or isinstance(p, str) or len(p) != 3
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)):
+            raise ArrayError(f"antennas[{i}].position must be 3 numbers (metres), got {p!r}")
+        pos.append([float(v) for v in p])
+    p = np.array(pos, np.float64)
+    rot = enu_to_ecef_rotation(lat, lon)
+    if frame == "enu":
+        enu = p
+    else:
+        if frame == "ecef":
+            from ..array import ecef_from_lla
+            p = p - ecef_from_lla(lat, lon, float(alt))
+        enu = p @ rot  # ECEF offsets -> ENU: R^T applied to each row
+    return ArrayDescription(str(doc["telescope_name"]), lat, lon, float(alt), names, numbers,
+                            enu)
+
+
+def load_array(path: str | os.PathLike) -> ArrayDescription:
+    """``--array FILE``: our array TOML (:mod:`~xengine_block.array`), or a telescope-info
+    YAML/TOML (module docstring), told apart by their keys. ArrayError names the file."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ArrayError(f"{path}: reading YAML needs PyYAML (pip install pyyaml, "
+                                 f"extra 'recordings')") from None
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+        else:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+    except OSError as exc:
+        raise ArrayError(f"{path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - YAML and TOML parsers raise their own types
+        raise ArrayError(f"{path}: not valid {path.suffix.lstrip('.') or 'TOML'}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, Mapping):
+        raise ArrayError(f"{path}: expected a table of keys, got {type(doc).__name__}")
+    try:
+        return array_from_telinfo(doc) if is_telinfo(doc) else ArrayDescription.from_dict(doc)
+    except ArrayError as exc:
+        raise ArrayError(f"{path}: {exc}") from None
+
+
+def known_site(telescope: str | None) -> tuple[str, float, float, float] | None:
+    """(name, latitude, longitude, altitude) of a telescope pyuvdata knows (offline: its own
+    ``KNOWN_TELESCOPES``), matched without case; None otherwise."""
+    if not telescope:
+        return None
+    from pyuvdata.telescopes import KNOWN_TELESCOPES
+
+    for name, info in KNOWN_TELESCOPES.items():
+        if name.lower() == telescope.strip().lower() and info.get("location") is not None:
+            loc = info["location"]
+            lat, lon, alt = lla_from_ecef([float(loc.x.value), float(loc.y.value),
+                                           float(loc.z.value)])
+            return name, lat, lon, alt
+    return None
+
+
+def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
+                   where: str = "") -> tuple[ArrayDescription, list[int]]:
+    """(the recorded antennas as an array, in the array file's order; the file antenna index
+    of each). RecordingError (one line, saying what to pass) when they cannot be matched."""
+    if array is None:
+        if meta.nant > 1:
+            raise RecordingError(f"{where}{meta.nant} antennas and no positions: pass --array "
+                                 f"FILE (an array TOML or a telinfo YAML/TOML naming "
+                                 f"{_names(meta)})")
+        site = known_site(meta.telescope)
+        if site is None:
+            raise RecordingError(f"{where}telescope {meta.telescope!r} has no site known here "
+                                 f"(pyuvdata knows {_known()}): pass --array FILE with its site")
+        name, lat, lon, alt = site
+        ant = (meta.antenna_names or (name,))[0]
+        return ArrayDescription(name, lat, lon, alt, [ant], [0], [[0.0, 0.0, 0.0]]), [0]
+    if meta.antenna_names is None:
+        if array.nant != meta.nant:
+            raise RecordingError(f"{where}the recording names none of its {meta.nant} "
+                                 f"antennas, so they are the array file's in order, but "
+                                 f"--array lists {array.nant}")
+        return array, list(range(meta.nant))
+    index = {n: i for i, n in enumerate(meta.antenna_names)}
+    missing = [n for n in meta.antenna_names if n not in array.antenna_names]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise RecordingError(f"{where}--array lacks recorded antenna(s) "
+                             f"{', '.join(missing[:5])}{more}")
+    keep = [i for i, n in enumerate(array.antenna_names) if n in index]
+    sub = ArrayDescription(array.telescope_name, array.latitude_deg, array.longitude_deg,
+                           array.altitude_m, [array.antenna_names[i] for i in keep],
+                           [array.antenna_numbers[i] for i in keep], array.enu_m[keep],
+                           instrument=array.instrument, x_orientation=array.x_orientation)
+    return sub, [index[array.antenna_names[i]] for i in keep]
+
+
+def _names(meta: RecordingMeta) -> str:
+    if not meta.antenna_names:
+        return f"its {meta.nant} antennas in order"
+    shown = ", ".join(meta.antenna_names[:4])
+    return shown + (", ..." if meta.nant > 4 else "")
+
+
+def _known() -> str:
+    from pyuvdata.telescopes import KNOWN_TELESCOPES
+    return ", ".join(sorted(KNOWN_TELESCOPES))

@@ -1,0 +1,190 @@
+"""What the machine can do, measured in the calling run: the int8 peak of each native path and
+the streaming read bandwidth (the two sides of a correlator's roofline), and numpy's float32
+matmul rate.
+
+Each figure is the best of every measurement in the process, of the wall clock and of CPU time
+(insensitive to others' processes taking the cores): a ceiling that the load of a shared machine
+does not squeeze, so nothing divided by it is flattered. ``machine_read_gbps`` serves every
+benchmark that compares a rate of bytes with the machine (correlator, capture, pipeline,
+reprocessing).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    """(best seconds of ``repeat`` calls of ``fn``, the last result)."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+#: (isa, threads) -> (best ops/s of the wall clock, instruction, best ops per CPU second) over
+#: the whole run.
+_PEAKS: dict[tuple[str, int], tuple[float, str, float]] = {}
+
+
+def machine_int8_tops(isa: str | None = None, nthreads: int | None = None, seconds: float = 0.1,
+                      repeat: int = 3) -> tuple[float | None, str | None, str]:
+    """(TOPS, isa, how): the int8 peak of native path ``isa`` (default: the one ``auto`` picks)
+    on ``nthreads`` cores (default all), or (None, None, why not).
+
+    A register-resident loop of the instruction that path multiplies with (AMX ``tdpbssd``,
+    AVX-512 VNNI ``vpdpbusd``, AVX2 ``vpmaddwd``) from the native extension, on ``nthreads``
+    threads at once: the ceiling no int8 correlator on that path can pass. The peak is its ops
+    per CPU second (best of this and every earlier call in the process) times ``nthreads``:
+    what the cores do when nobody else runs on them. On a quiet machine that equals the
+    wall-clock rate; on a shared one the wall-clock peak is squeezed like everything else and
+    would flatter any fraction (the wall figure is kept in :func:`wall_peak_tops`).
+    """
+    from ..backends import BackendUnavailable
+    from ..backends.native import _extension, select_isa
+
+    try:
+        isa = isa or select_isa("auto")[0]
+        ext = _extension()
+    except (BackendUnavailable, ImportError) as exc:
+        return None, None, f"no native SIMD path: {exc}"
+    n = nthreads or os.cpu_count() or 1
+    calib = 20_000  # iterations timed once to size the loop to ~`seconds`
+    t0 = time.perf_counter()
+    ext.int8_peak(isa, 1, calib)
+    iters = max(1, int(seconds * calib / max(time.perf_counter() - t0, 1e-6)))
+    runs = [ext.int8_peak(isa, n, iters) for _ in range(repeat)]
+    old = _PEAKS.get((isa, n), (0.0, "", 0.0))
+    best = (max(old[0], *(r[0] for r in runs)), runs[0][1], max(old[2], *(r[2] for r in runs)))
+    _PEAKS[(isa, n)] = best
+    return (best[2] * n / 1e12, isa,
+            f"{n} x the ops per CPU second of a register-resident {best[1]} loop on {n} "
+            f"threads at once (best of the run)")
+
+
+def wall_peak_tops(isa: str, nthreads: int) -> float | None:
+    """Best wall-clock TOPS of path ``isa``'s peak loop on ``nthreads`` threads so far."""
+    best = _PEAKS.get((isa, nthreads))
+    return best[0] / 1e12 if best else None
+
+
+def llc_bytes() -> int | None:
+    """Size of the largest CPU cache (Linux sysfs; None where it cannot be read)."""
+    sizes = []
+    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = size.read_text().strip().upper()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        try:
+            sizes.append(int(text.rstrip("KMG")) * units.get(text[-1:], 1))
+        except ValueError:
+            continue
+    return max(sizes) if sizes else None
+
+
+def _read_buffer_bytes() -> int:
+    """8 x the last-level cache (so every pass streams from DRAM), 256 MiB to 2 GiB."""
+    return min(2 << 30, max(256 << 20, 8 * (llc_bytes() or 0)))
+
+
+def _numpy_read_bandwidth(nthreads: int, nbytes: int, passes: int) -> tuple[float, float, str]:
+    """(bytes/s wall, bytes per CPU second, how) of ``np.add.reduce`` over float64 buffers, one
+    per thread (numpy releases the GIL in reductions): the fallback of ``_readbw``."""
+    n = max(1, nbytes // 8 // nthreads)
+    start = threading.Barrier(nthreads)
+    times = [(0.0, 0.0)] * nthreads
+
+    def work(i: int) -> None:
+        a = np.ones(n)  # touched by this thread; ones: no denormals, no zero pages
+        np.add.reduce(a)
+        start.wait()
+        w0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(passes):
+            np.add.reduce(a)
+        times[i] = (time.perf_counter() - w0, time.thread_time() - c0)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(nthreads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    total = 8.0 * n * nthreads * passes
+    cpu = sum(c for _, c in times) / nthreads
+    return (total / max(w for w, _ in times), total / max(cpu, 1e-9),
+            "numpy add.reduce over float64 (the _readbw extension is not built)")
+
+
+#: nthreads -> (best bytes/s of the wall clock, best bytes per CPU second, how, buffer bytes)
+_READS: dict[int, tuple[float, float, str, int]] = {}
+
+
+def machine_read_gbps(nthreads: int | None = None, seconds: float = 0.3,
+                      repeat: int = 3) -> tuple[float, str]:
+    """(GB/s, how): the streaming read bandwidth of ``nthreads`` cores (default all) at once.
+
+    Each thread streams its own slice of a buffer 8 x the last-level cache (256 MiB to 2 GiB)
+    with the widest loads the CPU has (``xengine_block._readbw``: AVX-512, AVX2 or SSE2; numpy's
+    ``add.reduce`` where the extension is absent). The figure is the best of this and every
+    earlier call in the process of both the wall-clock rate and the rate per CPU second of the
+    threads (insensitive to others' processes taking the cores): a ceiling, never squeezed by
+    the load of a shared machine, so nothing divided by it is flattered. Used by every
+    benchmark that compares a rate of bytes to the machine (correlator, capture, pipeline,
+    reprocessing).
+    """
+    n = nthreads or os.cpu_count() or 1
+    nbytes = _read_buffer_bytes()
+    try:
+        from .. import _readbw
+
+        def measure(passes: int) -> tuple[float, float, str]:
+            return _readbw.read_bandwidth(n, nbytes, passes)[:3]
+    except ImportError:
+        def measure(passes: int) -> tuple[float, float, str]:
+            return _numpy_read_bandwidth(n, nbytes, passes)
+    wall, cpu, how = measure(1)  # also sizes the timed runs to ~`seconds`
+    passes = max(1, round(seconds * wall / nbytes))
+    for _ in range(repeat):
+        w, c, how = measure(passes)
+        wall, cpu = max(wall, w), max(cpu, c)
+    old = _READS.get(n, (0.0, 0.0, how, nbytes))
+    best = (max(old[0], wall), max(old[1], cpu), how, nbytes)
+    _READS[n] = best
+    llc = llc_bytes()
+    return (max(best[0], best[1]) / 1e9,
+            f"{how}: {n} thread(s) at once, each streaming its slice of a {nbytes >> 20} MiB "
+            f"buffer ({f'{nbytes / llc:.0f} x the {llc >> 20} MiB' if llc else 'size of the'} "
+            f"last-level cache); best of the run, wall clock {best[0] / 1e9:.1f} GB/s, per CPU "
+            f"second {best[1] / 1e9:.1f} GB/s")
+
+
+def best_read_gbps(nthreads: int) -> float | None:
+    """The best figure of :func:`machine_read_gbps` on ``nthreads`` so far (None: not measured)."""
+    best = _READS.get(nthreads)
+    return max(best[:2]) / 1e9 if best else None
+
+
+def read_bandwidth(nthreads: int | None = None, measure: bool = True) -> dict:
+    """The JSON block of the read bandwidth on one core and on ``nthreads`` (default all):
+    measured now (``measure``; the best of the run either way), or the run's best so far."""
+    n = nthreads or os.cpu_count() or 1
+    out = {}
+    for key, k in (("one_core", 1), ("all_cores", n)):
+        if measure or k not in _READS:
+            machine_read_gbps(k)
+        wall, cpu, how, nbytes = _READS[k]
+        out[key] = {"nthreads": k, "gbps": max(wall, cpu) / 1e9, "gbps_wall": wall / 1e9,
+                    "gbps_cpu_time": cpu / 1e9, "loads": how, "buffer_bytes": nbytes}
+    return out
+
+
+def machine_sgemm_gflops(n: int = 2048, repeat: int = 3) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    t, _ = best_time(lambda: a @ a, repeat)
+    return 2 * n**3 / t / 1e9
