@@ -212,6 +212,8 @@ class Capture:
             spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nslot),
             spead2.recv.ChunkRingbuffer(nslot))
         self._pending: deque[spead2.recv.Chunk] = deque()  # handed to spead2, in slot order
+        self._fast: tuple[int, int, int, int] | None = None  # (record, chunk, offset, NEPOCH)
+        self._area_end = 1 << 62  # the start-up area's end (set once a chunk is delivered)
         self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
                                  0)
         self._stopped = False
@@ -281,6 +283,11 @@ class Capture:
 
     def _next_chunk(self, poll: float = 0.1) -> spead2.recv.Chunk | None:
         ring = self.stream.data_ringbuffer
+        if self.idle_timeout is None:  # wait in spead2 (no wakeup but the chunk's; stop() and
+            try:                       # the source's end stop the ring)
+                return ring.get()
+            except spead2.Stopped:
+                return None
         last = time.monotonic()
         while True:
             try:
@@ -289,7 +296,7 @@ class Capture:
                 return None
             except spead2.Empty:
                 pass
-            if self.idle_timeout is not None and time.monotonic() - last > self.idle_timeout:
+            if time.monotonic() - last > self.idle_timeout:
                 self.stop()  # flushes what is under construction, then the ring stops
                 continue
             select.select([ring.data_fd], [], [], poll)
@@ -298,11 +305,18 @@ class Capture:
         """(chunk, sequence record, frame id); record -1 and frame None: nothing of a sequence
         (spead2's back-fill, a lane that lost, a start a quorum overruled: what it holds was
         placed there, so it counts as start_rejected)."""
-        where = chunk_frame(self._state, chunk.chunk_id)
+        cid, state = chunk.chunk_id, self._state
+        fast = self._fast  # the current sequence, until the callback records another
+        if fast is not None and cid >= fast[1] and state[_State.NEPOCH] == fast[3]:
+            return chunk, fast[0], cid - fast[2]
+        where = chunk_frame(state, cid)
         if where is None:
             self._py["start_rejected"] += int(np.count_nonzero(chunk.present))
             return chunk, -1, None
-        return chunk, where[0], where[1]
+        number, frame = where
+        if number == int(state[_State.NEPOCH]) - 1 and cid >= self._area_end:
+            self._fast = (number, cid, cid - frame, int(state[_State.NEPOCH]))
+        return chunk, number, frame
 
     def _area(self, held: list[spead2.recv.Chunk],
               more: bool) -> list[tuple[spead2.recv.Chunk, int, int | None]]:
@@ -346,8 +360,8 @@ class Capture:
                                            "was given: slots would be out of ring order")
                     self._add_slot()  # spead2 keeps as many free chunks as before
                     if area_end < 0:  # final once anything is delivered (module docstring)
-                        area_end = (int(self._state[_State.LANE_USED])
-                                    * int(self._state[_State.AHEAD]))
+                        area_end = self._area_end = (int(self._state[_State.LANE_USED])
+                                                     * int(self._state[_State.AHEAD]))
                     if chunk.chunk_id < area_end:
                         held.append(chunk)  # until the start-up area is complete
                         continue
