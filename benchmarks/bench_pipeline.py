@@ -4,9 +4,11 @@ one JSON object.
 
     python benchmarks/bench_pipeline.py [--transport both] [--nstream 256] [--dumps 8]
 
-Per transport (``inproc``: a spead2 in-process queue filled with every packet before the
-chain starts, so the chain takes them as fast as it can and the sender competes for no core;
-``udp``: loopback, paced, the sender running alongside): ``sustained_msps`` (samples
+Per transport (``inproc``: every datagram built beforehand and read from memory by spead2's
+buffer reader (``capture.sources.BufferSource``: no wakeup per packet, unlike spead2's
+in-process queue, whose eventfd and epoll round per packet cost ~3 us a heap), so the chain
+takes them as fast as it can and no sender competes for a core; ``udp``: loopback, paced, the
+sender running alongside): ``sustained_msps`` (samples
 correlated and written per second, from the capture's first packet to the last dump on
 disk, start-up included; ``first_to_last_dump_msps`` leaves it out), ``bare_backend_msps``
 (the same backend on the same frames, alone), ``ratio``, ``lost`` heaps, the capture alone
@@ -15,7 +17,12 @@ the limit), each block's counters, the CPU seconds of each role (``cpu_s``, per 
 ``cpu_s_per_dump``: each block's thread and the threads it started, told apart by their OS
 thread names) with the X-engine's share of it (``xengine_cpu_share``: with every core busy the
 ratio cannot pass it), ``limit`` (one sentence from these figures), and the sender's own CPU
-seconds (its C++ thread and the Python thread driving it), since everything shares the cores.
+seconds (its C++ thread and the Python thread driving it; in process: building the datagrams,
+before the run), since everything shares the cores. ``writer``: the UVH5 writer's cost per
+dump (its own block, reading the integrator's ring: off the X-engine's critical path unless
+that ring fills). ``input_gbps``: the payload bytes per second the chain sustained, against
+``machine_read_gbps`` (the streaming read bandwidth of all cores, measured in the same run):
+``fraction_of_read_bandwidth`` says how close the ingest came to the memory's limit.
 ``inproc_dedicated`` (native backend, more than one core): in-process again with the X-engine
 on all cores but one and the bare backend measured on as many, so that capture, integrator and
 writer have a core to themselves (``--no-dedicated`` skips it).
@@ -35,16 +42,16 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import spead2
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
 from xengine_block.capture.receive import Capture, CaptureBlock
-from xengine_block.capture.sources import InprocSource, UdpSource
-from xengine_block.capture.spead import FrameSender, inproc_sender, udp_sender
+from xengine_block.capture.sources import BufferSource, UdpSource
+from xengine_block.capture.spead import FrameSender, repeated_frame_datagrams, udp_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
+from xengine_block.tools.machine_limits import machine_read_gbps
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
@@ -132,14 +139,41 @@ class Replay:
         self.sender.close()
 
 
-def _transport(kind: str, g: Geometry, rate_gbps: float, batch: int):
-    """(source for the capture, sender factory)."""
+class Prebuilt:
+    """In process: every datagram of the run built beforehand (one frame's, counters and
+    timestamps patched; ``repeated_frame_datagrams``), its CPU time recorded as the sender's;
+    each capture reads the same bytes from memory."""
+
+    def __init__(self, g: Geometry, nframe: int, seed: int = 0) -> None:
+        frame = np.random.default_rng(seed).integers(-128, 128, g.frame_shape, dtype=np.int8)
+        c0 = time.thread_time()
+        self.data = repeated_frame_datagrams(frame, g, nframe)
+        self.cpu_s = time.thread_time() - c0
+        self.heaps_sent = nframe * g.npackets_per_frame
+        self.tids: set[str] = set()
+        self.t0 = self.t1 = 0.0
+        self.sender = self  # the Replay interface: sender.heaps_sent
+
+    def send(self, nframe: int, ready: threading.Event | None = None) -> None:
+        """Nothing to send: the capture reads the datagrams from memory."""
+
+
+_PREBUILT: dict[tuple, Prebuilt] = {}
+
+
+def _transport(kind: str, g: Geometry, nframe: int, rate_gbps: float, batch: int):
+    """(source for the capture, sender: a Replay or the run's Prebuilt datagrams)."""
     if kind == "inproc":
-        queue = spead2.InprocQueue()
-        return InprocSource(queue), lambda: inproc_sender(g, queue, batch=batch)
+        key = (g.nstream, g.nchan, g.npacket, nframe)
+        if key not in _PREBUILT:
+            _PREBUILT.clear()
+            _PREBUILT[key] = Prebuilt(g, nframe)
+        pre = _PREBUILT[key]
+        return BufferSource(pre.data), pre
     source = UdpSource("127.0.0.1", 0)
     port = source.bind()
-    return source, lambda: udp_sender(g, port=port, rate_gbps=rate_gbps, batch=batch)
+    return source, Replay(g, lambda: udp_sender(g, port=port, rate_gbps=rate_gbps,
+                                                batch=batch))
 
 
 def bare_backend(g: Geometry, frames: np.ndarray, backend: str, repeat: int,
@@ -154,15 +188,13 @@ def bare_backend(g: Geometry, frames: np.ndarray, backend: str, repeat: int,
             best = min(best, time.perf_counter() - t0)
     finally:
         b.close()
-    return {"backend": b.name, "msps": frames.shape[0] * g.nspectra_pkt * g.nchan / best / 1e6}
+    return {"backend": b.name, "isa": getattr(b, "isa", None),
+            "msps": frames.shape[0] * g.nspectra_pkt * g.nchan / best / 1e6}
 
 
 def capture_only(g: Geometry, kind: str, nframe: int, rate_gbps: float, batch: int) -> dict:
     """The capture alone on the same packets: frames delivered per second."""
-    source, make = _transport(kind, g, rate_gbps, batch)
-    replay = Replay(g, make)
-    if kind == "inproc":
-        replay.send(nframe)  # queued first, as in chain_run
+    source, replay = _transport(kind, g, nframe, rate_gbps, batch)
     cap = Capture(source, g, start_timestamp=0, idle_timeout=1.0 if kind == "udp" else None)
     thread = threading.Thread(target=replay.send, args=(nframe,)) if kind == "udp" else None
     if thread:
@@ -172,19 +204,17 @@ def capture_only(g: Geometry, kind: str, nframe: int, rate_gbps: float, batch: i
         thread.join()
     lost = replay.sender.heaps_sent - cap.counters()["heaps"]
     steady = (len(stamps) - 1) * g.nspectra_pkt * g.nchan  # first frame to last, as the chain
-    return {"msps": steady / (stamps[-1] - stamps[0]) / 1e6 if steady else 0.0,
-            "frames": len(stamps), "lost": lost, "sender_cpu_s": replay.cpu_s}
+    msps = steady / (stamps[-1] - stamps[0]) / 1e6 if steady else 0.0
+    return {"msps": msps, "frames": len(stamps), "lost": lost, "sender_cpu_s": replay.cpu_s,
+            "input_gbps": input_gbps(g, msps)}
 
 
 def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: float,
               batch: int, options: dict | None = None) -> dict:
     """Packets -> capture -> X-engine -> integrate -> UVH5 (no quick-look), timed between
     the first and the last dump written."""
-    source, make = _transport(kind, g, rate_gbps, batch)
-    replay = Replay(g, make)
-    prefill = kind == "inproc"
-    if prefill:  # every packet queued before the chain starts: it takes them at its own pace
-        replay.send(nframe)
+    source, replay = _transport(kind, g, nframe, rate_gbps, batch)
+    prefill = kind == "inproc"  # every packet there before the chain starts: its own pace
     ndump = nframe // g.npacket
     stamps: list[float] = []
     start: list[float] = []
@@ -245,6 +275,13 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
             # With every core busy, the chain cannot beat the bare backend by more than the
             # X-engine's share of the CPU it uses (the rest is capture, writer, ...).
             "xengine_cpu_share": cpu_s["xengine"] / max(sum(cpu_s.values()), 1e-9),
+            "writer": {"cpu_s_per_dump": round(cpu_s["writer"] / max(written, 1), 4),
+                       "process_s_per_dump": round(blocks[chain.writer.name].get(
+                           "process_s", 0.0) / max(written, 1), 4),
+                       "critical_path": "no: a block of its own reading the integrator's "
+                                        "ring; the X-engine waits for it only when that ring "
+                                        "is full"},
+            "input_gbps": input_gbps(g, len(stamps) * per_dump / whole / 1e6),
             "blocks": blocks}
 
 
@@ -279,7 +316,21 @@ def dedicated_run(g: Geometry, frames: np.ndarray, nframe: int, a: argparse.Name
     entry.update(xengine_threads=n, bare_backend_msps=bare["msps"],
                  ratio=entry["sustained_msps"] / bare["msps"],
                  first_to_last_ratio=entry["first_to_last_dump_msps"] / bare["msps"])
+    cpu = entry["cpu_s_per_dump"]
+    entry["limit"] = (
+        f"the X-engine ({bare['backend']} {bare['isa']}) on {n} of {os.cpu_count()} cores and "
+        f"the bare backend on as many: {entry['ratio']:.2f} from the first packet, "
+        f"{entry['first_to_last_ratio']:.2f} first to last dump; the rest is the wait for the "
+        f"first dump ({entry['first_dump_s']:.2f} s of {entry['run_s']:.2f} s: P frames are "
+        f"captured before the X-engine can start); per dump the capture took "
+        f"{cpu['capture']:.3f} CPU-s, the integrator {cpu['integrate']:.3f} and the writer "
+        f"{cpu['writer']:.3f} on the core left to them")
     return entry
+
+
+def input_gbps(g: Geometry, msps: float) -> float:
+    """Payload GB/s (bytes) that carries ``msps`` samples per second."""
+    return msps * 1e6 * g.nstream * g.payload_bytes / (g.nchan_pkt * g.nspectra_pkt) / 1e9
 
 
 def gbps_for(g: Geometry, msps: float) -> float:
@@ -309,6 +360,7 @@ def main() -> None:
                     "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
     bare = bare_backend(g, frames, a.backend, a.repeat)
     result["backend"] = bare["backend"]
+    result["isa"] = bare["isa"]
     result["bare_backend_msps"] = bare["msps"]
     kinds = ("inproc", "udp") if a.transport == "both" else (a.transport,)
     inproc_rate = None
@@ -349,6 +401,17 @@ def main() -> None:
     best = max((result[k] for k in kinds), key=lambda e: e["sustained_msps"] if e["lost"] == 0
                else 0.0)
     result.update({k: best[k] for k in ("sustained_msps", "ratio", "lost", "sender_cpu_s")})
+    read_gbps, how = machine_read_gbps()
+    result.update(machine_read_gbps=read_gbps, machine_read_how=how)
+    for key in (*kinds, "inproc_dedicated"):
+        entry = result.get(key)
+        if entry is not None:
+            entry["fraction_of_read_bandwidth"] = entry["input_gbps"] / read_gbps
+            if "capture_only" in entry:
+                cap = entry["capture_only"]
+                cap["fraction_of_read_bandwidth"] = cap["input_gbps"] / read_gbps
+    result["input_gbps"] = best["input_gbps"]
+    result["fraction_of_read_bandwidth"] = best["input_gbps"] / read_gbps
     result["load_average_1min_end"] = os.getloadavg()[0]
     print(json.dumps(result, indent=2))
 

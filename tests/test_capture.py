@@ -231,6 +231,28 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
     assert (c["heaps"], c["missing"]) == (5 * NHEAP, 0)
 
 
+def test_repeated_frame_datagrams_equal_those_built_one_by_one():
+    from xengine_block.capture.spead import repeated_frame_datagrams
+
+    frame = simulator(seed=8).frames(0, 1)
+    fast = repeated_frame_datagrams(frame, G, 5, 960, chan0=CHAN0, cnt0=7)
+    slow = frame_datagrams(np.concatenate([frame] * 5), G, 960, chan0=CHAN0, cnt0=7)
+    assert [bytes(p) for p in fast] == [d for *_, d in slow]
+
+
+def test_buffer_source_captures_pre_built_datagrams():
+    from xengine_block.capture.sources import BufferSource
+    from xengine_block.capture.spead import repeated_frame_datagrams
+
+    frame = simulator(seed=9).frames(0, 1)
+    blob = repeated_frame_datagrams(frame, G, 6, 0, chan0=CHAN0).tobytes()
+    cap = capture_frames(BufferSource(blob), G, chan0=CHAN0, start_timestamp=0)
+    out = list(cap)
+    assert [f.time_tag for f in out] == [480 * i for i in range(6)]
+    assert all(np.array_equal(f.frame, frame[0]) and f.mask.all() for f in out)
+    assert cap.counters()["heaps"] == 6 * NHEAP
+
+
 def test_parse_source():
     s = parse_source("udp://127.0.0.1:7150")
     assert isinstance(s, UdpSource) and (s.address, s.port) == ("127.0.0.1", 7150)

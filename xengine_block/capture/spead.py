@@ -147,6 +147,30 @@ def frame_datagrams(frames: np.ndarray, g: Geometry, time_tag: int, *, chan0: in
     return out
 
 
+def repeated_frame_datagrams(frame: np.ndarray, g: Geometry, nframe: int, time_tag: int = 0,
+                             *, chan0: int = 0, cnt0: int = 1) -> np.ndarray:
+    """The datagrams of ``nframe`` consecutive frames that all carry ``frame``'s samples, as
+    one uint8 array ``[nframe * heaps, packet bytes]`` (back to back: a
+    :class:`~xengine_block.capture.sources.BufferSource` reads its ``tobytes()``). Built from
+    one frame's datagrams (:func:`frame_datagrams`) with each later frame's heap counters and
+    timestamps added to their words, so benchmarks get many frames of packets at memcpy speed
+    (the 48-bit immediates are the low bits of big-endian 64-bit item words)."""
+    two = frame_datagrams(np.stack([frame.reshape(g.frame_shape)] * 2), g, time_tag,
+                          chan0=chan0, cnt0=cnt0)
+    nheap = g.npackets_per_frame
+    pkts = np.frombuffer(b"".join(d for *_, d in two), np.uint8).reshape(2 * nheap, -1)
+    if pkts.shape[1] % 8:
+        raise ValueError(f"packets of {pkts.shape[1]} bytes are not whole 64-bit words")
+    words = pkts.view(">u8")
+    step = (words[nheap:] - words[:nheap])[0]  # per frame: heap counter and timestamp words
+    if np.any((words[nheap:] - words[:nheap]) != step):
+        raise ValueError("the frames' datagrams differ in more than counters and timestamps")
+    out = np.empty((nframe, nheap, words.shape[1]), ">u8")
+    out[...] = words[:nheap]
+    out += np.arange(nframe, dtype=np.uint64)[:, None, None] * step
+    return out.reshape(nframe * nheap, -1).view(np.uint8)
+
+
 def descriptor_datagrams(g: Geometry, cnt: int = 0) -> list[bytes]:
     """The descriptor heap's datagrams."""
     return heap_datagrams(item_group(g).get_heap(descriptors="all", data="none"), cnt,
