@@ -1,5 +1,7 @@
 """Reprocessing recordings: ``xengine reprocess`` against the bare backend on the same data, and
 against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; one JSON object.
+Formats: ``guppi`` (GUPPI RAW) and ``pcap`` (our F-engine packets as ``xengine record`` writes
+them: the capture of live data, over ``PcapSource``; same keys, no BLRI peer).
 
 Per format (``FORMATS``: one entry per format; a second format is one more entry) and stream
 count S, a recording is written, read once so that it is in the page cache, then:
@@ -175,9 +177,74 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     return entry
 
 
+#: pcap cases (our F-engine packets, as ``xengine record`` writes them): S -> (channels, P,
+#: dumps). The file is the same capture over ``PcapSource`` as live data.
+PCAP_SIZES = {64: (9, 136, 8), 256: (9, 136, 2)}
+QUICK_PCAP_SIZES = {64: (9, 16, 2), 256: (9, 8, 2)}
+
+
+def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> dict[str, Any]:
+    """One pcap recording of S = ``s``: reprocess wall time against the bare backend's."""
+    from xengine_block.array import default_array
+    from xengine_block.backends import get_backend
+    from xengine_block.capture.recording import write_metadata
+    from xengine_block.capture.spead import pcap_sender
+    from xengine_block.geometry import Geometry
+
+    nchan, npacket, ndump = sizes[s]
+    g = Geometry(nstream=s, nchan=nchan, npacket=npacket)
+    frames = np.random.default_rng(s).integers(-128, 128, (npacket, *g.frame_shape),
+                                               dtype=np.int8)
+    path = work / f"bench_s{s}.pcap"
+    write_metadata(path, default_array(s // 2), g, sync_time=1.7e9, fs_hz=40e3,
+                   freq0_hz=150e6, chan_bw_hz=40e3)
+    with pcap_sender(g, path) as sender:
+        for d in range(ndump):
+            sender.send_frames(frames, d * npacket * g.nspectra_pkt)
+    page_cache(path)
+    backend = get_backend(args.backend, g)
+    try:
+        backend.correlate(frames)  # warm-up
+        t_bare, _ = best_time(lambda: [backend.correlate(frames) for _ in range(ndump)],
+                              args.repeat)
+    finally:
+        backend.close()
+
+    def ours() -> None:
+        out = work / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        (r,) = reprocess([path], out, ReprocessOptions(backend=args.backend), progress=None)
+        if not r.ok:
+            raise RuntimeError(r.error)
+
+    ours()  # warm-up: imports, astropy's time tables, the backend's threads
+    t_ours, _ = best_time(ours, args.repeat)
+    samples = ndump * npacket * g.nspectra_pkt * nchan
+    run = {"S": s, "nchan": nchan, "P": npacket, "dumps": ndump, "bytes": path.stat().st_size,
+           "backend": backend.name, "seconds": t_ours, "bare_seconds": t_bare,
+           "msps": samples / t_ours / 1e6, "bare_backend_msps": samples / t_bare / 1e6}
+    run["ratio"] = run["msps"] / run["bare_backend_msps"]
+    path.unlink()
+    return run
+
+
+def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``xengine reprocess`` of pcap recordings against the bare backend on their frames."""
+    sizes = QUICK_PCAP_SIZES if args.quick else PCAP_SIZES
+    entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {}, "runs": {}}
+    for s in args.streams:
+        run = pcap_measure(work, s, sizes, args)
+        entry["runs"][f"S{s}"] = run
+        for k in ("msps", "bare_backend_msps", "ratio"):
+            entry[k][f"S{s}"] = run[k]
+    entry["goals"] = {"ratio": 0.8}
+    return entry
+
+
 #: format -> function(work directory, args) -> its JSON entry.
 FORMATS: dict[str, Callable[[Path, argparse.Namespace], dict[str, Any]]] = {
     "guppi": guppi_entry,
+    "pcap": pcap_entry,
 }
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
-import struct
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 
 from ..array import ArrayDescription, ArrayError
 from ..geometry import Geometry, GeometryError
+from . import pcap
 
 FORMAT = "xengine_block recording 1"
 #: Sky fields of a sidecar: (name, lower bound, whether the bound is exclusive).
@@ -139,12 +138,6 @@ def read_metadata(pcap: str | os.PathLike) -> RecordingInfo:
 
 
 # ---------------------------------------------------------------------------- pcap damage
-_PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 10**6), b"\xa1\xb2\xc3\xd4": (">", 10**6),
-               b"\x4d\x3c\xb2\xa1": ("<", 10**9), b"\xa1\xb2\x3c\x4d": (">", 10**9)}
-_LINKTYPE_ETHERNET = 1
-_MAX_RECORD = 262144  # libpcap's largest snaplen
-
-
 @dataclass
 class PcapScan:
     """What a pcap file holds, record by record (independent of the SPEAD receiver)."""
@@ -168,79 +161,21 @@ class PcapScan:
         return asdict(self)
 
 
-def _is_spead(frame: bytes | mmap.mmap, start: int, end: int) -> bool:
-    """Ethernet (optionally one VLAN tag) / IPv4 / UDP carrying a SPEAD version 4 header."""
-    off = start + 12
-    if end - off < 2:
-        return False
-    ethertype = int.from_bytes(frame[off:off + 2], "big")
-    if ethertype == 0x8100:
-        off += 4
-        ethertype = int.from_bytes(frame[off:off + 2], "big") if end - off >= 2 else 0
-    off += 2
-    if ethertype != 0x0800 or end - off < 20 or frame[off] >> 4 != 4 or frame[off + 9] != 17:
-        return False
-    off += (frame[off] & 0x0F) * 4 + 8  # IPv4 header, then the UDP header
-    return end - off >= 8 and frame[off] == 0x53 and frame[off + 1] == 4
-
-
 def scan_pcap(path: str | os.PathLike) -> PcapScan:
     """Walk every record; bytes that are no record are skipped up to the next position where
-    two consecutive plausible record headers (or one and the end of file) follow.
+    two consecutive plausible record headers (or one and the end of file) follow (compiled:
+    :func:`.pcap.walk`).
 
     Raises ValueError naming the file when it is not a pcap file at all.
     """
-    scan = PcapScan()
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        scan.file_bytes = size
-        if size < 24:
-            raise ValueError(f"{path}: {size} bytes, too short for a pcap file header")
-        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    buf, mm, (big, frac_limit, snaplen, linktype) = pcap.open_pcap(path)
     try:
-        magic = bytes(buf[:4])
-        if magic not in _PCAP_MAGIC:
-            raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
-        order, frac_limit = _PCAP_MAGIC[magic]
-        snaplen, linktype = struct.unpack_from(order + "II", buf, 16)
-        limit = min(snaplen or _MAX_RECORD, _MAX_RECORD)
-        hdr = struct.Struct(order + "IIII")
-
-        def plausible(pos: int) -> int:
-            """Length of the record at ``pos`` if its header is plausible and it fits, else -1
-            (-2: plausible but cut short by the end of the file)."""
-            if pos + 16 > size:
-                return -2
-            _, frac, incl, orig = hdr.unpack_from(buf, pos)
-            if frac >= frac_limit or incl > limit or incl > orig or orig > _MAX_RECORD:
-                return -1
-            return 16 + incl if pos + 16 + incl <= size else -2
-
-        pos = 24
-        while pos < size:
-            n = plausible(pos)
-            if n == -2:  # the file ends inside this record
-                scan.truncated_bytes = size - pos
-                break
-            if n < 0:  # garbage: find the next place where records line up again
-                start = pos
-                while pos < size:
-                    pos += 1
-                    n = plausible(pos)
-                    if n > 0 and (pos + n == size or plausible(pos + n) > 0):
-                        break
-                else:
-                    n = -1
-                scan.garbage_regions += 1
-                scan.garbage_bytes += pos - start
-                if n < 0:
-                    break
-            scan.records += 1
-            if linktype == _LINKTYPE_ETHERNET and _is_spead(buf, pos + 16, pos + n):
-                scan.spead += 1
-            elif linktype == _LINKTYPE_ETHERNET:
-                scan.undecodable += 1
-            pos += n
+        res = pcap.walk(buf, big, frac_limit, snaplen, linktype)
+        return PcapScan(records=int(res[pcap.REC]), spead=int(res[pcap.SPEAD]),
+                        undecodable=int(res[pcap.UNDECODABLE]),
+                        garbage_regions=int(res[pcap.GARBAGE_REGIONS]),
+                        garbage_bytes=int(res[pcap.GARBAGE_BYTES]),
+                        truncated_bytes=int(res[pcap.TRUNCATED]), file_bytes=buf.size)
     finally:
-        buf.close()
-    return scan
+        del buf
+        pcap.close(mm)

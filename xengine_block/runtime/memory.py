@@ -14,6 +14,9 @@ import numpy as np
 
 #: Linux madvise advice that faults a range in, writable, in one call (kernel 5.14+).
 _MADV_POPULATE_WRITE = 23
+#: Linux madvise advice: back the range with transparent huge pages (THP mode "madvise").
+_MADV_HUGEPAGE = 14
+_HUGE = 2 << 20
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
@@ -30,6 +33,13 @@ def populate(buf: np.ndarray) -> None:
     page = mmap.PAGESIZE
     start, end = buf.ctypes.data, buf.ctypes.data + buf.nbytes
     lo, hi = start - start % page, end - end % page  # whole pages, all mapped (lo's holds buf)
+    # Huge pages where the kernel lends them on request: 512 times fewer faults (populating
+    # 512 MiB took 0.15-0.43 s in 4 KiB pages on the development VM, 0.05 s in 2 MiB ones) and
+    # fewer TLB misses for readers striding through frames. Refused (another allocator's
+    # memory, THP off): 4 KiB pages as before.
+    hlo, hhi = -(-start // _HUGE) * _HUGE, end - end % _HUGE
+    if hhi > hlo:
+        _libc.madvise(ctypes.c_void_p(hlo), ctypes.c_size_t(hhi - hlo), _MADV_HUGEPAGE)
     touch_from = 0  # byte of buf from which pages are touched one by one
     if hi > lo:
         if _libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_POPULATE_WRITE):
