@@ -24,6 +24,12 @@ beforehand, so what is measured is the capture, not a sender. Per source (``sour
 same run (``tools.machine_limits``): ``fraction_of_read_bandwidth`` is how close the ingest is
 to the memory's limit (each payload byte is read once and written once into the ring).
 
+``--format meerkat`` measures MeerKAT CBF F-engine heaps (``capture/meerkat.py``; by default
+nstream / 2 antennas x 16 channels x 256 spectra, 16 KiB heaps in two 8192-byte packets, sent
+by ``sim/meerkat.py``) and our format in the same run, one after the other: ``formats`` holds
+both results and ``meerkat_over_xengine`` the ratios of lossless rate (payload Gb/s, Msps)
+and CPU per heap and per Msample.
+
 ``--bits 4`` sends ci4 packets (4.3 kB): compare ``msps`` (complex samples per second), which
 carries twice the samples per byte. CPU time is less disturbed than wall time by other load on
 a shared machine; compare figures of one run.
@@ -37,18 +43,25 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import spead2
 
 from xengine_block.array import default_array
+from xengine_block.capture.meerkat import (
+    CAPTURE_FORMATS,
+    DEFAULT_SPECTRA_PER_HEAP,
+    MeerkatFormat,
+)
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.sources import BufferSource, InprocSource, PcapSource, UdpSource
 from xengine_block.capture.spead import PcapWriter, frame_datagrams, udp_sender
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.pipeline import Pipeline
 from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
+from xengine_block.sim.meerkat import MeerkatFEngines
 from xengine_block.tools.argtypes import sample_bits
 from xengine_block.tools.machine_limits import machine_read_gbps
 
@@ -110,7 +123,7 @@ def capture_run(wire: Any, make_source: Callable[[], Any], nheap: int,
     me = threading.get_native_id()
     with Pipeline():
         block = CaptureBlock(make_source(), wire, default_array(wire.nstream // 2), **SKY,
-                             start_timestamp=0, idle_timeout=1.0 if start else None)
+                             idle_timeout=1.0 if start else None)
     readers = drain(block.orings)
     marks: dict[str, Any] = {}
 
@@ -161,35 +174,60 @@ def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: 
             "median_wall_s": round(wall[len(wall) // 2], 4)}
 
 
-def xengine_packets(args: argparse.Namespace) -> tuple[Geometry, list[bytes]]:
-    """Our format: the seed geometry's heaps (random payload), pre-built."""
-    g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8, sample_bits=args.bits)
+@dataclass
+class Wire:
+    """One wire format under test: what the capture takes and how the sender makes heaps."""
+
+    name: str
+    capture: Geometry | MeerkatFormat
+    heap_bytes: int
+    heaps_per_frame: int
+    frame_spectra: int
+    samples_per_heap: int  # complex samples (channels x spectra) of one stream's heap
+    sender: Callable[[int, float], Any]  # (port, rate_gbps) -> .staging, .send_staged, .close
+    datagrams: Callable[[int], list[bytes]]  # packets of frame f (same payload, new times)
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.heaps_per_frame * self.heap_bytes
+
+
+def xengine_wire(g: Geometry) -> Wire:
     frame = np.random.default_rng(1).integers(-128, 128, (1, *g.frame_shape), dtype=np.int8)
-    step = g.npackets_per_frame
-    pkts = [p for f in range(args.frames)
-            for *_, p in frame_datagrams(frame, g, f * g.nspectra_pkt, cnt0=1 + f * step)]
-    return g, pkts
+    return Wire("xengine", g, g.payload_bytes, g.npackets_per_frame, g.nspectra_pkt,
+                g.nchan_pkt * g.nspectra_pkt,
+                lambda port, rate: udp_sender(g, port=port, rate_gbps=rate, batch=4),
+                lambda f: [p[3] for p in frame_datagrams(
+                    frame, g, (8 + f) * g.nspectra_pkt, cnt0=1 + f * g.npackets_per_frame)])
 
 
-#: format -> function(args) -> (wire format for CaptureBlock, its datagrams in order).
-FORMATS: dict[str, Callable[[argparse.Namespace], tuple[Any, list[bytes]]]] = {
-    "xengine": xengine_packets,
-}
+def meerkat_wire(fmt: MeerkatFormat) -> Wire:
+    kw = {"n_ants": fmt.n_ants, "nchan": fmt.nchan, "spectra_per_heap": fmt.spectra_per_heap,
+          "samples_between_spectra": fmt.samples_between_spectra}
+    x = np.random.default_rng(1).integers(-128, 128, (fmt.nstream, fmt.nchan,
+                                                      fmt.spectra_per_heap, 2), dtype=np.int8)
+    engines = MeerkatFEngines(None, **kw)
+    return Wire("meerkat", fmt, fmt.heap_bytes, fmt.n_ants, fmt.spectra_per_heap,
+                fmt.nchan * fmt.spectra_per_heap * 2,  # one heap: both pols of an antenna
+                lambda port, rate: MeerkatFEngines.udp("127.0.0.1", port, rate_gbps=rate,
+                                                       batch=4, **kw),
+                lambda f: [p for _, _, pk in engines.datagrams(x, (8 + f) * fmt.spectra_per_heap)
+                           for p in pk])
 
 
-def udp_trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:
+def udp_trial(w: Wire, rate_gbps: float, seconds: float) -> dict:
     """~``seconds`` of frames at ``rate_gbps`` from spead2's paced C++ sender to a capture on
     loopback: what arrives, and the capture's and the sender's CPU per heap."""
     source = UdpSource("127.0.0.1", 0)
     port = source.bind()
     before = _tids()
-    sender = udp_sender(g, port=port, rate_gbps=rate_gbps, batch=4)
+    sender = w.sender(port, rate_gbps)
     sender_tids = _tids() - before
     sender.staging[...] = np.random.default_rng(0).integers(-128, 128, sender.staging.shape,
                                                             dtype=np.int8)
-    nframe = int(seconds * rate_gbps * 1e9 / (g.frame_bytes * 8))
-    nframe = max(g.npacket * 4, nframe - nframe % g.npacket)
-    nheap = nframe * g.npackets_per_frame
+    nframe = int(seconds * rate_gbps * 1e9 / (w.frame_bytes * 8))
+    nframe = max(32, nframe - nframe % 8)
+    nheap = nframe * w.heaps_per_frame
     times: dict[str, float] = {}
 
     def send() -> None:
@@ -204,38 +242,25 @@ def udp_trial(g: Geometry, rate_gbps: float, seconds: float) -> dict:
     def start() -> None:
         threading.Thread(target=send, daemon=True).start()
 
-    r = capture_run(g, lambda: source, nheap, start=start)
+    r = capture_run(w.capture, lambda: source, nheap, start=start)
     elapsed = times["t1"] - times["t0"]
     return {"rate_gbps_requested": rate_gbps, "heaps_sent": nheap, "heaps": r["heaps"],
             "lost": r["lost"], "send_s": round(elapsed, 3),
-            "gbps": round(r["heaps"] * g.payload_bytes * 8 / elapsed / 1e9, 3),
+            "gbps": round(r["heaps"] * w.heap_bytes * 8 / elapsed / 1e9, 3),
             "heaps_per_s": round(r["heaps"] / elapsed),
             "cpu_us_per_heap": round(r["cpu_s"] / max(r["heaps"], 1) * 1e6, 3),
             "sender_cpu_s": round(times["cpu"], 3)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--format", choices=sorted(FORMATS), default="xengine")
-    ap.add_argument("--nstream", type=int, default=256)
-    ap.add_argument("--nchan", type=int, default=9)
-    ap.add_argument("--bits", type=sample_bits, default=8,
-                    help="bits per re/im part: 8 (ci8) or 4 (ci4)")
-    ap.add_argument("--frames", type=int, default=120, help="frames per in-memory capture")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=1.0, help="data per UDP trial")
-    ap.add_argument("--rates", type=float, nargs="+", default=[2, 4, 6, 8, 10, 12, 16, 24],
-                    help="UDP send rates to try, Gb/s, ascending (stops after two lossy ones)")
-    ap.add_argument("--no-udp", dest="udp", action="store_false")
-    args = ap.parse_args()
+def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
+    """CPU per heap from each source, the memory-bandwidth ratio, the best lossless UDP rate."""
     t_start = time.perf_counter()
-    load0 = os.getloadavg()[0]
-    wire, pkts = FORMATS[args.format](args)
-    nheap = len(pkts)
-    heap_bytes = len(pkts[0])
+    pkts = [p for f in range(args.frames) for p in w.datagrams(f)]
+    nheap = args.frames * w.heaps_per_frame
     blob = b"".join(pkts)
     sources: dict[str, dict] = {}
-    sources["buffer"] = source_cost(wire, lambda: BufferSource(blob), nheap, args.repeats)
+    sources["buffer"] = source_cost(w.capture, lambda: BufferSource(blob), nheap,
+                                    args.repeats)
 
     def inproc() -> InprocSource:
         q = spead2.InprocQueue()
@@ -244,39 +269,34 @@ def main() -> None:
         q.stop()
         return InprocSource(q)
 
-    sources["inproc_queue"] = source_cost(wire, inproc, nheap, args.repeats)
+    sources["inproc_queue"] = source_cost(w.capture, inproc, nheap, args.repeats)
     pcap = f"/tmp/bench_capture_{os.getpid()}.pcap"
     try:
-        with PcapWriter(pcap) as w:
+        with PcapWriter(pcap) as writer:
             for p in pkts:
-                w.send(p)
+                writer.send(p)
         with open(pcap, "rb") as f:  # into the page cache
             while f.read(1 << 24):
                 pass
-        sources["pcap"] = source_cost(wire, lambda: PcapSource(pcap), nheap, args.repeats)
+        sources["pcap"] = source_cost(w.capture, lambda: PcapSource(pcap), nheap,
+                                      args.repeats)
     finally:
         os.unlink(pcap)
     buf = sources["buffer"]
-    payload = nheap * (wire.payload_bytes if isinstance(wire, Geometry) else heap_bytes)
-    input_gbps = payload / buf["median_wall_s"] / 1e9
+    input_gbps = nheap * w.heap_bytes / buf["median_wall_s"] / 1e9
     read_gbps, how = machine_read_gbps(2)
-    result: dict[str, Any] = {
-        "benchmark": "capture", "format": args.format, "cpus": os.cpu_count(),
-        "heap_bytes": wire.payload_bytes if isinstance(wire, Geometry) else heap_bytes,
-        "cpu_us_per_heap": buf["median_cpu_us_per_heap"],
+    med = buf["median_cpu_us_per_heap"]
+    out: dict[str, Any] = {
+        "heap_bytes": w.heap_bytes, "heaps_per_frame": w.heaps_per_frame,
+        "cpu_us_per_heap": med, "cpu_ns_per_sample": round(med * 1e3 / w.samples_per_heap, 4),
         "cpu_us_per_heap_goal": GOAL_US_PER_HEAP, "sources": sources,
         "input_gbps": round(input_gbps, 2), "machine_read_gbps": round(read_gbps, 2),
         "machine_read_how": how,
-        "fraction_of_read_bandwidth": round(input_gbps / read_gbps, 3),
-    }
-    if isinstance(wire, Geometry):
-        result["geometry"] = {"nstream": wire.nstream, "nchan": wire.nchan,
-                              "payload_bytes": wire.payload_bytes,
-                              "sample_bits": wire.sample_bits}
-    if args.udp and isinstance(wire, Geometry):
+        "fraction_of_read_bandwidth": round(input_gbps / read_gbps, 3)}
+    if args.udp:
         trials, best, lossy = [], None, 0
         for rate in args.rates:
-            r = udp_trial(wire, rate, args.seconds)
+            r = udp_trial(w, rate, args.seconds)
             trials.append(r)
             if r["lost"] == 0:
                 best = r if best is None or r["gbps"] > best["gbps"] else best
@@ -287,15 +307,54 @@ def main() -> None:
         ref = best or min(trials, key=lambda t: t["lost"])
         sources["udp"] = {"cpu_us_per_heap": ref["cpu_us_per_heap"],
                           "sender_cpu_s": ref["sender_cpu_s"]}
-        result.update({"gbps": ref["gbps"], "heaps_per_s": ref["heaps_per_s"],
-                       "lost": ref["lost"],
-                       "msps": round(ref["heaps_per_s"] * wire.nchan_pkt * wire.nspectra_pkt
-                                     / 1e6, 1),
-                       "best_lossless_rate_gbps": best["rate_gbps_requested"] if best else None,
-                       "trials": trials})
-    result.update(load_average_1min=[load0, os.getloadavg()[0]],
-                  runtime_s=round(time.perf_counter() - t_start, 1))
-    print(json.dumps(result, indent=1))
+        out.update({"gbps": ref["gbps"], "heaps_per_s": ref["heaps_per_s"], "lost": ref["lost"],
+                    "msps": round(ref["heaps_per_s"] * w.samples_per_heap / 1e6, 1),
+                    "best_lossless_rate_gbps": best["rate_gbps_requested"] if best else None,
+                    "trials": trials})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nstream", type=int, default=256)
+    ap.add_argument("--nchan", type=int, default=9)
+    ap.add_argument("--bits", type=sample_bits, default=8,
+                    help="bits per re/im part: 8 (ci8) or 4 (ci4)")
+    ap.add_argument("--format", choices=CAPTURE_FORMATS, default="xengine",
+                    help="meerkat: MeerKAT F-engine heaps, measured next to ours in one run")
+    ap.add_argument("--meerkat-nchan", type=int, default=16,
+                    help="meerkat: channels per heap (the substream)")
+    ap.add_argument("--spectra-per-heap", type=int, default=DEFAULT_SPECTRA_PER_HEAP)
+    ap.add_argument("--frames", type=int, default=120, help="frames per in-memory capture")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=1.0, help="data per UDP trial")
+    ap.add_argument("--rates", type=float, nargs="+", default=[2, 4, 6, 8, 10, 12, 16, 24],
+                    help="UDP send rates to try, Gb/s, ascending (stops after two lossy ones)")
+    ap.add_argument("--no-udp", dest="udp", action="store_false")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8, sample_bits=args.bits)
+    ours = measure(xengine_wire(g), args)
+    out: dict[str, Any] = {
+        "benchmark": "capture", "cpus": os.cpu_count(),
+        "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes,
+                     "sample_bits": g.sample_bits},
+        **{k: v for k, v in ours.items() if k not in ("heap_bytes", "heaps_per_frame")}}
+    if args.format == "meerkat":
+        fmt = MeerkatFormat(args.nstream // 2, args.meerkat_nchan, 2 * args.meerkat_nchan,
+                            args.spectra_per_heap)
+        mk = measure(meerkat_wire(fmt), args)
+        out["formats"] = {"xengine": ours, "meerkat": {
+            "n_ants": fmt.n_ants, "nchan": fmt.nchan, "spectra_per_heap": fmt.spectra_per_heap,
+            "packets_per_heap": fmt.packets_per_heap(), **mk}}
+        ratios = {k: round(mk[k] / ours[k], 3) for k in ("cpu_us_per_heap", "cpu_ns_per_sample")}
+        if args.udp:
+            ratios.update({k: round(mk[k] / ours[k], 3) for k in ("gbps", "msps")})
+        out["meerkat_over_xengine"] = ratios
+    out.update(load_average_1min=[load0, os.getloadavg()[0]],
+               runtime_s=round(time.perf_counter() - t_start, 1))
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ count S, a recording is written, read once so that it is in the page cache, then
   layouts, same calls) copied into memory beforehand, correlation time only;
 - ``ratio`` = msps / bare_backend_msps: what reading, indexing and writing cost (goal >= 0.8:
   reading must not be what limits reprocessing);
+- ``layout_vs_frames``: bare_backend_msps over the same backend on the same samples in our own
+  frame layout (``SampleLayout.packet``): what the recording's layout costs the backend's
+  layout pass (1: nothing);
 - ``speedup_vs_blri``: BLRI's ``blri_pycorr`` on the same file and integration, wall time,
   over ours (where BLRI is installed; S = 64 by default, BLRI's per-baseline numpy loop takes
   minutes at S = 256: ``--blri-all``). Goal >= 50.
@@ -40,12 +43,15 @@ from xengine_block.array import ArrayDescription
 from xengine_block.readers import open_recording
 from xengine_block.readers.correlate import RecordingCorrelator
 from xengine_block.readers.guppi import antenna_cards, write_guppi
+from xengine_block.sample_layout import SampleLayout, to_packet_frames
 from xengine_block.tools.machine_limits import best_time
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
 #: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); S = 64 is the file the
-#: vendor README timed BLRI on (blri_input_gen -D 32 16 3840 2 -N 8: 63 MB).
-GUPPI_SIZES = {64: (32, 16, 3840, 8), 256: (128, 8, 1024, 4)}
+#: vendor README timed BLRI on (blri_input_gen -D 32 16 3840 2 -N 8: 63 MB); S = 256 is
+#: 128 MB, 8 integrations of two blocks (a file of a few integrations would time the fixed
+#: costs of opening it and of the output file instead of reprocessing).
+GUPPI_SIZES = {64: (32, 16, 3840, 8), 256: (128, 8, 2048, 16)}
 QUICK_SIZES = {64: (32, 16, 960, 2), 256: (128, 4, 512, 2)}
 
 
@@ -115,6 +121,19 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
             corr.backend(layout).correlate_layout(data, layout, nframe=nframe)
 
     t_bare, _ = best_time(bare, repeat)
+    packets = []
+    for data, layout, nframe in in_ram:  # the same samples in our frame layout
+        g = corr.backend(layout).geometry
+        frames, _ = to_packet_frames(data, layout, g, nframe)
+        packets.append((frames, SampleLayout.packet(g.replace(npacket=frames.shape[0])),
+                        corr.backend(layout)))
+
+    def frames() -> None:
+        for f, layout, backend in packets:
+            backend.correlate_layout(f, layout)
+
+    t_frames, _ = best_time(frames, repeat)
+    packets.clear()
     name, nthreads = b.name, getattr(b, "nthreads", os.cpu_count())
     corr.close()
     rec.close()
@@ -136,7 +155,8 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
             "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
             "backend": name, "nthreads": nthreads, "calls": len(chunks),
             "seconds": t_ours, "bare_seconds": t_bare, "msps": msps,
-            "bare_backend_msps": bare_msps, "ratio": msps / bare_msps}
+            "bare_backend_msps": bare_msps, "ratio": msps / bare_msps,
+            "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare}
 
 
 def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> float | None:
@@ -155,13 +175,14 @@ def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> fl
 def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
     entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {},
+                             "layout_vs_frames": {},
                              "speedup_vs_blri": {}, "runs": {}}
     for s in args.streams:
         files, toml, telinfo, nspec = guppi_recording(work, s, sizes)
         run = measure(files, "guppi", toml, nspec, work, args.backend, args.repeat)
         key = f"S{s}"
         entry["runs"][key] = run
-        for k in ("msps", "bare_backend_msps", "ratio"):
+        for k in ("msps", "bare_backend_msps", "ratio", "layout_vs_frames"):
             entry[k][key] = run[k]
         if not args.no_blri and (s <= 64 or args.blri_all):
             t = blri_seconds(files, telinfo, nspec, work)

@@ -7,6 +7,7 @@ UVH5 + quick-look PNG, in a new output directory.
     python pipelines/fx.py --record packets.pcap   # also keep every packet sent
     python pipelines/fx.py --xengines 3 --nchan 27 --record band.pcap  # 3 instances, recorded
     python pipelines/fx.py --bits 4             # 4-bit (ci4) F-engines: half the packet bytes
+    python pipelines/fx.py --format meerkat --nant 8 --nchan 16   # MeerKAT CBF F-engine heaps
 
 The F-engines run in a thread of this process and send over UDP loopback (or an in-process
 queue, or a pcap file that the capture then replays). Everything after the capture is the same
@@ -32,6 +33,12 @@ from typing import Any
 
 from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
+from xengine_block.capture.meerkat import (
+    CAPTURE_FORMATS,
+    DEFAULT_SPECTRA_PER_HEAP,
+    FormatError,
+    MeerkatFormat,
+)
 from xengine_block.capture.recording import finish_metadata, write_metadata
 from xengine_block.capture.sources import InprocSource, PcapSource, Source, UdpSource
 from xengine_block.capture.spead import inproc_sender, pcap_sender, udp_sender
@@ -41,6 +48,7 @@ from xengine_block.runtime.pipeline import PipelineError
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
 from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
+from xengine_block.sim.meerkat import FramesToHeaps, MeerkatFEngines
 from xengine_block.tools import argtypes as at
 from xengine_block.tools.argtypes import UsageError, usage_errors
 
@@ -59,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="packets per X-engine frame (P)")
     at.add_sample_format_args(p)
     p.add_argument("--ninteg", type=at.positive_int, default=1, help="X-engine frames per dump")
+    p.add_argument("--integration-spectra", type=at.positive_int,
+                   help="instead of --ninteg: spectra per dump, whole heaps (480 spectra; "
+                        "meerkat: --spectra-per-heap); meerkat default: the whole heaps "
+                        "nearest ninteg * P * 480")
+    p.add_argument("--format", choices=CAPTURE_FORMATS, default="xengine",
+                   help="F-engine packets: ours, or MeerKAT CBF feng_raw heaps (simulated "
+                        "F-engines from the ICD, sim/meerkat.py; docs/capture.md)")
+    p.add_argument("--spectra-per-heap", type=at.positive_int,
+                   default=DEFAULT_SPECTRA_PER_HEAP, help="meerkat: spectra per F-engine heap")
     p.add_argument("--dumps", type=at.positive_int, default=3,
                    help="dumps (integrations) to produce")
     p.add_argument("--backend", type=at.backend_name, default="auto",
@@ -104,7 +121,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any]:
     """Everything that needs several options or a file; UsageError names the option."""
-    array, g = at.array_geometry(a)
+    if a.format == "meerkat":
+        array, g = meerkat_config(a)
+    else:
+        array, g = at.array_geometry(a)
+        if a.integration_spectra is not None and a.integration_spectra % g.nspectra_pkt:
+            raise UsageError("--integration-spectra", f"{a.integration_spectra} is not a "
+                                                      f"whole number of 480-spectrum packets")
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
@@ -130,6 +153,30 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any
         except argparse.ArgumentTypeError as exc:
             raise UsageError("--out", f"default fx_out/run-*: {exc}") from None
     return array, g, rt
+
+
+def meerkat_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
+    """--format meerkat: the array, the simulator's geometry (any channel count), and
+    ``a.meerkat`` (the heaps) and ``a.integration_spectra`` (whole heaps) set."""
+    for bad, why in (("--xengines", a.xengines), ("--record", a.record),
+                     ("--bits", a.bits != 8), ("--transport", a.transport == "pcap")):
+        if why:
+            raise UsageError(bad, "is not available with --format meerkat (8-bit heaps over "
+                                  "udp or inproc, one X-engine)")
+    array = at.array_of(a)
+    g = at.geometry({"nstream": "--nant", "nchan": "--nchan", "npacket": "--npacket"},
+                    nstream=array.nstream, nchan=a.nchan, nchan_pkt=1, npacket=a.npacket)
+    try:
+        a.meerkat = MeerkatFormat(array.nant, a.nchan, 2 * a.nchan, a.spectra_per_heap)
+    except FormatError as exc:
+        raise UsageError(f"--{exc.field.replace('_', '-')}", str(exc)) from None
+    spb = a.spectra_per_heap
+    n = a.integration_spectra or max(1, round(a.ninteg * g.npacket * 480 / spb)) * spb
+    if n % spb or n > 1 << 30:
+        raise UsageError("--integration-spectra", f"{n} is not a whole number of heaps of "
+                                                  f"{spb} spectra")
+    a.integration_spectra = n
+    return array, g
 
 
 def new_output_dir(base: Path = Path("fx_out")) -> Path:
@@ -216,7 +263,9 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     ``stop`` is set by a signal, whose names ``signals`` collects."""
     out = a.out or new_output_dir()
     out.mkdir(parents=True, exist_ok=True)
-    nframe = a.dumps * a.ninteg * g.npacket
+    meerkat = a.format == "meerkat"
+    nspectra = a.dumps * (a.integration_spectra or a.ninteg * g.npacket * g.nspectra_pkt)
+    nframe = -(-nspectra // g.nspectra_pkt)  # packet times the simulator makes
     sync = a.sync_time if a.sync_time is not None else float(int(time.time()))
     chan_bw = a.fs_hz  # critically sampled filterbank
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
@@ -224,9 +273,9 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
                                icrs_at_altaz(array, sync, *a.source_alt_az))],
                            noise_sigma=a.noise, seed=a.seed, direction_interval=8)
     print(f"fx: {array.nant} antennas ({g.nstream} streams) x {g.nchan} channels, "
-          f"{g.sample_bits}-bit samples, P={g.npacket}, {a.dumps} dumps of {a.ninteg} X-engine "
-          f"frames = {nframe} packet times ({nframe * g.frame_bytes / 1e9:.2f} GB of packets), "
-          f"transport {a.transport}")
+          f"{g.sample_bits}-bit samples, {a.format} format, {a.dumps} dumps of "
+          f"{nspectra // a.dumps} spectra ({nspectra * g.nstream * g.nchan * 2 / 1e9:.2f} GB "
+          f"of samples), transport {a.transport}")
     print(f"fx: output in {out}")
 
     if a.xengines:
@@ -234,7 +283,21 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
 
     replay = a.transport == "pcap"  # write the pcap first, then replay it through the capture
     senders = start_recording(a, array, g, sky)
-    if a.transport == "udp":
+    wire: Any = g
+    if meerkat:  # simulated MeerKAT F-engines, from our simulator's samples
+        wire = a.meerkat
+        kw = {"n_ants": array.nant, "nchan": g.nchan, "spectra_per_heap": wire.spectra_per_heap,
+              "samples_between_spectra": wire.samples_between_spectra}
+        if a.transport == "udp":
+            engines = MeerkatFEngines.udp(a.address, source.port, rate_gbps=a.rate_gbps, **kw)
+        else:
+            import spead2
+            queue = spead2.InprocQueue()
+            source = InprocSource(queue)
+            engines = MeerkatFEngines.inproc(queue, **kw)
+        engines.send_descriptors()
+        senders.append(FramesToHeaps(engines, g, nspectra))
+    elif a.transport == "udp":
         assert source is not None  # bound in main()
         senders.append(udp_sender(g, address=a.address, port=source.port,
                                   rate_gbps=a.rate_gbps))
@@ -257,11 +320,12 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         # is the only in-order end marker (a stop() after sending could lose datagrams still
         # in the socket buffer), so this single-sender setup honours it. In-process and pcap
         # captures end with their source (queue stopped, end of file) and ignore stop heaps.
-        capture = rt.CaptureBlock(source, g, array, **sky, start_timestamp=0,
+        capture = rt.CaptureBlock(source, wire, array, **sky, start_timestamp=0,
                                   idle_timeout=10.0 if a.transport == "udp" else None,
                                   stop_on_end_heap=a.transport == "udp")
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
-                                 geometry=g, runtime_name=a.runtime)
+                                 integration_spectra=a.integration_spectra,
+                                 geometry=None if meerkat else g, runtime_name=a.runtime)
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving,
                                          stop))

@@ -398,3 +398,39 @@ def test_uvh5_writer_takes_the_bifrost_and_tcc_orders(order, dtype, tmp_path):
     for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
                  "ant_1_array", "ant_2_array", "uvw_array"):
         assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+
+
+@pytest.mark.parametrize("order", ["matrix", "tcc"])
+def test_integrate_block_takes_the_bifrost_and_tcc_orders(order, tmp_path):
+    """correlate's integer outputs (no valid counts) through our IntegrateBlock: the dumps,
+    written as UVH5, equal those of our X-engine's triangle integrated the same way; float
+    (cf32) visibilities are refused, their sums would not be exact."""
+    pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads UVH5")
+    from xengine_block.array import default_array
+    from xengine_block.runtime.pipeline import PipelineError
+
+    utc = datetime.datetime(2024, 3, 1, 12, 0, 0)
+    n = 32
+    x = ci4_samples(32, 4, 6 * n, seed=9)
+    ring, _ = disk_chips_capture(x, tmp_path / "c.pkt", seq0=600 * n, chan0=900,
+                                 buffer_ntime=n, utc_start=utc)
+    array = default_array(16)
+    with xb.Pipeline() as p:
+        ours = xb.UVH5WriterBlock(xb.IntegrateBlock(xb.XEngineBlock(
+            ring, backend="cpu", integration_spectra=n, array=array), ninteg=3),
+            directory=tmp_path / "ours")
+        p.run()
+    with xb.Pipeline() as p:
+        theirs = xb.UVH5WriterBlock(xb.IntegrateBlock(correlate(
+            ring, n, dtype="ci32", order=order, backend="cpu", array=array), ninteg=3),
+            directory=tmp_path / order)
+        p.run()
+    a, b = (pyuvdata.UVData.from_file(w.files[0]) for w in (ours, theirs))
+    assert a.Ntimes == b.Ntimes == 2
+    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array"):
+        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    with pytest.raises(PipelineError, match="cf32.*cannot be integrated exactly"):
+        with xb.Pipeline() as p:
+            xb.IntegrateBlock(correlate(ring, n, dtype="cf32", order=order, backend="cpu",
+                                        array=array), ninteg=3)
+            p.run()

@@ -143,3 +143,28 @@ def test_fx_defaults_under_two_minutes(tmp_path):
     (summary,) = (tmp_path / "fx_out").glob("run-*/summary.json")
     s = json.loads(summary.read_text())
     assert s["dumps_written"] == 3 and s["capture"]["missing"] == 0
+
+
+def test_fx_meerkat_format_exact(tmp_path):
+    """--format meerkat: the simulator's samples sent as MeerKAT F-engine heaps (sim/meerkat.py),
+    captured in MeerKAT frames, correlated from their sample layout: the files equal the
+    reference of the same samples (the simulator is deterministic), dumps of 15 heaps."""
+    from xengine_block.array import default_array
+    from xengine_block.geometry import Geometry
+    from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
+
+    out, sync = tmp_path / "out", 1.7e9
+    run_fx("--format", "meerkat", "--nant", 8, "--nchan", 16, "--dumps", 2,
+           "--integration-spectra", 15 * 256, "--sync-time", sync, "--out", out,
+           "--monitor", 0, "--backend", "cpu", "--transport", "inproc")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dumps_written"] == 2 and summary["capture"]["heaps"] == 2 * 15 * 8
+    array = default_array(8)
+    g = Geometry(nstream=16, nchan=16, nchan_pkt=1)
+    sim = FEngineSimulator(array, g, sync_time=sync, fs_hz=40e3, freq0_hz=150e6,
+                           chan_bw_hz=40e3, sources=[PointSource.from_skycoord(
+                               icrs_at_altaz(array, sync, 60.0, 120.0))],
+                           noise_sigma=1.0, seed=1, direction_interval=8)
+    frames = sim.frames(0, 16)  # 2 dumps x 3840 spectra = 16 packet times of 480
+    assert_file_is_reference(Path(summary["files"][0]), frames, np.ones((16, 16), bool), g, 8,
+                             [(0, 0), (0, 1), (2, 5), (7, 7), (3, 6)])

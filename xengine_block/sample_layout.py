@@ -29,6 +29,7 @@ reading checks: wider values cannot keep int32 sums exact, and no backend here t
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -293,8 +294,9 @@ class SampleLayout:
                             stream_offsets=tuple(o + base for o in offsets))
 
     def replace(self, **changes: Any) -> SampleLayout:
-        d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-        return SampleLayout(**{**d, **changes})
+        """A copy with some fields changed (validated; the stream offsets are not deep-copied
+        as ``asdict`` would, which cost more than a reader's whole block index)."""
+        return dataclasses.replace(self, **changes)
 
     # ------------------------------------------------------------------ headers
     def to_dict(self) -> dict[str, Any]:

@@ -11,9 +11,10 @@
  * [station][pol], the LWA (time, chan, stand*pol) rings) the AVX2 paths transpose 16 spectra
  * x 32 bytes in registers (kern_avx2.c), a K-step (64 spectra) of one group after the other,
  * so that the Y rows are written as whole lines and each input line, shared by two groups,
- * is read from L1 the second time (the next K-step's lines are prefetched); everything else (other stream orders, a
- * GUPPI-like [ant][chan][time][pol] with its time axis inside, ci16, the spectra past a
- * multiple of 16) is read sample by sample here. ci16 is narrowed to int8: a value outside
+ * is read from L1 the second time (the next K-step's lines of those groups are prefetched);
+ * everything else (other stream orders, a GUPPI-like [ant][chan][time][pol] with its time
+ * axis inside, ci16, the spectra past a multiple of 16) is read sample by sample here, one
+ * stream's spectra after another (each stream's run of the unit is contiguous there). ci16 is narrowed to int8: a value outside
  * -128..127 is recorded (xe_work.bad) and the call fails naming it.
  */
 #include <string.h>
@@ -110,12 +111,15 @@ void xe_convert_layout(const xe_plan *p, xe_work *w, const int8_t *data, const x
     /* per K-step (64 spectra): each side-by-side group in turn, so that its Y rows are
      * written as whole lines and the next group reads the other half of the same input lines
      * from L1; the next K-step's input lines are prefetched meanwhile */
-    const int64_t span = L->stream_off[p->nstream - 1] - L->stream_off[0];
     for (long d0 = 0; d0 < nsimd; d0 += XE_KSTEP) {
         const long d1 = d0 + XE_KSTEP < nsimd ? d0 + XE_KSTEP : nsimd;
+        /* the lines the side-by-side groups read in the next K-step (32 bytes a group, so
+         * each group's start covers its line); only theirs: streams elsewhere (a GUPPI-like
+         * layout's antennas lie megabytes apart) are gathered below, in their own order */
         for (long d = d1; d < d1 + XE_KSTEP && d < n; d++)
-            for (int64_t o = 0; o <= span; o += 64)
-                __builtin_prefetch(w->rows[d] + L->stream_off[0] + o, 0, 3);
+            for (int s = 0; s < p->nstream; s += L->group)
+                if (simd_group(p, s))
+                    __builtin_prefetch(w->rows[d] + L->stream_off[s], 0, 3);
         for (int s = 0; s < p->nstream; s += L->group ? L->group : p->nstream) {
             if (!simd_group(p, s))
                 continue;

@@ -912,11 +912,17 @@ static uint8_t *side_by_side(xe_layout *L, int S)
     uint8_t *run = calloc((size_t)ngroup + 1, 1);
     if (!run)
         return NULL;
+    int any = 0;
     for (int g = 0; g < ngroup; g++) {
         run[g] = 1;
         for (int i = 1; i < L->group; i++)
             if (L->stream_off[g * L->group + i] != L->stream_off[g * L->group] + step * i)
                 run[g] = 0;
+        any |= run[g];
+    }
+    if (!any) {  /* no group to transpose: every stream is gathered on its own */
+        free(run);
+        return NULL;
     }
     return run;
 }

@@ -3,7 +3,11 @@
 (dump ``time_tag``s are multiples of the dump's spectra), so independent X-engines dump at the
 same instants.
 
-Inputs (lockstep): visibilities ``ci32 [-1, C, nbl]`` and valid counts ``i64 [-1, G, nbl]``.
+Inputs (lockstep): visibilities ``ci32 [-1, C, nbl]`` and valid counts ``i64 [-1, G, nbl]``;
+or integer visibilities in the TCC or Bifrost matrix order (``xengine_block.bifrost.correlate``
+with ``dtype='ci32'``, converted per frame by :func:`~xengine_block.visibility_orders.
+as_triangle`), with or without valid counts (without: every spectrum counts). Float input
+(``cf32``) is refused: its sums would not be exact.
 Outputs: ``ci64 [-1, C, nbl]`` and ``i64 [-1, G, nbl]``, one frame per dump; header
 ``nspectra`` = spectra a full dump spans, ``ninteg`` = X-engine frames in it. A first dump that
 starts mid-integration holds fewer frames (its valid counts say so). A trailing partial dump at
@@ -26,6 +30,7 @@ import numpy as np
 from ..integration import Integrator
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
+from ..visibility_orders import TRIANGLE_ORDER, as_triangle, stations_pols, visibility_order
 from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import derive_header, paired_inputs, require_keys, time_scale
 
@@ -51,7 +56,9 @@ class IntegrateLogic(BlockLogic):
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  ninteg: int | None = None, integration_spectra: int | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(paired_inputs(vis, valid), gulp_nframe=1, **kwargs)
+        super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
+        if len(self.irings) == 1:  # no valid-counts input: still two outputs
+            self.orings = [self.create_ring(space=self.irings[0].space) for _ in range(2)]
         if (ninteg is None) == (integration_spectra is None):
             raise ValueError("give the dump length as ninteg (X-engine frames) or "
                              "integration_spectra (spectra), one of them")
@@ -78,18 +85,33 @@ class IntegrateLogic(BlockLogic):
             self.ninteg = self.integration_spectra // self.frame_spectra
         self.integrator = Integrator(self.ninteg, self.frame_spectra)
         self.t0 = iseqs[0].time_tag
+        self.order = visibility_order(hdr)
+        dtype = hdr["_tensor"]["dtype"]
+        if not dtype.startswith("ci"):
+            raise ValueError(f"{self.name}: visibilities of dtype {dtype!r} cannot be integrated "
+                             f"exactly; give integer ones (ci32: correlate(dtype='ci32'))")
         self._added = 0  # next input frame to add (those before it were added or lost)
         span = self.integrator.span
         start = self.t0 - self.t0 % span
         common = {"nspectra": span, "ninteg": self.ninteg, "gulp_nframe": 1}
-        vshape = iseqs[0].header["_tensor"]["shape"]
-        cshape = iseqs[1].header["_tensor"]["shape"]
+        vshape = list(hdr["_tensor"]["shape"])
+        if self.order != TRIANGLE_ORDER:  # TCC / matrix in, our triangle out
+            nstation, npol = stations_pols(hdr)
+            s = nstation * npol
+            vshape = [-1, int(vshape[1]), s * (s + 1) // 2]
+        cshape = (list(iseqs[1].header["_tensor"]["shape"]) if len(iseqs) > 1
+                  else [-1, 1, vshape[2]])
+        vhdr = {k: v for k, v in hdr.items() if k not in ("visibility_order", "matrix_fill_mode")}
         self._zeros = (np.zeros(vshape[1:] + [2], np.int64), np.zeros(cshape[1:], np.int64))
-        vis = derive_header(hdr, name=f"{iseqs[0].name}.int{self.ninteg}", dtype="ci64",
+        self._full = np.full(cshape[1:], self.frame_spectra, np.int64)
+        self.hdr = hdr
+        vis = derive_header(vhdr, name=f"{iseqs[0].name}.int{self.ninteg}", dtype="ci64",
                             shape=vshape, labels=["time", "freq", "baseline"],
                             scales=[time_scale(hdr, start, span), None, None],
                             units=["s", "Hz", None], time_tag=start, **common)
-        valid = derive_header(iseqs[1].header, name=f"{iseqs[1].name}.int{self.ninteg}",
+        valid = derive_header(iseqs[1].header if len(iseqs) > 1 else vhdr,
+                              name=(f"{iseqs[1].name}.int{self.ninteg}" if len(iseqs) > 1
+                                    else f"{iseqs[0].name}.valid.int{self.ninteg}"),
                               dtype="i64", shape=cshape,
                               labels=["time", "chan_group", "baseline"],
                               scales=[time_scale(hdr, start, span), None, None],
@@ -118,8 +140,8 @@ class IntegrateLogic(BlockLogic):
 
     def on_data(self, ispans: list, ospans: list) -> list[int]:
         lo, hi = common_frames(ispans)
-        vis, valid = self.array(ispans[0]), self.array(ispans[1])
-        frames = [(vis[f - ispans[0].frame_offset], valid[f - ispans[1].frame_offset])
+        vis = self.array(ispans[0])
+        frames = [(self._triangle(vis[f - ispans[0].frame_offset]), self._valid(ispans, f))
                   for f in range(max(lo, self._added), hi)]
         if not self.guarantee:  # copy first, then check the writer did not come back
             frames = [(v.copy(), c.copy()) for v, c in frames]
@@ -131,6 +153,16 @@ class IntegrateLogic(BlockLogic):
             n = self._add(f, v, c, outs, n)
         self.dumps += n
         return [n, n]
+
+    def _triangle(self, vis: np.ndarray) -> np.ndarray:
+        """One input frame in our triangle order (a view of ours; a conversion of the others)."""
+        return vis if self.order == TRIANGLE_ORDER else as_triangle(vis, self.hdr)
+
+    def _valid(self, ispans: list, f: int) -> np.ndarray:
+        """Valid counts of input frame ``f``: its input, or every spectrum without one."""
+        if len(ispans) < 2:
+            return self._full
+        return self.array(ispans[1])[f - ispans[1].frame_offset]
 
     def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
         """Lost X-engine frames add nothing but still end the dumps they fall in."""

@@ -31,6 +31,8 @@ from ..capture.meerkat import (
     PACKET_PAYLOAD_BYTES,
     TIMESTAMP,
 )
+from ..geometry import Geometry
+from ..layout import frames_to_natural
 
 _IMMEDIATE = [("u", MEERKAT_FLAVOUR.heap_address_bits)]
 
@@ -210,3 +212,30 @@ def interleave(heaps: list[list[bytes]]) -> list[bytes]:
     for i in range(max((len(h) for h in heaps), default=0)):
         out += [h[i] for h in heaps if i < len(h)]
     return out
+
+
+class FramesToHeaps:
+    """The frame senders' interface (``send_frames``, ``close``) over MeerKAT F-engines, so a
+    driver written for our packets (``pipelines/fx.py``) sends MeerKAT heaps: packet frames
+    of a simulator geometry (spectrum ``time_tag`` on, 480 spectra each) become heaps as whole
+    heaps accumulate; spectra from ``nspectra`` on are not sent (a last partial heap, or one
+    past the dumps asked for)."""
+
+    def __init__(self, engines: MeerkatFEngines, geometry: Geometry, nspectra: int) -> None:
+        self.engines, self.geometry, self.nspectra = engines, geometry, nspectra
+        self._pending = np.zeros((geometry.nstream, geometry.nchan, 0, 2), np.int8)
+        self._start = 0  # spectrum of the first pending sample
+
+    def send_frames(self, frames: np.ndarray, time_tag: int) -> None:
+        x = frames_to_natural(frames, self.geometry)
+        if self._pending.shape[2] == 0:
+            self._start = time_tag
+        self._pending = np.concatenate([self._pending, x], axis=2)
+        spb = self.engines.spectra_per_heap
+        n = min(self._pending.shape[2], max(0, self.nspectra - self._start)) // spb * spb
+        if n:
+            self.engines.send(self._pending[:, :, :n], self._start)
+            self._pending, self._start = self._pending[:, :, n:], self._start + n
+
+    def close(self) -> None:
+        self.engines.close()

@@ -284,15 +284,21 @@ def add_sample_format_args(p: argparse.ArgumentParser) -> None:
                    help="ci4: which nibble of a byte holds the real part")
 
 
+def array_of(a: argparse.Namespace) -> ArrayDescription:
+    """The array of ``--array`` (a TOML file), else the first ``--nant`` antennas of the
+    default; UsageError names the option."""
+    try:
+        return ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
+    except (ArrayError, OSError) as exc:
+        raise UsageError("--array" if a.array else "--nant", str(exc)) from None
+
+
 def array_geometry(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry]:
     """The array (``--array`` TOML, else the first ``--nant`` of the default) and the Geometry
     of ``--nchan``/``--npacket``/``--bits``/``--nibble-order`` for it; UsageError names the
     option at fault."""
     array_option = "--array" if a.array else "--nant"
-    try:
-        array = ArrayDescription.from_toml(a.array) if a.array else default_array(a.nant)
-    except (ArrayError, OSError) as exc:
-        raise UsageError(array_option, str(exc)) from None
+    array = array_of(a)
     g = geometry({"nstream": array_option, "nchan": "--nchan", "npacket": "--npacket",
                   "sample_bits": "--bits"},
                  nstream=array.nstream, nchan=a.nchan, npacket=a.npacket,

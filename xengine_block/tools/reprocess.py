@@ -32,6 +32,7 @@ import functools
 import logging
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,16 +293,28 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
                             overwrite=True, instrument=sub.instrument, history=history,
                             x_orientation=sub.x_orientation)
         spectra = gaps = 0
-        try:
-            for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
-                valid = c.valid[chans - c0]
-                writer.append(c.vis[chans - c0], np.broadcast_to(valid[:, None],
-                                                                 (chans.size, nbl)),
-                              nspec, meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
-                spectra += int(valid.max(initial=0))
-                gaps += bool((valid < nspec).any())
-        finally:
-            writer.close()
+        # Each dump is written by one writer thread while the next integration correlates
+        # (the backends release the GIL): the file's appends stay in order, one at a time,
+        # and the first failure stops the loop and is raised here.
+        pending: Future | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix="reprocess-writer") as pool:
+            try:
+                for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
+                    valid = c.valid[chans - c0]
+                    if pending is not None:
+                        pending.result()
+                    pending = pool.submit(
+                        writer.append, c.vis[chans - c0],
+                        np.broadcast_to(valid[:, None], (chans.size, nbl)), nspec,
+                        meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
+                    spectra += int(valid.max(initial=0))
+                    gaps += bool((valid < nspec).any())
+                if pending is not None:
+                    pending.result()
+            finally:
+                if pending is not None:
+                    pending.exception()  # wait: the file closes after its last append
+                writer.close()
         summary: dict[str, Any] = {
             "format": task.format, "dumps": len(wins), "integration_spectra": nspec,
             "spectra": spectra, "dumps_with_gaps": gaps, "antennas": sub.nant,
