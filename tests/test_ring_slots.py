@@ -4,6 +4,8 @@ order, read in place; the capture's zero copy rests on these."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -61,55 +63,57 @@ def test_slots_between_sequences_belong_to_none():
     assert np.array_equal(got["b"], frames(5, 3))
 
 
-def test_a_guaranteed_reader_holds_the_slots_back():
+@contextmanager
+def slot_sequence(guarantee: bool) -> Iterator[tuple[Ring, SlotWriter, object]]:
+    """A ring with frame slots, one sequence open and one reader of it."""
     ring = Ring()
     with ring.begin_writing() as w:
         slots = SlotWriter(w, FRAME, nslot=2, gulp_nframe=2)
         with w.begin_sequence(header(), 2):
-            iseq = ring.open_earliest_sequence(guarantee=True)
-            capacity = ring.total_bytes // FRAME
-            n = 0
-            while True:
-                try:
-                    slots.reserve(nonblocking=True)[...] = frames(n, 1)[0]
-                except RingWouldBlock:
-                    break
-                slots.commit()
-                n += 1
-            assert n == capacity  # a ring-full, then back-pressure, as for spans
-            done = threading.Event()
-
-            def more() -> None:
-                slots.reserve()[...] = frames(n, 1)[0]
-                slots.commit()
-                done.set()
-
-            t = threading.Thread(target=more)
-            t.start()
-            assert not done.wait(0.2)
-            with iseq.acquire(0, 2) as span:  # nothing overwritten while it was held
-                assert np.array_equal(span.data, frames(0, 2))
-            with iseq.acquire(2, 2):  # releases frames 0-1: the writer moves on
-                pass
-            assert done.wait(5)
-            t.join()
+            iseq = ring.open_earliest_sequence(guarantee=guarantee)
+            yield ring, slots, iseq
             iseq.close()
+
+
+def test_a_guaranteed_reader_holds_the_slots_back():
+    with slot_sequence(guarantee=True) as (ring, slots, iseq):
+        capacity = ring.total_bytes // FRAME
+        n = 0
+        while True:
+            try:
+                slots.reserve(nonblocking=True)[...] = frames(n, 1)[0]
+            except RingWouldBlock:
+                break
+            slots.commit()
+            n += 1
+        assert n == capacity  # a ring-full, then back-pressure, as for spans
+        done = threading.Event()
+
+        def more() -> None:
+            slots.reserve()[...] = frames(n, 1)[0]
+            slots.commit()
+            done.set()
+
+        t = threading.Thread(target=more)
+        t.start()
+        assert not done.wait(0.2)
+        with iseq.acquire(0, 2) as span:  # nothing overwritten while it was held
+            assert np.array_equal(span.data, frames(0, 2))
+        with iseq.acquire(2, 2):  # releases frames 0-1: the writer moves on
+            pass
+        assert done.wait(5)
+        t.join()
 
 
 def test_an_unguaranteed_reader_is_overtaken_and_told():
-    ring = Ring()
-    with ring.begin_writing() as w:
-        slots = SlotWriter(w, FRAME, nslot=2, gulp_nframe=2)
-        with w.begin_sequence(header(), 2):
-            iseq = ring.open_earliest_sequence(guarantee=False)
-            capacity = ring.total_bytes // FRAME
-            for i in range(capacity + 4):  # never waits for the unguaranteed reader
-                slots.reserve(nonblocking=True)[...] = frames(i, 1)[0]
-                slots.commit()
-            with iseq.acquire(0, 4) as span:
-                assert span.nframe_skipped > 0
-                assert np.array_equal(span.data, frames(span.frame_offset, span.nframe))
-            iseq.close()
+    with slot_sequence(guarantee=False) as (ring, slots, iseq):
+        capacity = ring.total_bytes // FRAME
+        for i in range(capacity + 4):  # never waits for the unguaranteed reader
+            slots.reserve(nonblocking=True)[...] = frames(i, 1)[0]
+            slots.commit()
+        with iseq.acquire(0, 4) as span:
+            assert span.nframe_skipped > 0
+            assert np.array_equal(span.data, frames(span.frame_offset, span.nframe))
 
 
 def test_cancel_gives_the_slots_back_and_reallocation_keeps_their_bytes():
