@@ -233,7 +233,7 @@ def udp_trial(w: Wire, rate_gbps: float, seconds: float) -> dict:
     def send() -> None:
         cpu0 = time.thread_time() + sum(thread_cpu_s(t) for t in sender_tids)
         times["t0"] = time.perf_counter()
-        sender.send_staged(nframe, time_tag=0)
+        sender.send_staged(nframe, 0)  # frames (heap times), from spectrum 0
         times["t1"] = time.perf_counter()
         times["cpu"] = (time.thread_time() + sum(thread_cpu_s(t) for t in sender_tids)
                         - cpu0)
