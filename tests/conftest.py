@@ -46,6 +46,25 @@ def bifrost_or_skip():
     return xb
 
 
+#: Set (by .ci/run, which installs BLRI from the vendored tarballs) to make a missing BLRI, the
+#: reprocessing peer of the GUPPI tests, a test failure instead of a skip.
+REQUIRE_BLRI_ENV = "XENGINE_REQUIRE_BLRI"
+
+
+def blri_or_skip():
+    """The ``blri`` module, or skip the module with the reason; fail instead where
+    ``$XENGINE_REQUIRE_BLRI`` is set."""
+    try:
+        import blri
+    except ImportError as exc:
+        if os.environ.get(REQUIRE_BLRI_ENV):
+            pytest.fail(f"{REQUIRE_BLRI_ENV} is set but BLRI does not import: {exc}",
+                        pytrace=False)
+        pytest.skip(f"BLRI is not installed (shared/vendor/install_blri.sh): {exc}",
+                    allow_module_level=True)
+    return blri
+
+
 @pytest.fixture(params=["ours", "bifrost"])
 def rt(request):
     """Each runtime in turn (tests/runtimes.py); Bifrost skipped with the reason where it does

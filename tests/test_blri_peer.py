@@ -18,9 +18,10 @@ import pytest
 
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
+from .conftest import blri_or_skip
 from .recordings import POLS, check_file
 
-pytest.importorskip("blri", reason="BLRI is not installed (shared/vendor/install_blri.sh)")
+blri_or_skip()
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the outputs")
 
 SHAPE = (5, 8, 64, 2)  # A, F, T, P per block
