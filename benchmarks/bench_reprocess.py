@@ -16,9 +16,10 @@ count S, a recording is written, read once so that it is in the page cache, then
 - ``layout_vs_frames``: bare_backend_msps over the same backend on the same samples in our own
   frame layout (``SampleLayout.packet``): what the recording's layout costs the backend's
   layout pass (1: nothing);
-- ``speedup_vs_blri``: BLRI's ``blri_pycorr`` on the same file and integration, wall time,
-  over ours (where BLRI is installed; S = 64 by default, BLRI's per-baseline numpy loop takes
-  minutes at S = 256: ``--blri-all``). Goal >= 50.
+- ``speedup_vs_blri``: BLRI's ``blri_pycorr`` over ours, wall time, on one file and
+  integration (``runs.S64.blri_file``: the 63 MB, 8-block file BLRI's README was timed on;
+  where BLRI is installed; S = 64 by default, BLRI's per-baseline numpy loop takes minutes at
+  S = 256: ``--blri-all``). Goal >= 50.
 
 The backend uses every core (``auto``: the native backend's threads). Machines are shared:
 compare the ratios of one run; the load average is recorded at both ends.
@@ -47,12 +48,15 @@ from xengine_block.sample_layout import SampleLayout, to_packet_frames
 from xengine_block.tools.machine_limits import best_time
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
-#: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); S = 64 is the file the
-#: vendor README timed BLRI on (blri_input_gen -D 32 16 3840 2 -N 8: 63 MB); S = 256 is
-#: 128 MB, 8 integrations of two blocks (a file of a few integrations would time the fixed
-#: costs of opening it and of the output file instead of reprocessing).
-GUPPI_SIZES = {64: (32, 16, 3840, 8), 256: (128, 8, 2048, 16)}
-QUICK_SIZES = {64: (32, 16, 960, 2), 256: (128, 4, 512, 2)}
+#: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); integrations of two
+#: blocks. 256 MB each (32 blocks: 16 / 32 integrations): a file of a few integrations times
+#: the fixed costs of opening it and of making the output file (~20 ms) instead of the
+#: reprocessing; BLRI's peer file is separate (``BLRI_BLOCKS``).
+GUPPI_SIZES = {64: (32, 16, 3840, 32), 256: (128, 8, 2048, 32)}
+#: Blocks of the S = 64 file BLRI is timed on: the file the vendor README timed it on
+#: (blri_input_gen -D 32 16 3840 2 -N 8: 63 MB), ours timed on the same file.
+BLRI_BLOCKS = 8
+QUICK_SIZES = {64: (32, 16, 960, 4), 256: (128, 4, 512, 2)}
 
 
 def page_cache(path: Path) -> None:
@@ -82,17 +86,19 @@ def write_telinfo(path: Path, array: ArrayDescription) -> None:
     path.write_text(yaml.safe_dump(doc))
 
 
-def guppi_recording(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], Path, Path, int]:
-    """A multi-antenna GUPPI file of S = ``nstream``; (files, array TOML, telinfo, spectra per
-    integration: two blocks)."""
-    nant, nchan, ntime, nblock = sizes[nstream]
+def guppi_recording(work: Path, nstream: int, sizes: dict,
+                    nblock: int | None = None) -> tuple[list[Path], Path, Path, int]:
+    """A multi-antenna GUPPI file of S = ``nstream`` (``nblock`` blocks, default the size's);
+    (files, array TOML, telinfo, spectra per integration: two blocks)."""
+    nant, nchan, ntime, blocks = sizes[nstream]
+    nblock = blocks if nblock is None else nblock
     rng = np.random.default_rng(nstream)
     array = array_for(nant)
     block = rng.integers(-128, 128, (nant, nchan, ntime, 2, 2), dtype=np.int8)
     cards = {"TELESCOP": "BENCH", "OBSFREQ": 1400.0, "OBSBW": 0.5 * nchan, "TBIN": 2e-6,
              "SYNCTIME": 1_700_000_000, "POLS": "xy", "RA_STR": "05:00:00",
              "DEC_STR": "40:00:00", "SRC_NAME": "bench", **antenna_cards(array.antenna_names)}
-    path = write_guppi(work / f"bench_s{nstream}.0000.raw",
+    path = write_guppi(work / f"bench_s{nstream}_{nblock}.0000.raw",
                        (np.roll(block, k, axis=2) for k in range(nblock)), cards)
     toml, telinfo = work / f"array_s{nstream}.toml", work / f"array_s{nstream}.telinfo.yaml"
     array.write_toml(toml)
@@ -139,6 +145,19 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
     rec.close()
     in_ram.clear()  # the copies are not needed for the timed runs
 
+    t_ours = reprocess_seconds(files, fmt, toml, nspec, work, backend, repeat)
+    msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
+    return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
+            "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
+            "backend": name, "nthreads": nthreads, "calls": len(chunks),
+            "seconds": t_ours, "bare_seconds": t_bare, "msps": msps,
+            "bare_backend_msps": bare_msps, "ratio": msps / bare_msps,
+            "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare}
+
+
+def reprocess_seconds(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
+                      backend: str, repeat: int) -> float:
+    """Best wall time of ``reprocess`` on ``files`` (after a warm-up run)."""
     def ours() -> None:
         out = work / "out"
         shutil.rmtree(out, ignore_errors=True)
@@ -149,14 +168,7 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
             raise RuntimeError(r.error)
 
     ours()  # warm-up: imports, astropy's time tables, the backend's threads
-    t_ours, _ = best_time(ours, repeat)
-    msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
-    return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
-            "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
-            "backend": name, "nthreads": nthreads, "calls": len(chunks),
-            "seconds": t_ours, "bare_seconds": t_bare, "msps": msps,
-            "bare_backend_msps": bare_msps, "ratio": msps / bare_msps,
-            "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare}
+    return best_time(ours, repeat)[0]
 
 
 def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> float | None:
@@ -184,16 +196,26 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         entry["runs"][key] = run
         for k in ("msps", "bare_backend_msps", "ratio", "layout_vs_frames"):
             entry[k][key] = run[k]
+        for f in files:
+            f.unlink()
         if not args.no_blri and (s <= 64 or args.blri_all):
-            t = blri_seconds(files, telinfo, nspec, work)
+            # BLRI's file: the first BLRI_BLOCKS blocks, ours timed on it too.
+            small, toml, telinfo, nspec = guppi_recording(work, s, sizes,
+                                                          min(BLRI_BLOCKS, sizes[s][3]))
+            for f in small:
+                page_cache(f)
+            t = blri_seconds(small, telinfo, nspec, work)
             if t is None:
                 entry["speedup_vs_blri"][key] = None
                 entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
             else:
-                run["blri_seconds"] = t
-                entry["speedup_vs_blri"][key] = t / run["seconds"]
-        for f in files:
-            f.unlink()
+                ours = reprocess_seconds(small, "guppi", toml, nspec, work, args.backend,
+                                         args.repeat)
+                run["blri_file"] = {"bytes": sum(f.stat().st_size for f in small),
+                                    "seconds": ours, "blri_seconds": t}
+                entry["speedup_vs_blri"][key] = t / ours
+            for f in small:
+                f.unlink()
     entry["goals"] = {"ratio": 0.8, "speedup_vs_blri": 50}
     return entry
 

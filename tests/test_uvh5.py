@@ -5,7 +5,15 @@ import pytest
 
 from xengine_block.geometry import Geometry, max_spectra_int32
 from xengine_block.layout import frames_to_natural
-from xengine_block.outputs.uvh5 import SiteInfo, UVH5Writer, baseline_map, visdata_dtype
+from xengine_block.outputs.uvh5 import (
+    LST_ANCHOR_S,
+    LstClock,
+    SiteInfo,
+    UVH5Writer,
+    _lst_rad,
+    baseline_map,
+    visdata_dtype,
+)
 from xengine_block.reference import reference_triangle
 
 from .conftest import random_frames
@@ -49,6 +57,32 @@ def test_pyuvdata_reads_and_checks(tmp_path):
     autos = uv.ant_1_array == uv.ant_2_array
     assert np.all(uv.uvw_array[autos] == 0)
     assert np.all(uv.data_array[autos][:, :, :2].imag == 0)  # XX, YY autos are real
+
+
+def test_lst_clock_follows_astropy_between_anchors():
+    """The extrapolated LST stays within 0.1 mas of astropy's (pyuvdata checks 1 mas) for
+    dumps each side of an anchor, and a time beyond the anchor's reach asks astropy again."""
+    clock = LstClock(LAT, LON, ALT)
+    jd0 = 2461000.25
+    mas = np.deg2rad(1 / 3.6e6)
+    for dt in (0.0, 0.5, 13.7, -20.0, LST_ANCHOR_S, 3 * LST_ANCHOR_S, 3 * LST_ANCHOR_S + 59):
+        jd = jd0 + dt / 86400
+        want = _lst_rad(jd, LAT, LON, ALT)
+        err = (clock(jd) - want + np.pi) % (2 * np.pi) - np.pi
+        assert abs(err) < 0.1 * mas, (dt, err / mas)
+    assert clock._anchor[0] == pytest.approx(jd0 + 3 * LST_ANCHOR_S / 86400)
+    # An LST near 2 pi wraps to [0, 2 pi) as astropy's does.
+    assert 0 <= clock(jd0 + 3 * LST_ANCHOR_S / 86400 + 1e-6) < 2 * np.pi
+
+
+def test_many_dumps_pass_pyuvdatas_lst_check(tmp_path):
+    path, _, _ = write(tmp_path, ndump=150)  # 150 s: two anchors
+    uv = pyuvdata.UVData.from_file(path, run_check_acceptability=True)
+    uv.check(check_extra=True, run_check_acceptability=True)
+    from pyuvdata.utils import get_lst_for_time
+
+    lst = get_lst_for_time(uv.time_array, telescope_loc=uv.telescope.location)
+    assert np.max(np.abs(np.angle(np.exp(1j * (uv.lst_array - lst))))) < np.deg2rad(1 / 3.6e6)
 
 
 def test_conjugation_and_polarisation_convention(tmp_path):

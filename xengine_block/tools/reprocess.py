@@ -288,33 +288,32 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         nbl = corr.nbaseline
         names = ", ".join(f.name for f in task.files)
         history = f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump"
-        writer = UVH5Writer(task.partial, site_info(sub), meta.freqs_hz[chans],
-                            meta.chan_bw_hz, nspec, sample_bits=meta.sample_bits,
-                            overwrite=True, instrument=sub.instrument, history=history,
-                            x_orientation=sub.x_orientation)
         spectra = gaps = 0
-        # Each dump is written by one writer thread while the next integration correlates
-        # (the backends release the GIL): the file's appends stay in order, one at a time,
-        # and the first failure stops the loop and is raised here.
-        pending: Future | None = None
+        # The file is made, and each dump written, by one writer thread while the next
+        # integration correlates (the backends release the GIL): creating the file overlaps
+        # the first integration, the appends stay in order, one at a time, and the first
+        # failure stops the loop and is raised here.
         with ThreadPoolExecutor(1, thread_name_prefix="reprocess-writer") as pool:
+            made = pool.submit(UVH5Writer, task.partial, site_info(sub), meta.freqs_hz[chans],
+                               meta.chan_bw_hz, nspec, sample_bits=meta.sample_bits,
+                               overwrite=True, instrument=sub.instrument, history=history,
+                               x_orientation=sub.x_orientation)
+            pending: Future = made
             try:
                 for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
                     valid = c.valid[chans - c0]
-                    if pending is not None:
-                        pending.result()
+                    pending.result()
                     pending = pool.submit(
-                        writer.append, c.vis[chans - c0],
+                        made.result().append, c.vis[chans - c0],
                         np.broadcast_to(valid[:, None], (chans.size, nbl)), nspec,
                         meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
                     spectra += int(valid.max(initial=0))
                     gaps += bool((valid < nspec).any())
-                if pending is not None:
-                    pending.result()
+                pending.result()
             finally:
-                if pending is not None:
-                    pending.exception()  # wait: the file closes after its last append
-                writer.close()
+                pending.exception()  # wait: the file closes after its last append
+                if made.exception() is None:
+                    made.result().close()
         summary: dict[str, Any] = {
             "format": task.format, "dumps": len(wins), "integration_spectra": nspec,
             "spectra": spectra, "dumps_with_gaps": gaps, "antennas": sub.nant,
