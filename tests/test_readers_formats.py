@@ -100,6 +100,33 @@ def test_fbfuse_taftp_sequence_with_gap(tmp_path):
                list(rec.meta.antenna_names), conj=True)
 
 
+def test_4bit_dada_real_in_the_low_nibble(tmp_path):
+    """NBIT 4: a byte per complex sample, two's complement, real low (dspsr's
+    GenericFourBitUnpacker); TAFTP with three antennas and TFP with one, full range -8..7,
+    exact (read real-high, the same bytes fail it)."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-8, 8, (3, 8, 2 * 256, 2, 2))  # [A, F, T, P, re/im]
+    packed = ((x[..., 0] & 0xF) | ((x[..., 1] & 0xF) << 4)).astype(np.uint8)  # [A, F, T, P]
+    heaps = packed.reshape(3, 8, 2, 256, 2).transpose(2, 0, 1, 3, 4)  # [heap, A, F, 256, P]
+    (tmp_path / "four.dada").write_bytes(dada_header(**dict(FBFUSE, NBIT=4), OBS_OFFSET=0)
+                                         + heaps.tobytes())
+    one = dict(FREQ=400.0, BW=8.0, TSAMP=1.0, NBIT=4, NDIM=2, NPOL=2, NCHAN=8, ORDER="TFP",
+               TELESCOPE="m001", UTC_START="2024-05-01-11:00:00", OBS_OFFSET=0)
+    (tmp_path / "one.dada").write_bytes(dada_header(**one)
+                                        + packed[0].transpose(1, 0, 2).tobytes())  # [T, F, P]
+    arr = tmp_path / "mk.toml"
+    write_array(arr, ["m001", "m002", "m007"], numbers=[1, 2, 7], telescope="MeerKAT")
+    res = reprocess([tmp_path / "four.dada", tmp_path / "one.dada"], tmp_path / "out",
+                    ReprocessOptions(array=str(arr), integration_spectra=256), progress=None)
+    assert all(r.ok for r in res), [r.error for r in res]
+    out = {r.task.output.name: r.task.output for r in res}
+    numbers = {"m001": 1, "m007": 7, "m002": 2}
+    check_file(out["four.uvh5"], x, [(0, 256), (256, 512)], numbers,
+               ["m001", "m007", "m002"], conj=True)  # BW < 0: conjugated
+    check_file(out["one.uvh5"], x[:1], [(0, 256), (256, 512)], numbers, ["m001"],
+               freqs=396.5e6 + 1e6 * np.arange(8))
+
+
 def test_dada_channel_orders(tmp_path):
     """Without ORDER, [time][pol][chan] as baseband writes and reads it (written here by
     baseband's own DADA writer); ORDER TFP puts the channel first."""
@@ -130,7 +157,7 @@ def test_dada_channel_orders(tmp_path):
 
 
 def test_dada_refusals_are_one_line(tmp_path):
-    cases = {"real.dada": dict(FBFUSE, NDIM=1), "four.dada": dict(FBFUSE, NBIT=4),
+    cases = {"real.dada": dict(FBFUSE, NDIM=1), "two.dada": dict(FBFUSE, NBIT=2),
              "order.dada": dict(FBFUSE, ORDER="FTP"), "ants.dada": dict(FBFUSE, ANTS="m001")}
     for i, (name, keys) in enumerate(cases.items()):  # other observations: not one sequence
         keys["UTC_START"] = f"2024-05-01-10:00:0{i}"
@@ -138,7 +165,7 @@ def test_dada_refusals_are_one_line(tmp_path):
     res = {r.task.input.name: r.error for r in reprocess(
         [tmp_path / n for n in cases], tmp_path / "out", ReprocessOptions(), progress=None)}
     assert "NDIM = 1: only complex" in res["real.dada"]
-    assert "NBIT = 4" in res["four.dada"]
+    assert "NBIT = 2: this reader takes [4, 8, 16]" in res["two.dada"]
     assert "ORDER = FTP" in res["order.dada"]
     assert "ANTS names 1 antennas for NANTS = 3" in res["ants.dada"]
     assert all("\n" not in e for e in res.values())

@@ -16,8 +16,12 @@ Facts (checked in the files named; ``docs/reprocess.md`` has the list):
   names), ``ORDER TAFTP``: ``[heap time][antenna][chan][256 spectra][pol][re, im]``
   (MPIfR-BDG/mpikat fbfuse_mkrecv_config.py header template; psrdada_cpp fbfuse
   ``FBFUSE_NSAMPLES_PER_HEAP 256`` and the TAFTP kernels).
-- 8-bit (int8) and 16-bit samples; 4-bit DADA nibble order is not settled anywhere we read, so
-  4-bit is refused. Real-sampled data (``NDIM 1``) are not channelised voltages: refused.
+- 8-bit (int8) and 16-bit samples, and 4-bit: one byte per complex sample, two's complement
+  nibbles, the **real part in the low nibble** (first value least significant), as dspsr's
+  ``GenericFourBitUnpacker`` unpacks every ``NBIT 4`` file (``BitTable::TwosComplement``,
+  ``LeastToMost``: the nibbles in TFPD order, so with ``NDIM 2`` re then im in one byte). That
+  is the opposite of GUPPI's and Bifrost's ci4 (real high). Real-sampled data (``NDIM 1``) are
+  not channelised voltages: refused.
 - A sequence of files of one observation (same ``UTC_START``) continues through ``OBS_OFFSET``;
   a jump is missing data.
 """
@@ -39,7 +43,7 @@ HDR_SIZE = 4096
 #: Spectra per heap in MeerKAT FBFUSE's TAFTP order (psrdada_cpp fbfuse_constants.hpp).
 FBFUSE_HEAP_SPECTRA = 256
 ORDERS = ("TPF", "TFP", "TAFTP")
-ENCODINGS = {8: "ci8", 16: "ci16"}
+ENCODINGS = {4: "ci4", 8: "ci8", 16: "ci16"}
 
 
 def parse_dada_header(head: bytes | np.ndarray) -> dict[str, str]:
@@ -188,8 +192,7 @@ class DadaShape:
                                  f"polarisations, NPOL must be 2")
         if self.nbit not in ENCODINGS:
             raise RecordingError(f"{where}NBIT = {self.nbit}: this reader takes "
-                                 f"{sorted(ENCODINGS)} (4-bit DADA's nibble order is not "
-                                 f"settled)")
+                                 f"{sorted(ENCODINGS)}")
         if self.nchan < 1 or self.nants < 1:
             raise RecordingError(f"{where}NCHAN and NANTS must be positive")
         if self.order not in ORDERS and not (self.nchan == 1 and self.order in ("FTP", "FPT")):
@@ -205,8 +208,8 @@ class DadaShape:
                 raise RecordingError(f"{where}ANTS names {len(names)} antennas for NANTS = "
                                      f"{self.nants}")
             self.names = names
-        part = self.nbit // 8
-        self.spectrum_bytes = self.nants * self.nchan * 2 * 2 * part
+        sample = 2 * self.nbit // 8  # bytes of one complex sample
+        self.spectrum_bytes = self.nants * self.nchan * 2 * sample
         heap = FBFUSE_HEAP_SPECTRA if self.order == "TAFTP" else 1
         self.frame_bytes = self.spectrum_bytes * heap
 
@@ -214,12 +217,14 @@ class DadaShape:
         return (self.nbit, self.nchan, self.nants, self.order, self.names)
 
     def layout(self) -> SampleLayout:
-        enc = ENCODINGS[self.nbit]
+        enc: dict[str, str] = {"encoding": ENCODINGS[self.nbit]}
+        if self.nbit == 4:
+            enc["nibble_order"] = "re_low"  # dspsr's order (module docstring)
         if self.order == "TAFTP":
             return SampleLayout.from_axes(
                 [("ant", self.nants), ("freq", self.nchan),
-                 ("fine_time", FBFUSE_HEAP_SPECTRA), ("pol", 2)], encoding=enc)
+                 ("fine_time", FBFUSE_HEAP_SPECTRA), ("pol", 2)], **enc)
         pol_first = self.order in ("TPF", "FTP")  # (one channel: FTP is TP, FPT is PT)
         axes = [("pol", 2), ("freq", self.nchan)] if pol_first else [("freq", self.nchan),
                                                                    ("pol", 2)]
-        return SampleLayout.from_axes([("ant", 1), *axes], encoding=enc)
+        return SampleLayout.from_axes([("ant", 1), *axes], **enc)
