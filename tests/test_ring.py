@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from xengine_block.runtime.memory import populate
+from xengine_block.runtime.memory import HOST_POOL, HostPool, populate
 from xengine_block.runtime.ring import (
     EndOfDataStop,
     Ring,
@@ -463,3 +463,40 @@ def test_ring_memory_is_faulted_in_when_it_is_allocated():
     ring.resize(8 << 20, 24 << 20)
     resident, total = resident_pages(ring._buf)
     assert resident == total
+
+
+def test_host_pool_reuses_memory_only_when_no_view_is_left():
+    """A finished ring's memory serves the next ring of the size, faulted in already; never
+    while anything can still see it; the pool keeps at most its limit."""
+    pool = HostPool(limit=8 << 20)
+    a = pool.take(3 << 20)  # rounded up to whole huge pages: 4 MiB
+    assert a.nbytes == 4 << 20 and resident_pages(a)[0] == resident_pages(a)[1]
+    addr = a.ctypes.data
+    view = a[100:200]
+    del a
+    b = pool.take(3 << 20)
+    assert b.ctypes.data != addr and pool.reused == 0  # the view still holds the first
+    del view
+    c = pool.take(4 << 20)
+    assert c.ctypes.data == addr and pool.reused == 1
+    d = pool.take(8 << 20)
+    del b, c, d  # 4 + 4 + 8 MiB given back: the last does not fit under the limit
+    assert pool._bytes == 8 << 20
+    pool.release()
+    assert pool._bytes == 0
+
+
+def test_ring_memory_comes_back_when_its_pipeline_is_gone():
+    """Rings allocate from runtime.memory's pool: a second ring of the size gets the first's
+    memory once the first (and every view of it) is gone."""
+    import gc
+
+    ring = Ring()
+    ring.resize(8 << 20, 24 << 20)
+    addr = ring._buf.ctypes.data
+    before = HOST_POOL.reused
+    del ring
+    gc.collect()
+    again = Ring()
+    again.resize(8 << 20, 24 << 20)
+    assert HOST_POOL.reused == before + 1 and again._buf.ctypes.data == addr

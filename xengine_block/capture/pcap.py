@@ -63,7 +63,7 @@ def _is_spead(buf, start, end):  # pragma: no cover - compiled
     return end - off >= 8 and buf[off] == 0x53 and buf[off + 1] == 4
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # nogil: reprocessing walks beside its pipeline
 def walk(buf, big, frac_limit, snaplen, linktype):  # pragma: no cover - compiled
     """One pass over the records: the counters REC ... TRUNCATED."""
     size = buf.size
@@ -101,27 +101,33 @@ def walk(buf, big, frac_limit, snaplen, linktype):  # pragma: no cover - compile
     return res
 
 
-def open_pcap(path: str | os.PathLike) -> tuple[np.ndarray, mmap.mmap | None, tuple]:
-    """(the file's bytes, its mapping to close, (big-endian, fraction limit, snaplen,
-    linktype)); ValueError naming the file when it is not a pcap file."""
+def pcap_header(path: str | os.PathLike) -> tuple[bool, int, int, int]:
+    """(big-endian, fraction limit, snaplen, linktype) of the file's header; ValueError naming
+    the file when it is not a pcap file."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size < 24:
-            raise ValueError(f"{path}: {size} bytes, too short for a pcap file header")
+        head = f.read(24)
+    if size < 24:
+        raise ValueError(f"{path}: {size} bytes, too short for a pcap file header")
+    magic = head[:4]
+    if magic not in _MAGIC:
+        raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
+    big, frac_limit = _MAGIC[magic]
+    order = ">" if big else "<"
+    snaplen, linktype = (int(x) for x in np.frombuffer(head[16:24], f"{order}u4"))
+    return big, frac_limit, snaplen, linktype
+
+
+def open_pcap(path: str | os.PathLike) -> tuple[np.ndarray, mmap.mmap | None, tuple]:
+    """(the file's bytes, its mapping to close, :func:`pcap_header`); ValueError naming the
+    file when it is not a pcap file."""
+    header = pcap_header(path)
+    with open(path, "rb") as f:
         # MAP_POPULATE: the page tables filled in one call (faulting 4 KiB at a time
         # while walking cost as much as the walk on the development VM)
         mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                        prot=mmap.PROT_READ)
-    buf = np.frombuffer(mm, np.uint8)
-    magic = bytes(buf[:4])
-    if magic not in _MAGIC:
-        del buf
-        close(mm)
-        raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
-    big, frac_limit = _MAGIC[magic]
-    order = ">" if big else "<"
-    snaplen, linktype = (int(x) for x in np.frombuffer(buf[16:24], f"{order}u4"))
-    return buf, mm, (big, frac_limit, snaplen, linktype)
+    return np.frombuffer(mm, np.uint8), mm, header
 
 
 def close(mm: mmap.mmap) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .memory import populate
+from .memory import host_buffer
 
 #: Byte alignment of buffer sizes and of the first frame of every sequence.
 ALIGN = 64
@@ -244,8 +244,7 @@ class Ring:
             return
         nbyte = total + contiguous + ALIGN
         if self._allocator is None:
-            raw = np.empty(nbyte, np.uint8)
-            populate(raw)
+            raw = host_buffer(nbyte)
         else:
             raw = self._allocator(nbyte)
             if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size < nbyte:

@@ -29,6 +29,7 @@ and how many dumps have gaps.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import sys
@@ -105,6 +106,7 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     Raises with the file's name in the message for a missing/corrupt sidecar, an unreadable
     pcap, or a recording that yields no complete dump.
     """
+    from ..capture.pcap import pcap_header
     from ..capture.receive import CaptureBlock
     from ..capture.recording import read_metadata, scan_pcap
     from ..capture.sources import PcapSource
@@ -114,19 +116,24 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     if not task.input.exists():
         raise FileNotFoundError(f"{task.input}: no such recording")
     info = read_metadata(task.input)
-    scan = scan_pcap(task.input)
+    pcap_header(task.input)  # not a pcap file: said now, before anything runs
     npacket, ninteg = pcap_packets(options, info.geometry.npacket, info.sky["fs_hz"],
                                    info.geometry.nspectra_pkt)
     g = info.geometry.replace(npacket=npacket)
-    with Pipeline() as pipeline:
-        capture = CaptureBlock(PcapSource(str(task.input)), g, info.array, **info.sky,
-                               chan0=info.chan0)
-        chain = correlator_chain(capture, directory=task.partial.parent, backend=options.backend,
-                                 ninteg=ninteg, quicklook=False,
-                                 filename=task.partial.name, overwrite=True,
-                                 channels=list(options.channels) if options.channels else None,
-                                 geometry=g)
-        pipeline.run()
+    # The damage scan walks the file on its own thread (compiled, without the GIL) while the
+    # pipeline captures it: it was a serial tenth of the run.
+    with ThreadPoolExecutor(1, thread_name_prefix="pcap-scan") as scanner:
+        scanning = scanner.submit(scan_pcap, task.input)
+        with Pipeline() as pipeline:
+            capture = CaptureBlock(PcapSource(str(task.input)), g, info.array, **info.sky,
+                                   chan0=info.chan0)
+            chain = correlator_chain(capture, directory=task.partial.parent,
+                                     backend=options.backend, ninteg=ninteg, quicklook=False,
+                                     filename=task.partial.name, overwrite=True,
+                                     channels=(list(options.channels) if options.channels
+                                               else None), geometry=g)
+            pipeline.run()
+        scan = scanning.result()
     if pipeline.stop_signal is not None:  # Ctrl-C stops the whole run, not just this file
         raise KeyboardInterrupt(f"{task.input}: stopped by a signal")
     counters = capture.capture_counters()
@@ -220,7 +227,13 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
     if isinstance(task, RecordingTask):
         return reprocess_recording(task, options)
-    return reprocess_file(task, options)
+    try:
+        return reprocess_file(task, options)
+    finally:
+        # The finished pipeline's rings and blocks refer to each other (Bifrost's ring.owner):
+        # collected now, its ring memory goes back to runtime.memory's pool for the next file
+        # instead of the next file faulting in as much again (0.3-0.6 s per 300 MB here).
+        gc.collect()
 
 
 def integration_spectra(options: ReprocessOptions, fs_hz: float, span: int) -> int:
