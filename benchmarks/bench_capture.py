@@ -38,6 +38,7 @@ a shared machine; compare figures of one run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import threading
@@ -126,9 +127,11 @@ def capture_run(wire: Any, make_source: Callable[[], Any], nheap: int,
                              idle_timeout=1.0 if start else None)
     readers = drain(block.orings)
     marks: dict[str, Any] = {}
+    # The threads there are before the stream exists (taken here: the capture may build its
+    # stream before the watcher runs, and then spead2's threads would be missed)
+    before = _tids()
 
     def watch() -> None:  # baseline once the stream exists; keep it (its threads) alive
-        before = _tids()
         block.receiving.wait(60)
         while block._capture is None and not marks.get("done"):
             time.sleep(0.0005)
@@ -160,7 +163,10 @@ def capture_run(wire: Any, make_source: Callable[[], Any], nheap: int,
 
 def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: int) -> dict:
     capture_run(wire, make_source, nheap)  # warm-up: the callback's compiled code, memory
-    runs = [capture_run(wire, make_source, nheap) for _ in range(repeats)]
+    runs = []
+    for _ in range(repeats):
+        gc.collect()  # the last run's rings back in the memory pool, faulted in already
+        runs.append(capture_run(wire, make_source, nheap))
     for r in runs:
         if r["lost"]:
             raise RuntimeError(f"the capture lost {r['lost']} of {nheap} heaps")

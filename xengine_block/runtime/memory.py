@@ -92,8 +92,8 @@ class HostPool:
                 self._bytes -= size
                 self.reused += 1
         fresh = mm is None
-        if fresh:
-            mm = mmap.mmap(-1, size)
+        if fresh:  # private: a shared anonymous mapping is shmem (no huge pages, slower faults)
+            mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         owner = (ctypes.c_uint8 * size).from_buffer(mm)
         weakref.finalize(owner, self._give_back, mm).atexit = False
         arr = np.ctypeslib.as_array(owner)
