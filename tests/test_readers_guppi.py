@@ -9,7 +9,7 @@ import pytest
 
 from xengine_block.readers import detect_format
 from xengine_block.readers.guppi import GuppiRecording, header_bytes, parse_header, write_guppi
-from xengine_block.tools.reprocess import ReprocessOptions, reprocess
+from xengine_block.tools.reprocess import ReprocessOptions, plan_tasks, reprocess
 
 from .recordings import check_file, write_array
 
@@ -99,6 +99,37 @@ def test_channel_selection_and_sequence_across_files_local_and_dask(tmp_path, ar
         a = pyuvdata.UVData.from_file(r.task.output)
         b = pyuvdata.UVData.from_file(tmp_path / "local" / r.task.output.name)
         assert a == b
+
+
+def test_split_s_cuts_a_file_into_time_ranges_of_whole_integrations(tmp_path, array_file):
+    """--split-s: one file as tasks of whole integrations (here 2 of 40 spectra = 320 us per
+    task for 0.0003 s), each its own NAME.tNNNN.uvh5, exact, together the unsplit file's
+    dumps; local and on dask workers alike; the incomplete tail reported by the last range
+    only; pcap inputs are refused."""
+    x = samples(4)  # 192 spectra: windows at 0, 40, 80, 120 (the last 32 dropped)
+    path = write_guppi(tmp_path / "long.0000.raw", blocks(x), cards(),
+                       pktidx=[PKT0 + i * NTIME for i in range(4)])
+    arr_path, numbers = array_file
+    opts = ReprocessOptions(array=str(arr_path), integration_spectra=40, split_s=0.0003)
+    res = reprocess([path], tmp_path / "split", opts, progress=None)
+    assert all(r.ok for r in res), [r.error for r in res]
+    out = {r.task.output.name: r for r in res}
+    assert sorted(out) == ["long.0000.t0000.uvh5", "long.0000.t0001.uvh5"]
+    check_file(out["long.0000.t0000.uvh5"].task.output, x, [(0, 40), (40, 80)], numbers,
+               NAMES, freqs=freqs())
+    check_file(out["long.0000.t0001.uvh5"].task.output, x, [(80, 120), (120, 160)], numbers,
+               NAMES, freqs=freqs())
+    assert "dropped_spectra" not in out["long.0000.t0000.uvh5"].summary
+    assert out["long.0000.t0001.uvh5"].summary["dropped_spectra"] == 32
+    (whole,) = reprocess([path], tmp_path / "whole", ReprocessOptions(
+        array=str(arr_path), integration_spectra=40), progress=None)
+    a = pyuvdata.UVData.from_file(whole.task.output)
+    parts = [pyuvdata.UVData.from_file(out[n].task.output) for n in sorted(out)]
+    assert np.array_equal(a.data_array, np.concatenate([p.data_array for p in parts]))
+    dist = reprocess([path], tmp_path / "dask", opts, workers=2, progress=None)
+    assert sorted(r.task.output.name for r in dist if r.ok) == sorted(out)
+    with pytest.raises(ValueError, match="--split-s cuts recordings of the readers' formats"):
+        plan_tasks([tmp_path / "x.pcap"], tmp_path / "o", "pcap", opts)
 
 
 def test_header_parsing_variants():

@@ -79,6 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chan-bw", type=argtypes.number(), metavar="HZ",
                    help="channel width (negative: channels run high to low), where the "
                         "headers lack it (VDIF)")
+    p.add_argument("--split-s", type=argtypes.positive_number, metavar="SECONDS",
+                   help="cut each file into tasks of about SECONDS of whole integrations, one "
+                        "UVH5 each (NAME.tNNNN.uvh5), so that one long file is spread over "
+                        "several workers (GUPPI RAW, PSRDADA, VDIF, MWAX; default one task "
+                        "per file)")
     p.add_argument("--allow-damaged", action="store_true",
                    help="write damaged recordings (lost or mangled packets or blocks, garbage, "
                         "cut files, lying headers) and count them as done; their line still "
@@ -99,9 +104,9 @@ def run(a: argparse.Namespace) -> int:
                                format=a.format, array=a.array,
                                integration_spectra=a.integration_spectra,
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
-                               freq0_hz=a.freq0, chan_bw_hz=a.chan_bw)
+                               freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s)
     try:
-        plan_tasks(a.inputs, a.out, a.format)
+        plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:
         raise argtypes.UsageError("inputs", str(exc)) from None
     if a.scheduler and a.scheduler.split("://")[0] in ("tcp", a.scheduler):

@@ -34,7 +34,7 @@ import logging
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,9 @@ class ReprocessOptions:
     sample_rate_hz: float | None = None  # for formats whose headers lack them (VDIF)
     freq0_hz: float | None = None
     chan_bw_hz: float | None = None
+    #: Cut each file's integrations into tasks of about this many seconds of data, one output
+    #: each (``NAME.tNNNN.uvh5``): a long file over several workers. None: a task per file.
+    split_s: float | None = None
 
     @property
     def sky_overrides(self) -> dict[str, float]:
@@ -67,11 +70,14 @@ class ReprocessOptions:
 @dataclass(frozen=True)
 class RecordingTask(Task):
     """A task of a reader's recording: its files, the format, and which part it writes
-    (``part``: the integrations starting in ``files[part]``; None: all of them)."""
+    (``part``: the integrations starting in ``files[part]``; None: all of them; ``span``:
+    of those, the ones starting in spectra ``[span[0], span[1])``, a time range of
+    ``--split-s``)."""
 
     files: tuple[Path, ...] = ()
     format: str | None = None
     part: int | None = None
+    span: tuple[int, int] | None = None
 
 
 #: Capture counters that mean heaps of the recording were lost or mangled.
@@ -191,10 +197,13 @@ def pcap_packets(options: ReprocessOptions, recorded: int, fs_hz: float,
     return p, k // p
 
 
-def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto") -> list[Task]:
+def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto",
+               options: ReprocessOptions | None = None) -> list[Task]:
     """One task per pcap file, per file of a reader's multi-file recording (GUPPI, DADA
-    sequences; VDIF files) or per MWAX sub-observation; files of no known format become tasks
-    that fail with the reason. ValueError if two tasks would write one output."""
+    sequences; VDIF files) or per MWAX sub-observation, each cut into time ranges where
+    ``options.split_s`` says so (:func:`split_task`); files of no known format become tasks
+    that fail with the reason. ValueError if two tasks would write one output, or for
+    ``split_s`` with pcap files (their capture pipeline reads a file whole)."""
     from ..readers import detect_format, group_recordings, reader
 
     tasks: list[Task] = []
@@ -202,8 +211,12 @@ def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto") -> list[Task
     for path in inputs:
         f = fmt if fmt != "auto" else detect_format(path)
         by_format.setdefault(f, []).append(Path(path))
+    split = options is not None and options.split_s is not None
     for f, paths in by_format.items():
         if f == "pcap":
+            if split:
+                raise ValueError(f"{paths[0]}: --split-s cuts recordings of the readers' "
+                                 f"formats (GUPPI RAW, PSRDADA, VDIF, MWAX), not pcap files")
             tasks += [Task(p, outdir / (p.name.removesuffix(".pcap") + ".uvh5")) for p in paths]
         elif f is None:
             tasks += [RecordingTask(p, outdir / (p.name + ".uvh5"), (p,)) for p in paths]
@@ -213,14 +226,54 @@ def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto") -> list[Task
                 parts = range(len(files)) if cls.parts_by_file else [None]
                 for part in parts:
                     stem = cls.part_name(files, 0 if part is None else part)
-                    tasks.append(RecordingTask(files[part or 0], outdir / f"{stem}.uvh5",
-                                               tuple(files), f, part))
+                    task = RecordingTask(files[part or 0], outdir / f"{stem}.uvh5",
+                                         tuple(files), f, part)
+                    tasks += split_task(task, options) if split else [task]
     seen: set[Path] = set()
     for t in tasks:
         if t.output in seen:
             raise ValueError(f"two recordings map to the same output {t.output}")
         seen.add(t.output)
     return tasks
+
+
+def part_range(rec: Any, part: int | None) -> tuple[int, int]:
+    """Spectra ``[lo, hi)`` in which the integrations of ``part`` start (None: all)."""
+    if part is None:
+        return rec.start, rec.end
+    starts = rec.file_starts()
+    return starts[part], rec.end if part + 1 == len(rec.files) else starts[part + 1]
+
+
+def split_task(task: RecordingTask, options: ReprocessOptions) -> list[RecordingTask]:
+    """``task`` as tasks of ``options.split_s`` seconds of whole integrations each (rounded to
+    a whole number of them, at least one), named ``NAME.tNNNN.uvh5`` by range from the
+    recording's start; unchanged where that is one range, or where the recording cannot be
+    opened (the task then fails with the reason when it runs)."""
+    from ..readers import open_recording
+    from ..readers.correlate import windows
+
+    try:
+        rec = open_recording(task.files, task.format, **options.sky_overrides)
+    except (OSError, ValueError):
+        return [task]
+    try:
+        nspec = integration_spectra(options, rec.meta.fs_hz, rec.end - rec.start)
+        step = max(1, round(options.split_s * rec.meta.fs_hz / nspec)) * nspec
+        lo, hi = part_range(rec, task.part)
+        ranges = sorted({(w0 - rec.start) // step for w0, _ in windows(rec.start, rec.end,
+                                                                        nspec)[0]
+                         if lo <= w0 < hi})
+        if len(ranges) <= 1:
+            return [task]
+        stem = task.output.name.removesuffix(".uvh5")
+        # the last range runs to the part's end: it answers for the incomplete tail
+        return [replace(task, output=task.output.with_name(f"{stem}.t{j:04d}.uvh5"),
+                        span=(max(lo, rec.start + j * step),
+                              hi if j == ranges[-1] else rec.start + (j + 1) * step))
+                for j in ranges]
+    finally:
+        rec.close()
 
 
 def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
@@ -270,12 +323,11 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         meta = rec.meta
         nspec = integration_spectra(options, meta.fs_hz, rec.end - rec.start)
         wins, dropped = windows(rec.start, rec.end, nspec)
-        last = task.part is None or task.part + 1 == len(task.files)
-        if task.part is not None:  # the integrations that start in this file
-            starts = rec.file_starts()
-            lo = starts[task.part]
-            hi = rec.end if last else starts[task.part + 1]
-            wins = [w for w in wins if lo <= w[0] < hi]
+        lo, hi = part_range(rec, task.part)  # the integrations that start in this file
+        if task.span is not None:  # and in this time range of it
+            lo, hi = max(lo, task.span[0]), min(hi, task.span[1])
+        last = hi >= rec.end
+        wins = [w for w in wins if lo <= w[0] < hi]
         touched = {rec.files[r.file].name for r in rec.runs
                    if any(r.time_tag < w1 and w0 < r.end for w0, w1 in wins)}
         touched.add(task.input.name)
@@ -347,5 +399,6 @@ def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
     """Plan and run; returns the per-task results."""
     outdir.mkdir(parents=True, exist_ok=True)
     fn = functools.partial(run_task, options=options)
-    return run_tasks(plan_tasks(inputs, outdir, options.format), fn, scheduler=scheduler,
+    return run_tasks(plan_tasks(inputs, outdir, options.format, options), fn,
+                     scheduler=scheduler,
                      workers=workers, progress=progress)
