@@ -145,7 +145,8 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
     rec.close()
     in_ram.clear()  # the copies are not needed for the timed runs
 
-    t_ours = reprocess_seconds(files, fmt, toml, nspec, work, backend, repeat)
+    t_ours = reprocess_seconds(files, recording_options(fmt, toml, nspec, backend), work,
+                               repeat)
     msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
     return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
             "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
@@ -155,15 +156,21 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
             "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare}
 
 
-def reprocess_seconds(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
-                      backend: str, repeat: int) -> float:
-    """Best wall time of ``reprocess`` on ``files`` (after a warm-up run)."""
+def recording_options(fmt: str, toml: Path, nspec: int, backend: str) -> ReprocessOptions:
+    """What the runs on a reader's recording pass ``reprocess``: the format, the array,
+    integrations of ``nspec`` spectra."""
+    return ReprocessOptions(format=fmt, array=str(toml), integration_spectra=nspec,
+                            backend=backend)
+
+
+def reprocess_seconds(files: list[Path], options: ReprocessOptions, work: Path,
+                      repeat: int) -> float:
+    """Best wall time of ``reprocess`` of the recording ``files`` start (after a warm-up
+    run)."""
     def ours() -> None:
         out = work / "out"
         shutil.rmtree(out, ignore_errors=True)
-        (r,) = reprocess(files[:1], out, ReprocessOptions(format=fmt, array=str(toml),
-                                                          integration_spectra=nspec,
-                                                          backend=backend), progress=None)
+        (r,) = reprocess(files[:1], out, options, progress=None)
         if not r.ok:
             raise RuntimeError(r.error)
 
@@ -209,8 +216,9 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                 entry["speedup_vs_blri"][key] = None
                 entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
             else:
-                ours = reprocess_seconds(small, "guppi", toml, nspec, work, args.backend,
-                                         args.repeat)
+                ours = reprocess_seconds(
+                    small, recording_options("guppi", toml, nspec, args.backend), work,
+                    args.repeat)
                 run["blri_file"] = {"bytes": sum(f.stat().st_size for f in small),
                                     "seconds": ours, "blri_seconds": t}
                 entry["speedup_vs_blri"][key] = t / ours
@@ -253,15 +261,8 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
     finally:
         backend.close()
 
-    def ours() -> None:
-        out = work / "out"
-        shutil.rmtree(out, ignore_errors=True)
-        (r,) = reprocess([path], out, ReprocessOptions(backend=args.backend), progress=None)
-        if not r.ok:
-            raise RuntimeError(r.error)
-
-    ours()  # warm-up: imports, astropy's time tables, the backend's threads
-    t_ours, _ = best_time(ours, args.repeat)
+    t_ours = reprocess_seconds([path], ReprocessOptions(backend=args.backend), work,
+                               args.repeat)
     samples = ndump * npacket * g.nspectra_pkt * nchan
     run = {"S": s, "nchan": nchan, "P": npacket, "dumps": ndump, "bytes": path.stat().st_size,
            "backend": backend.name, "seconds": t_ours, "bare_seconds": t_bare,

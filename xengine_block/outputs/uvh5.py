@@ -213,7 +213,8 @@ def _append_rows(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
 
 
 class LstClock:
-    """Apparent LST at one site for a run of dump times, astropy asked once a minute.
+    """Apparent LST at one site for a run of dump times, astropy asked once per
+    :data:`LST_ANCHOR_S` of them.
 
     astropy's apparent sidereal time costs milliseconds of Python per call, at every dump on
     the writer's thread (and the last dump's on the reprocessing's critical path); between

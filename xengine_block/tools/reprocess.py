@@ -237,12 +237,22 @@ def plan_tasks(inputs: list[Path], outdir: Path, fmt: str = "auto",
     return tasks
 
 
-def part_range(rec: Any, part: int | None) -> tuple[int, int]:
-    """Spectra ``[lo, hi)`` in which the integrations of ``part`` start (None: all)."""
-    if part is None:
-        return rec.start, rec.end
-    starts = rec.file_starts()
-    return starts[part], rec.end if part + 1 == len(rec.files) else starts[part + 1]
+def task_windows(rec: Any, nspec: int, part: int | None = None,
+                 span: tuple[int, int] | None = None) -> tuple[list[tuple[int, int]], int, int,
+                                                             int]:
+    """The whole integrations of ``nspec`` spectra (from the recording's start) that start in
+    file ``part`` (None: any) and in ``span``; (their windows, the spectra ``[lo, hi)`` they
+    may start in, spectra of the recording's incomplete last integration)."""
+    from ..readers.correlate import windows
+
+    wins, dropped = windows(rec.start, rec.end, nspec)
+    lo, hi = rec.start, rec.end
+    if part is not None:
+        starts = rec.file_starts()
+        lo, hi = starts[part], rec.end if part + 1 == len(rec.files) else starts[part + 1]
+    if span is not None:
+        lo, hi = max(lo, span[0]), min(hi, span[1])
+    return [w for w in wins if lo <= w[0] < hi], lo, hi, dropped
 
 
 def split_task(task: RecordingTask, options: ReprocessOptions) -> list[RecordingTask]:
@@ -251,7 +261,6 @@ def split_task(task: RecordingTask, options: ReprocessOptions) -> list[Recording
     recording's start; unchanged where that is one range, or where the recording cannot be
     opened (the task then fails with the reason when it runs)."""
     from ..readers import open_recording
-    from ..readers.correlate import windows
 
     try:
         rec = open_recording(task.files, task.format, **options.sky_overrides)
@@ -260,10 +269,8 @@ def split_task(task: RecordingTask, options: ReprocessOptions) -> list[Recording
     try:
         nspec = integration_spectra(options, rec.meta.fs_hz, rec.end - rec.start)
         step = max(1, round(options.split_s * rec.meta.fs_hz / nspec)) * nspec
-        lo, hi = part_range(rec, task.part)
-        ranges = sorted({(w0 - rec.start) // step for w0, _ in windows(rec.start, rec.end,
-                                                                        nspec)[0]
-                         if lo <= w0 < hi})
+        wins, lo, hi, _ = task_windows(rec, nspec, task.part)
+        ranges = sorted({(w0 - rec.start) // step for w0, _ in wins})
         if len(ranges) <= 1:
             return [task]
         stem = task.output.name.removesuffix(".uvh5")
@@ -311,7 +318,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
     from ..outputs.uvh5 import UVH5Writer
     from ..readers import open_recording
     from ..readers.arrays import load_array, match_antennas
-    from ..readers.correlate import RecordingCorrelator, windows
+    from ..readers.correlate import RecordingCorrelator
 
     if task.format is None:
         raise ValueError(f"{task.input}: not a recording of a known format (pcap, GUPPI RAW, "
@@ -322,12 +329,9 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
     try:
         meta = rec.meta
         nspec = integration_spectra(options, meta.fs_hz, rec.end - rec.start)
-        wins, dropped = windows(rec.start, rec.end, nspec)
-        lo, hi = part_range(rec, task.part)  # the integrations that start in this file
-        if task.span is not None:  # and in this time range of it
-            lo, hi = max(lo, task.span[0]), min(hi, task.span[1])
+        # the integrations that start in this file, and in this time range of it
+        wins, _, hi, dropped = task_windows(rec, nspec, task.part, task.span)
         last = hi >= rec.end
-        wins = [w for w in wins if lo <= w[0] < hi]
         touched = {rec.files[r.file].name for r in rec.runs
                    if any(r.time_tag < w1 and w0 < r.end for w0, w1 in wins)}
         touched.add(task.input.name)
