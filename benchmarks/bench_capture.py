@@ -23,6 +23,9 @@ beforehand, so what is measured is the capture, not a sender. Per source (``sour
 ``machine_read_gbps`` the machine's streaming read bandwidth on as many cores measured in the
 same run (``tools.machine_limits``): ``fraction_of_read_bandwidth`` is how close the ingest is
 to the memory's limit (each payload byte is read once and written once into the ring).
+``copy_floor_us_per_heap`` is what one core takes just to copy the same packets, in one
+streaming pass, into faulted-in memory (libc's memcpy: non-temporal stores at this size, as
+spead2's copy into the ring): the part of ``receiver_us_per_heap`` no placement code can save.
 
 ``--format meerkat`` measures MeerKAT CBF F-engine heaps (``capture/meerkat.py``; by default
 nstream / 2 antennas x 16 channels x 256 spectra, 16 KiB heaps in two 8192-byte packets, sent
@@ -56,10 +59,12 @@ from xengine_block.capture.meerkat import (
     DEFAULT_SPECTRA_PER_HEAP,
     MeerkatFormat,
 )
+from xengine_block.capture.placement import CaptureLayout
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.sources import BufferSource, InprocSource, PcapSource, UdpSource
 from xengine_block.capture.spead import PcapWriter, frame_datagrams, udp_sender
 from xengine_block.geometry import Geometry
+from xengine_block.runtime.memory import host_buffer
 from xengine_block.runtime.pipeline import Pipeline
 from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
 from xengine_block.sim.meerkat import MeerkatFEngines
@@ -69,6 +74,8 @@ from xengine_block.tools.machine_limits import machine_read_gbps
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 #: The goal of issue 26 at 8640-byte heaps.
 GOAL_US_PER_HEAP = 1.5
+#: CaptureBlock keywords of every capture measured (``--frames-per-chunk``).
+CAPTURE_KW: dict[str, Any] = {}
 
 
 def thread_cpu_s(tid: int) -> float:
@@ -124,7 +131,7 @@ def capture_run(wire: Any, make_source: Callable[[], Any], nheap: int,
     me = threading.get_native_id()
     with Pipeline():
         block = CaptureBlock(make_source(), wire, default_array(wire.nstream // 2), **SKY,
-                             idle_timeout=1.0 if start else None)
+                             idle_timeout=1.0 if start else None, **CAPTURE_KW)
     readers = drain(block.orings)
     marks: dict[str, Any] = {}
     # The threads there are before the stream exists (taken here: the capture may build its
@@ -161,7 +168,21 @@ def capture_run(wire: Any, make_source: Callable[[], Any], nheap: int,
             "heaps": counters["heaps"], "lost": nheap - counters["heaps"]}
 
 
-def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: int) -> dict:
+def copy_floor_us(blob: bytes, nheap: int, repeats: int = 3) -> float:
+    """CPU microseconds per heap of one streaming copy of ``blob`` into faulted-in memory
+    (best of ``repeats``): the memory traffic a capture's receiver cannot avoid."""
+    src = np.frombuffer(blob, np.uint8)
+    dst = host_buffer(src.nbytes)[:src.nbytes]
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        np.copyto(dst, src)
+        best = min(best, time.thread_time() - t0)
+    return best / nheap * 1e6
+
+
+def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: int,
+                chunk_heaps: int) -> dict:
     capture_run(wire, make_source, nheap)  # warm-up: the callback's compiled code, memory
     runs = []
     for _ in range(repeats):
@@ -177,6 +198,8 @@ def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: 
             "median_cpu_us_per_heap": round(us[len(us) // 2], 3),
             "receiver_us_per_heap": round(mid["receiver_cpu_s"] / nheap * 1e6, 3),
             "consumer_us_per_heap": round(mid["consumer_cpu_s"] / nheap * 1e6, 3),
+            "consumer_us_per_chunk": round(mid["consumer_cpu_s"] / nheap * chunk_heaps
+                                           * 1e6, 1),
             "median_wall_s": round(wall[len(wall) // 2], 4)}
 
 
@@ -263,10 +286,12 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     pkts = [p for f in range(args.frames) for p in w.datagrams(f)]
     nheap = args.frames * w.heaps_per_frame
+    kframes = CaptureLayout(w.capture, **CAPTURE_KW).chunk_frames
+    chunk_heaps = kframes * w.heaps_per_frame  # the consumer's work is per chunk
     blob = b"".join(pkts)
     sources: dict[str, dict] = {}
     sources["buffer"] = source_cost(w.capture, lambda: BufferSource(blob), nheap,
-                                    args.repeats)
+                                    args.repeats, chunk_heaps)
 
     def inproc() -> InprocSource:
         q = spead2.InprocQueue()
@@ -275,7 +300,8 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
         q.stop()
         return InprocSource(q)
 
-    sources["inproc_queue"] = source_cost(w.capture, inproc, nheap, args.repeats)
+    sources["inproc_queue"] = source_cost(w.capture, inproc, nheap, args.repeats,
+                                          chunk_heaps)
     pcap = f"/tmp/bench_capture_{os.getpid()}.pcap"
     try:
         with PcapWriter(pcap) as writer:
@@ -285,17 +311,21 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
             while f.read(1 << 24):
                 pass
         sources["pcap"] = source_cost(w.capture, lambda: PcapSource(pcap), nheap,
-                                      args.repeats)
+                                      args.repeats, chunk_heaps)
     finally:
         os.unlink(pcap)
     buf = sources["buffer"]
+    floor = copy_floor_us(blob, nheap)
     input_gbps = nheap * w.heap_bytes / buf["median_wall_s"] / 1e9
     read_gbps, how = machine_read_gbps(2)
     med = buf["median_cpu_us_per_heap"]
     out: dict[str, Any] = {
         "heap_bytes": w.heap_bytes, "heaps_per_frame": w.heaps_per_frame,
+        "chunk_frames": kframes,
         "cpu_us_per_heap": med, "cpu_ns_per_sample": round(med * 1e3 / w.samples_per_heap, 4),
         "cpu_us_per_heap_goal": GOAL_US_PER_HEAP, "sources": sources,
+        "copy_floor_us_per_heap": round(floor, 3),
+        "receiver_over_copy_floor": round(buf["receiver_us_per_heap"] / floor, 2),
         "input_gbps": round(input_gbps, 2), "machine_read_gbps": round(read_gbps, 2),
         "machine_read_how": how,
         "fraction_of_read_bandwidth": round(input_gbps / read_gbps, 3)}
@@ -337,7 +367,10 @@ def main() -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[2, 4, 6, 8, 10, 12, 16, 24],
                     help="UDP send rates to try, Gb/s, ascending (stops after two lossy ones)")
     ap.add_argument("--no-udp", dest="udp", action="store_false")
+    ap.add_argument("--frames-per-chunk", type=int, default=0,
+                    help="frames per spead2 chunk (0: CaptureLayout's default)")
     args = ap.parse_args()
+    CAPTURE_KW["frames_per_chunk"] = args.frames_per_chunk
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8, sample_bits=args.bits)

@@ -63,6 +63,31 @@ def test_slots_between_sequences_belong_to_none():
     assert np.array_equal(got["b"], frames(5, 3))
 
 
+def test_slots_of_several_frames_and_a_sequence_ending_inside_one():
+    """Slots of 4 frames with gulps of 3 (the buffer a multiple of both); ``commit(2)`` ends
+    sequence a two frames into a slot: a reader waiting there sees the end, not the rest of the
+    slot, and sequence b begins at the next slot."""
+    ring = Ring()
+    with ring.begin_writing() as w:
+        slots = SlotWriter(w, FRAME, nslot=4, gulp_nframe=3, slot_nframe=4)
+        views = [slots.reserve() for _ in range(3)]
+        for i, v in enumerate(views):
+            v[...] = frames(4 * i, 4).reshape(-1)
+        with w.begin_sequence(header("a", 0), 3):
+            iseq = ring.open_earliest_sequence(guarantee=True)
+            slots.commit()
+            slots.commit(2)  # frames 4, 5 end a; 6, 7 are space
+        with w.begin_sequence(header("b", 100), 3):
+            slots.commit()  # frames 8-11
+        got = np.concatenate([s.data.copy() for s in iseq.read(3)])
+        iseq.close()
+    assert np.array_equal(got, frames(0, 6))
+    names = {q.name: np.concatenate([s.data.copy() for s in q.read(4)])
+             for q in ring.read(guarantee=False)}
+    assert np.array_equal(names["b"], frames(8, 4))
+    assert ring.total_bytes % (12 * FRAME) == 0  # neither gulps nor slots cross the end
+
+
 @contextmanager
 def slot_sequence(guarantee: bool) -> Iterator[tuple[Ring, SlotWriter, object]]:
     """A ring with frame slots, one sequence open and one reader of it."""

@@ -170,14 +170,18 @@ class _CaptureOutput:
         self._reserved.append(slot)
         return slot
 
-    def commit(self) -> None:
+    def commit(self, nframe: int | None = None) -> None:
         data, present = self._reserved.pop(0)
-        if self._stack is not None:  # a frame of the open sequence (else space between them)
-            for oseq, src in zip(self._oseqs, (data, self.layout.grid.mask(present)),
-                                 strict=True):
-                with oseq.reserve(1) as span:
-                    bytes_at(span._data_ptr, src.nbytes)[...] = src.reshape(-1).view(np.uint8)
-                    span.commit(1)
+        n = self.layout.chunk_frames if nframe is None else nframe
+        if self._stack is not None:  # frames of the open sequence (else space between them)
+            frames = data.reshape(self.layout.chunk_frames, -1)
+            masks = self.layout.grid.mask(present)
+            for i in range(n):  # frame by frame: the rings are sized for the block's gulp
+                for oseq, src in zip(self._oseqs, (frames[i], masks[i]), strict=True):
+                    with oseq.reserve(1) as span:
+                        bytes_at(span._data_ptr, src.nbytes)[...] = (
+                            src.reshape(-1).view(np.uint8))
+                        span.commit(1)
         self._pool.commit()
 
     def cancel(self) -> None:

@@ -1,9 +1,14 @@
 """The capture's placement callback and time policy: which heap goes where in which frame.
 
 spead2 receives in its own C++ thread and places every heap's payload straight into its frame
-(a spead2 *chunk*) through a numba ``cfunc`` placement callback built from the
-:class:`CaptureLayout`: heap index = ``stream * nchan_group + group``, offset = index *
-payload_bytes, so a chunk is exactly a ring frame ``[stream][chan][coarse][reim][fine]``.
+through a numba ``cfunc`` placement callback built from the :class:`CaptureLayout`: heap index
+in the frame = ``stream * nchan_group + group``, offset = index * payload_bytes, so a frame is
+exactly a ring frame ``[stream][chan][coarse][reim][fine]``. A spead2 *chunk* is
+``chunk_frames`` consecutive frames (K, 4 for the seed's geometry: the consumer's work is per
+chunk, so K frames share it), chunk id = frame id // K, heap index in the chunk = (frame id % K)
+* heaps per frame + the frame's index. Everything below is per frame, as if K were 1: K only
+decides how frames are grouped for delivery (sequence starts and the start-up lanes fall on
+chunk boundaries, so no chunk holds frames of two sequences).
 :mod:`.receive` delivers the chunks; this module decides, per heap, in spead2's thread.
 The wire format enters only through a :class:`HeapGrid` (sizes, steps, which ids are valid):
 MeerKAT's F-engine heaps (:mod:`.meerkat`, one heap per antenna per heap time, chunk
@@ -31,8 +36,8 @@ the time policy:
 - **Head.** The head is the newest frame with ``quorum`` distinct heaps, not the newest
   heap: heaps up to ``max_ahead`` frames beyond it are placed; heaps further ahead are
   ``out_of_window`` (dropped, never followed) and vote; heaps ``window`` frames or more behind
-  it are ``late``. spead2 keeps ``window + max_ahead`` chunks, so a heap aimed ahead can never
-  flush a frame still inside the reorder window.
+  it are ``late``. spead2 keeps chunks enough for any ``window + max_ahead`` frames in a row,
+  so a heap aimed ahead can never flush a frame still inside the reorder window.
 - **Resynchronisation.** The capture jumps (a new aligned sequence after the candidate's newest
   frame) only when the candidate holds ``resync_frames`` frames each with ``quorum`` distinct
   heaps *and* the current sequence has accepted fewer than ``quorum`` heaps since the candidate
@@ -42,10 +47,12 @@ the time policy:
 
 Slots: a heap whose first packet carries all of it (the format: one heap = one packet) claims
 its slot for good; a partial heap claims it only tentatively, so a later complete heap still
-wins (``displaced``); any further copy is a ``duplicate``. Chunk ids are frame + offset, the
-offset growing when a new sequence must start behind chunks already used (a start-up outlier
-in the future), so spead2's window always moves forward; sequences are recorded in a small
-history the consumer reads to turn chunk ids back into frames.
+wins (``displaced``); any further copy is a ``duplicate``. Frame ids are frame + offset (and
+chunk ids frame ids // K), the offset growing when a new sequence must start behind chunks
+already used (a start-up outlier in the future), so spead2's window always moves forward;
+sequences are recorded in a small history the consumer reads to turn chunk ids back into
+frames (the history and the start-up area below count frame ids; the callback's "chunk" is a
+frame id).
 
 Missing heaps are zero-filled when the frame is delivered (chunks are recycled, so this is what
 keeps stale or partial data out); the mask is the per-heap presence, ``[S]`` when a stream has
@@ -180,7 +187,8 @@ class _State(IntEnum):
     WINNER = 29  # lane holding the first sequence's first AHEAD frames (-1: undecided)
     PRE_FRAMES = 30  # frames start .. start + PRE_FRAMES - 1 are at chunk PRE_CHUNK0 + ...
     PRE_CHUNK0 = 31  # ... (the current sequence's lane; 0 frames for later sequences)
-    LANE_BASE = 32  # first frame of each lane (_MAX_LANES slots)
+    KFRAMES = 32  # frames per spead2 chunk (parameter: CaptureLayout.chunk_frames)
+    LANE_BASE = 33  # first frame of each lane (_MAX_LANES slots)
 
 
 class _Epoch(IntEnum):
@@ -198,6 +206,8 @@ _NHISTORY = 16
 _MAX_LANES = 4
 #: int64 scalars before the state's arrays (the _State slots, then the lanes' first frames).
 _NSCALAR = int(_State.LANE_BASE) + _MAX_LANES
+#: A spead2 chunk of several frames stays within this (CaptureLayout.chunk_frames).
+_CHUNK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -278,11 +288,12 @@ class HeapGrid:
         return (self.nstream,) if self.ngroup == 1 else (self.nstream, self.ngroup)
 
     def mask(self, present: np.ndarray) -> np.ndarray:
-        """spead2's per-heap presence -> the per-stream mask (a view where a heap is a stream)."""
-        m = present.reshape(self.nsource, self.ngroup)
+        """spead2's per-heap presence of whole frames -> their per-stream masks ``[frames,
+        *mask_shape]`` (a view where a heap is a stream)."""
+        m = present.reshape(-1, self.nsource, self.ngroup)
         if self.pols_per_source > 1:
-            m = np.repeat(m, self.pols_per_source, axis=0)
-        return m.reshape(self.mask_shape)
+            m = np.repeat(m, self.pols_per_source, axis=1)
+        return m.reshape(-1, *self.mask_shape)
 
 
 @dataclass(frozen=True)
@@ -298,11 +309,17 @@ class CaptureLayout:
     align : the first frame of a sequence is a multiple of ``align`` frames (0: P for ours,
         1 for MeerKAT's).
     max_ahead : heaps more than this many frames ahead of the head are out of window
-        (0: ``window // 2``, at least 1). spead2 keeps ``window + max_ahead`` frames.
+        (0: ``window // 2``, at least 1). spead2 keeps every ``window + max_ahead`` frames
+        in a row (:attr:`spead_chunks`).
     quorum : distinct heaps of one frame that confirm a start, move the head and count a
         candidate frame (0: a majority of the heaps of a frame). Lower it for arrays
         that run with fewer than half of their F-engines.
     resync_frames : candidate frames holding a quorum before the capture jumps (0: 2).
+    frames_per_chunk : frames per spead2 chunk, K (0: the most of 8, 4, 2, 1 that divides both
+        the alignment and max_ahead and keeps a chunk within 16 MiB). It must divide both.
+        The consumer's Python work is per chunk (a wakeup, two ring slots, spead2's chunk
+        calls: ~0.1 ms on the development VM), so K frames share it; the policy is per frame
+        whatever K is.
     """
 
     wire: Any
@@ -312,18 +329,25 @@ class CaptureLayout:
     max_ahead: int = 0
     quorum: int = 0
     resync_frames: int = 0
+    frames_per_chunk: int = 0
 
     def __post_init__(self) -> None:
         if self.chan0 < 0:
             raise ValueError(f"chan0 must be >= 0, got {self.chan0}")
         if self.window < 1:
             raise ValueError(f"window must be >= 1 frame, got {self.window}")
-        if min(self.align, self.max_ahead, self.quorum, self.resync_frames) < 0:
-            raise ValueError("align, max_ahead, quorum and resync_frames must be >= 0 "
-                             "(0: default)")
-        if self.quorum > self.chunk_heaps:
+        if min(self.align, self.max_ahead, self.quorum, self.resync_frames,
+               self.frames_per_chunk) < 0:
+            raise ValueError("align, max_ahead, quorum, resync_frames and frames_per_chunk "
+                             "must be >= 0 (0: default)")
+        if self.quorum > self.frame_heaps:
             raise ValueError(f"quorum ({self.quorum}) must be <= the heaps of a frame "
-                             f"({self.chunk_heaps})")
+                             f"({self.frame_heaps})")
+        k = self.frames_per_chunk
+        if k and (self.align_frames % k or self.max_ahead_frames % k):
+            raise ValueError(f"frames_per_chunk ({k}) must divide the alignment "
+                             f"({self.align_frames} frames) and max_ahead "
+                             f"({self.max_ahead_frames} frames)")
         if self.resync_after > self.nchunks:
             raise ValueError(f"resync_frames ({self.resync_frames}) must be <= window + "
                              f"max_ahead ({self.nchunks})")
@@ -345,13 +369,31 @@ class CaptureLayout:
         return self.grid.heap_bytes
 
     @property
-    def chunk_heaps(self) -> int:
+    def frame_heaps(self) -> int:
         """Heaps per frame: ``nsource * ngroup`` (ours: ``nstream * nchan_group``)."""
         return self.grid.nheap
 
     @property
-    def chunk_bytes(self) -> int:
+    def frame_bytes(self) -> int:
         return self.grid.nheap * self.grid.heap_bytes
+
+    @functools.cached_property
+    def chunk_frames(self) -> int:
+        """Frames per spead2 chunk (and per ring slot), K."""
+        if self.frames_per_chunk:
+            return self.frames_per_chunk
+        common = int(np.gcd(self.align_frames, self.max_ahead_frames))
+        return next(k for k in (8, 4, 2, 1)
+                    if common % k == 0 and (k == 1 or k * self.frame_bytes <= _CHUNK_BYTES))
+
+    @property
+    def chunk_heaps(self) -> int:
+        """Heaps per chunk: K frames of heaps, frame-major."""
+        return self.chunk_frames * self.frame_heaps
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk_frames * self.frame_bytes
 
     @property
     def timestamp_step(self) -> int:
@@ -377,8 +419,14 @@ class CaptureLayout:
 
     @property
     def nchunks(self) -> int:
-        """Frames under construction in spead2 (``max_chunks``)."""
+        """Frames the time policy keeps track of (``window + max_ahead``)."""
         return self.window + self.max_ahead_frames
+
+    @property
+    def spead_chunks(self) -> int:
+        """Chunks under construction in spead2 (``max_chunks``): every ``nchunks`` frames in a
+        row fit, so a heap aimed ahead never flushes a frame inside the reorder window."""
+        return int(spead_chunks(self.nchunks, self.chunk_frames))
 
     @property
     def lanes(self) -> int:
@@ -388,7 +436,7 @@ class CaptureLayout:
 
     @property
     def quorum_heaps(self) -> int:
-        return self.quorum or self.chunk_heaps // 2 + 1
+        return self.quorum or self.frame_heaps // 2 + 1
 
     @property
     def resync_after(self) -> int:
@@ -422,7 +470,8 @@ class CaptureLayout:
                   _State.HEAP_BYTES: grid.heap_bytes, _State.STEP: grid.timestamp_step,
                   _State.WINDOW: self.window, _State.ALIGN: self.align_frames,
                   _State.AHEAD: self.max_ahead_frames, _State.QUORUM: self.quorum_heaps,
-                  _State.RESYNC: self.resync_after, _State.LANES: self.lanes}
+                  _State.RESYNC: self.resync_after, _State.LANES: self.lanes,
+                  _State.KFRAMES: self.chunk_frames}
         for k, v in params.items():
             state[k] = v
         if start_timestamp is not None:
@@ -443,9 +492,10 @@ class CaptureLayout:
 
 
 def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int] | None:
-    """(sequence record number, frame) of a chunk spead2 delivered, or None when it holds no
-    frame of a sequence: spead2's back-fill, a start-up lane that lost, a provisional start a
-    quorum overruled (whatever such a chunk holds was placed there: ``start_rejected``).
+    """(sequence record number, frame) of the frame with id ``chunk_id`` (a spead2 chunk's
+    first frame is its chunk id times K), or None when it is no frame of a sequence: spead2's
+    back-fill, a start-up lane that lost, a provisional start a quorum overruled (whatever
+    such a chunk holds was placed there: ``start_rejected``).
 
     The callback records a sequence before it places anything in it and decides the start
     before spead2 can flush a lane (the start-up area fits in its window), so a delivered chunk
@@ -511,11 +561,19 @@ _I_WINNER = int(_State.WINNER)
 _I_PRE_FRAMES = int(_State.PRE_FRAMES)
 _I_PRE_CHUNK0 = int(_State.PRE_CHUNK0)
 _I_LANE_BASE = int(_State.LANE_BASE)
+_I_KFRAMES = int(_State.KFRAMES)
 _PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
 _HIST = _NSCALAR
 _NSTAT = len(_Stat)
 _STOP = spead2.CTRL_STREAM_STOP
 _PAYLOAD_ID = PAYLOAD.id
+
+
+@numba.njit(cache=True)
+def spead_chunks(nframes: int, kframes: int) -> int:
+    """spead2's window in chunks of ``kframes`` frames such that any ``nframes`` consecutive
+    frames (the policy's reorder window plus max_ahead) lie in it, wherever they start."""
+    return (nframes + kframes - 2) // kframes + 1
 
 
 @numba.njit(cache=True)
@@ -540,8 +598,10 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
             state[prev + 3] = _ABANDONED
         last = state[_I_MAXCHUNK]
         state[prev + 2] = last + 1  # its chunks end after the last one placed
-        if last >= 0 and start + offset < last + 1 + nchunks:
-            offset = last + 1 + nchunks - start  # past spead2's whole window
+        kf = state[_I_KFRAMES]
+        past = (last // kf + spead_chunks(nchunks, kf)) * kf + kf  # past spead2's whole window
+        if last >= 0 and start + offset < past:
+            offset = past - start  # (a chunk boundary: sequences never share a chunk)
         first_chunk = start + offset
         state[_I_PRE_FRAMES] = 0
     rec = _HIST + 4 * (n % _NHISTORY)
@@ -780,9 +840,10 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     stats[base + 12] += 1  # PLACED
     if chunk > state[_I_MAXCHUNK]:
         state[_I_MAXCHUNK] = chunk
-    data[0].chunk_id = chunk
-    data[0].heap_index = index
-    data[0].heap_offset = index * heap_bytes
+    kf = state[_I_KFRAMES]
+    data[0].chunk_id = chunk // kf
+    data[0].heap_index = (chunk % kf) * nheap + index
+    data[0].heap_offset = ((chunk % kf) * nheap + index) * heap_bytes
 
 
 @functools.cache

@@ -5,16 +5,17 @@ spead2 receives in its own C++ thread and places every heap's payload straight i
 policy: start, head, resynchronisation, slot claims, and the counters); packets come from the
 transports of :mod:`.sources`.
 
-Zero copy: a chunk's memory *is* its frame's slot in the output ring, and its presence array
-the mask ring's slot (:class:`CaptureSlots`; :class:`~xengine_block.runtime.ring.SlotWriter`
-on our rings, the same on Bifrost's). The capture reserves slots in ring order and gives them
-to spead2 as free chunks; spead2 takes free chunks in that order and allocates chunk ids in
-increasing order, and delivers them in that order, so the n-th chunk delivered is the n-th slot
-reserved: :meth:`Capture.deliveries` checks that, zero-fills the missing heaps in place and has
-each slot committed in order, either as the next frame of a sequence or as space between
-sequences (spead2's back-fill, start-up lanes that lost). Nothing is copied, except once at a
-start where a candidate lane won that was not the last one opened (its few frames move next to
-the frames that follow them). The Python work is per frame, none per heap.
+Zero copy: a chunk's memory *is* a slot of ``chunk_frames`` frames in the output ring, and its
+presence array the mask ring's slot (:class:`CaptureSlots`;
+:class:`~xengine_block.runtime.ring.SlotWriter` on our rings, the same on Bifrost's). The
+capture reserves slots in ring order and gives them to spead2 as free chunks; spead2 takes free
+chunks in that order and allocates chunk ids in increasing order, and delivers them in that
+order, so the n-th chunk delivered is the n-th slot reserved: :meth:`Capture.deliveries` checks
+that, zero-fills the missing heaps in place and has each slot committed in order, either as the
+next frames of a sequence or as space between sequences (spead2's back-fill, start-up lanes that
+lost). Nothing is copied, except once at a start where a candidate lane won that was not the
+last one opened (its few frames move next to the frames that follow them). The Python work is
+per chunk (K frames), none per heap.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from .meerkat import MeerkatFormat
 from .placement import (
     _CALLBACK_STATS,
     _ITEMS,
+    _NHISTORY,
+    _NSCALAR,
     _REJECTIONS,
     _STAT_PREFIX,
     COUNTERS,
@@ -55,6 +58,10 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- capture core
+#: A delivered chunk resolved: (chunk, sequence record, first frame, frames of it delivered).
+_Resolved = tuple[spead2.recv.Chunk, int, "int | None", int]
+
+
 class CapturedFrame(NamedTuple):
     """One delivered frame."""
 
@@ -69,12 +76,13 @@ class CaptureSlots(Protocol):
     """Where a capture's chunks live, slot by slot in order (zero copy into rings)."""
 
     def reserve(self) -> tuple[np.ndarray, np.ndarray]:
-        """The next slot: its frame bytes (uint8, ``chunk_bytes``) and presence (uint8,
-        ``chunk_heaps``; spead2 zeroes it when the chunk is handed over)."""
+        """The next slot: its frames' bytes (uint8, ``chunk_bytes``: ``chunk_frames`` frames)
+        and presence (uint8, ``chunk_heaps``; spead2 zeroes it when the chunk is handed over)."""
         ...
 
-    def commit(self) -> None:
-        """The oldest reserved slot is done (published, or space between sequences)."""
+    def commit(self, nframe: int | None = None) -> None:
+        """The oldest reserved slot is done (published, or space between sequences);
+        ``nframe``: only its first ``nframe`` frames are, it is the last (the data ended)."""
         ...
 
     def cancel(self) -> None:
@@ -101,7 +109,7 @@ class _PoolSlots:
         self._reserved.append(slot)
         return slot
 
-    def commit(self) -> None:
+    def commit(self, nframe: int | None = None) -> None:
         self._free.append(self._reserved.popleft())
 
     def cancel(self) -> None:
@@ -118,31 +126,32 @@ class RingSlots:
     def __init__(self, layout: CaptureLayout, frames: Any, mask: Any) -> None:
         self.grid = layout.grid
         self.frames, self.mask = frames, mask
-        self.expand = int(np.prod(layout.mask_shape)) != layout.chunk_heaps
+        self.expand = int(np.prod(layout.mask_shape)) != layout.frame_heaps
+        self.chunk_heaps = layout.chunk_heaps
         self._masks: deque[tuple[np.ndarray, np.ndarray]] = deque()
 
     @classmethod
     def for_rings(cls, layout: CaptureLayout, writers: list[Any], gulp_nframe: int,
                   slot_writer: Any = SlotWriter) -> RingSlots:
         """Slot writers (``slot_writer``: ours, or Bifrost's) on the two rings' writers."""
-        n = slot_count(layout)
-        return cls(layout, slot_writer(writers[0], layout.chunk_bytes, n, gulp_nframe),
-                   slot_writer(writers[1], int(np.prod(layout.mask_shape)), n, gulp_nframe))
+        n, k = slot_count(layout), layout.chunk_frames
+        return cls(layout, slot_writer(writers[0], layout.frame_bytes, n, gulp_nframe, k),
+                   slot_writer(writers[1], int(np.prod(layout.mask_shape)), n, gulp_nframe, k))
 
     def reserve(self) -> tuple[np.ndarray, np.ndarray]:
         data, mask = self.frames.reserve(), self.mask.reserve()
         if not self.expand:
             return data, mask
-        present = np.zeros(self.grid.nheap, np.uint8)
+        present = np.zeros(self.chunk_heaps, np.uint8)
         self._masks.append((present, mask))
         return data, present
 
-    def commit(self) -> None:
+    def commit(self, nframe: int | None = None) -> None:
         if self.expand:
             present, mask = self._masks.popleft()
             mask[...] = self.grid.mask(present).reshape(-1)
-        self.frames.commit()
-        self.mask.commit()
+        self.frames.commit(nframe)
+        self.mask.commit(nframe)
 
     def cancel(self) -> None:
         self._masks.clear()
@@ -153,10 +162,11 @@ class RingSlots:
 class Delivery(NamedTuple):
     """The oldest slot, now delivered: a frame (``frame_id`` its frame number) or nothing."""
 
-    frame_id: int | None  # None: space between sequences
-    new_sequence: bool  # first frame of a sequence
-    data: np.ndarray  # the slot's frame bytes (uint8)
-    present: np.ndarray  # its per-heap presence (uint8, 1 = arrived)
+    frame_id: int | None  # its first frame's number; None: space between sequences
+    new_sequence: bool  # its first frame begins a sequence
+    data: np.ndarray  # the slot's frames' bytes (uint8, chunk_frames frames)
+    present: np.ndarray  # their per-heap presence (uint8, 1 = arrived)
+    nframe: int  # frames of it delivered: chunk_frames, fewer in the last slot of the data
 
 
 class Capture:
@@ -195,7 +205,7 @@ class Capture:
         self.slots: CaptureSlots = slots if slots is not None else _PoolSlots(layout)
         self._off = layout.offsets
         self._state = layout.new_state(start_timestamp)
-        self._bitmap = np.zeros(layout.nchunks * layout.chunk_heaps, np.uint8)
+        self._bitmap = np.zeros(layout.nchunks * layout.frame_heaps, np.uint8)
         self._cand_bitmap = np.zeros_like(self._bitmap)
         self._state[_State.BITMAP] = self._bitmap.ctypes.data
         self._state[_State.CAND_BITMAP] = self._cand_bitmap.ctypes.data
@@ -205,15 +215,16 @@ class Capture:
         for name in _CALLBACK_STATS:
             config.add_stat(_STAT_PREFIX + name)
         chunk_config = spead2.recv.ChunkStreamConfig(
-            items=list(_ITEMS), max_chunks=layout.nchunks, place=layout.chunk_place(self._state))
-        self.nfree = layout.nchunks + spare_chunks  # free chunks spead2 is kept supplied with
+            items=list(_ITEMS), max_chunks=layout.spead_chunks,
+            place=layout.chunk_place(self._state))
+        self.nfree = layout.spead_chunks + spare_chunks  # free chunks spead2 is kept given
         nslot = slot_count(layout, spare_chunks)
         self.stream = spead2.recv.ChunkRingStream(
             spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nslot),
             spead2.recv.ChunkRingbuffer(nslot))
         self._pending: deque[spead2.recv.Chunk] = deque()  # handed to spead2, in slot order
-        self._fast: tuple[int, int, int, int] | None = None  # (record, chunk, offset, NEPOCH)
-        self._area_end = 1 << 62  # the start-up area's end (set once a chunk is delivered)
+        self._fast: tuple[int, int, int, int] | None = None  # (record, frame id, offset, NEPOCH)
+        self._area_end = 1 << 62  # the start-up area's end, a chunk id (set at the first one)
         self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
                                  0)
         self._stopped = False
@@ -301,31 +312,44 @@ class Capture:
                 continue
             select.select([ring.data_fd], [], [], poll)
 
-    def _resolve(self, chunk: spead2.recv.Chunk) -> tuple[spead2.recv.Chunk, int, int | None]:
-        """(chunk, sequence record, frame id); record -1 and frame None: nothing of a sequence
-        (spead2's back-fill, a lane that lost, a start a quorum overruled: what it holds was
-        placed there, so it counts as start_rejected)."""
+    def _resolve(self, chunk: spead2.recv.Chunk) -> _Resolved:
+        """(chunk, sequence record, first frame, frames of the sequence in it); record -1 and
+        frame None: nothing of a sequence (spead2's back-fill, a lane that lost, a start a
+        quorum overruled: what it holds was placed there, so it counts as start_rejected)."""
         cid, state = chunk.chunk_id, self._state
+        fid = cid * self.layout.chunk_frames  # its first frame (a sequence's are all in one)
         fast = self._fast  # the current sequence, until the callback records another
-        if fast is not None and cid >= fast[1] and state[_State.NEPOCH] == fast[3]:
-            return chunk, fast[0], cid - fast[2]
-        where = chunk_frame(state, cid)
+        if fast is not None and fid >= fast[1] and state[_State.NEPOCH] == fast[3]:
+            return chunk, fast[0], fid - fast[2], self._frames_in(fid, fast[0])
+        where = chunk_frame(state, fid)
         if where is None:
             self._py["start_rejected"] += int(np.count_nonzero(chunk.present))
-            return chunk, -1, None
+            return chunk, -1, None, 0
         number, frame = where
         if number == int(state[_State.NEPOCH]) - 1 and cid >= self._area_end:
-            self._fast = (number, cid, cid - frame, int(state[_State.NEPOCH]))
-        return chunk, number, frame
+            self._fast = (number, fid, fid - frame, int(state[_State.NEPOCH]))
+        return chunk, number, frame, self._frames_in(fid, number)
+
+    def _frames_in(self, fid: int, number: int) -> int:
+        """Frames of the chunk whose first frame is ``fid`` that belong to sequence ``number``:
+        all K but in the last chunk of a sequence (frames after its end were space when K was
+        1: they stay so) and of the data (frames no heap has reached; spead2 hands over a
+        chunk before the newest one placed only when a later chunk is in use)."""
+        state = self._state
+        limit = int(state[_State.MAXCHUNK]) + 1
+        end = int(state[_NSCALAR + 4 * (number % _NHISTORY) + 2])
+        if end >= 0:
+            limit = min(limit, end)
+        return min(self.layout.chunk_frames, limit - fid)
 
     def _area(self, held: list[spead2.recv.Chunk],
-              more: bool) -> list[tuple[spead2.recv.Chunk, int, int | None]]:
+              more: bool) -> list[_Resolved]:
         """The start-up area's chunks (ids 0, 1, ...) resolved, in order. When the winning lane
         is followed by other lanes and then by the frames after it (``more``), its frames move
         into the area's last slots, next to those frames (a ring sequence is one run of slots):
         the only copy, once, at a start where a lane other than the last opened won."""
         out = [self._resolve(c) for c in held]
-        frames = [i for i, (_, _, f) in enumerate(out) if f is not None]
+        frames = [i for i, r in enumerate(out) if r[2] is not None]
         last = len(held) - len(frames)
         if more and frames and frames[0] != last:
             if [c.chunk_id for c in held] != list(range(len(held))):
@@ -334,8 +358,8 @@ class Capture:
                 dst = held[last + k]
                 np.asarray(dst.data)[...] = np.asarray(held[i].data)
                 np.asarray(dst.present)[...] = np.asarray(held[i].present)
-            out = [(c, -1, None) for c in held[:last]] + [
-                (held[last + k], out[i][1], out[i][2]) for k, i in enumerate(frames)]
+            out = [(c, -1, None, 0) for c in held[:last]] + [
+                (held[last + k], *out[i][1:]) for k, i in enumerate(frames)]
         return out
 
     def deliveries(self) -> Iterator[Delivery]:
@@ -346,6 +370,7 @@ class Capture:
             raise RuntimeError("a Capture is delivered once")
         self._started = True
         lay = self.layout
+        k = lay.chunk_frames
         current = -1  # record number of the sequence last delivered
         area_end = -1  # chunk id after the start-up area (known once a first chunk arrives)
         held: list[spead2.recv.Chunk] = []
@@ -361,7 +386,8 @@ class Capture:
                     self._add_slot()  # spead2 keeps as many free chunks as before
                     if area_end < 0:  # final once anything is delivered (module docstring)
                         area_end = self._area_end = (int(self._state[_State.LANE_USED])
-                                                     * int(self._state[_State.AHEAD]))
+                                                     * int(self._state[_State.AHEAD])
+                                                     // lay.chunk_frames)
                     if chunk.chunk_id < area_end:
                         held.append(chunk)  # until the start-up area is complete
                         continue
@@ -369,10 +395,12 @@ class Capture:
                 held = []
                 if chunk is not None:
                     batch.append(self._resolve(chunk))
-                for c, number, frame_id in batch:
+                for c, number, frame_id, nframe in batch:
                     present = np.asarray(c.present)
                     data = np.asarray(c.data)
                     new_sequence = False
+                    if nframe <= 0:
+                        frame_id, nframe = None, k  # nothing of a sequence in it: space
                     if frame_id is not None:
                         new_sequence = number != current
                         if new_sequence and current >= 0:
@@ -382,12 +410,12 @@ class Capture:
                         if nheap < lay.chunk_heaps:  # zero missing heaps: no stale data
                             data.reshape(lay.chunk_heaps, lay.heap_bytes)[present == 0] = 0
                         self._py["heaps"] += nheap
-                        self._py["missing"] += lay.chunk_heaps - nheap
-                        self._py["frames"] += 1
+                        self._py["missing"] += nframe * lay.frame_heaps - nheap
+                        self._py["frames"] += nframe
                         self._py["sequences"] += new_sequence
-                    yield Delivery(frame_id, new_sequence, data, present)
+                    yield Delivery(frame_id, new_sequence, data, present, nframe)
                     self._pending.popleft()
-                    self.slots.commit()
+                    self.slots.commit(nframe if nframe < k else None)
                 if chunk is None:
                     return
         finally:
@@ -401,11 +429,14 @@ class Capture:
         for d in self.deliveries():
             if d.frame_id is None:
                 continue
-            frame = d.data.view(np.int8).reshape(lay.frame_shape)
-            mask = lay.grid.mask(d.present)
-            if self.copy:
-                frame, mask = frame.copy(), mask.copy()
-            yield CapturedFrame(d.frame_id * lay.frame_spectra, frame, mask, d.new_sequence)
+            frames = d.data.view(np.int8).reshape(-1, *lay.frame_shape)
+            masks = lay.grid.mask(d.present)
+            for i in range(d.nframe):
+                frame, mask = frames[i], masks[i]
+                if self.copy:
+                    frame, mask = frame.copy(), mask.copy()
+                yield CapturedFrame((d.frame_id + i) * lay.frame_spectra, frame, mask,
+                                    d.new_sequence and i == 0)
 
 
 def slot_pool(layout: CaptureLayout) -> CaptureSlots:
@@ -416,7 +447,8 @@ def slot_pool(layout: CaptureLayout) -> CaptureSlots:
 def slot_count(layout: CaptureLayout, spare: int = 4) -> int:
     """Slots a capture may hold reserved at once: spead2's window and ``spare`` free chunks,
     the start-up area (held until the start is decided) and the slot being delivered."""
-    return layout.nchunks + spare + layout.lanes * layout.max_ahead_frames + 1
+    return (layout.spead_chunks + spare
+            + layout.lanes * layout.max_ahead_frames // layout.chunk_frames + 1)
 
 
 def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) -> Capture:
@@ -516,7 +548,8 @@ class CaptureBlock(SourceBlock):
     wire, array : the wire format (our correlator Geometry, or a
         :class:`.meerkat.MeerkatFormat` for MeerKAT F-engine heaps) and the array description.
     sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (DESIGN.md 5).
-    chan0, window, align, max_ahead, quorum, resync_frames : see :class:`CaptureLayout`.
+    chan0, window, align, max_ahead, quorum, resync_frames, frames_per_chunk : see
+        :class:`CaptureLayout`.
     gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine
         integration; MeerKAT: one heap time); frames are committed one by one.
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
@@ -527,7 +560,8 @@ class CaptureBlock(SourceBlock):
                  array: ArrayDescription, *, sync_time: float, fs_hz: float, freq0_hz: float,
                  chan_bw_hz: float, chan0: int = 0, window: int = 8, align: int = 0,
                  max_ahead: int = 0, quorum: int = 0, resync_frames: int = 0,
-                 gulp_nframe: int | None = None, start_timestamp: int | None = None,
+                 frames_per_chunk: int = 0, gulp_nframe: int | None = None,
+                 start_timestamp: int | None = None,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  **kwargs: Any) -> None:
         self.sources = sources if isinstance(sources, list) else [sources]
@@ -536,7 +570,8 @@ class CaptureBlock(SourceBlock):
         self.orings = [self.create_ring(), self.create_ring()]
         self.layout = CaptureLayout(wire, chan0=chan0, window=window, align=align,
                                     max_ahead=max_ahead, quorum=quorum,
-                                    resync_frames=resync_frames)
+                                    resync_frames=resync_frames,
+                                    frames_per_chunk=frames_per_chunk)
         if array.nstream != self.layout.grid.nstream:
             raise ValueError(f"array has {array.nstream} streams, "
                              f"the capture's wire format {self.layout.grid.nstream}")
@@ -578,7 +613,7 @@ class CaptureBlock(SourceBlock):
 
     def capture_into(self, out: CaptureOutput, counters: BlockCounters) -> None:
         """Capture every source in turn into ``out`` (both runtimes' main)."""
-        frame_nbyte = self.layout.chunk_bytes + self.layout.chunk_heaps
+        frame_nbyte = self.layout.frame_bytes + int(np.prod(self.layout.mask_shape))
         for source in self.sources:
             if self.shutdown_event.is_set():
                 return
@@ -598,7 +633,7 @@ class CaptureBlock(SourceBlock):
                         t = d.frame_id * self.layout.frame_spectra
                         out.begin(capture_headers(self.layout, self.array, time_tag=t,
                                                   name=f"capture-{t}", **self.sky))
-                    counters.add(frames=1, bytes=frame_nbyte)
+                    counters.add(frames=d.nframe, bytes=d.nframe * frame_nbyte)
                     if self.shutdown_event.is_set():
                         cap.stop()
             finally:

@@ -333,7 +333,7 @@ class Ring:
             # Aligned start; the pad is taken by the first reserve, which checks for room. With
             # frame slots reserved the next one is the sequence's first frame (Bifrost begins
             # every sequence at the head).
-            begin = self._head if self._slots else _round_up(self._head, ALIGN)
+            begin = self._slots[0][0] if self._slots else _round_up(self._head, ALIGN)
             seq = _Sequence(name, time_tag, header_json, tensor, begin)
             if self._last is not None:
                 self._last.next = seq
@@ -397,10 +397,13 @@ class Ring:
             self._slots.append((begin, nbyte, self._generation, view))
             return view
 
-    def _commit_slot(self) -> None:
+    def _commit_slot(self, nbyte: int | None = None) -> None:
+        """Publish the oldest slot, or its first ``nbyte`` (the open sequence ends there: the
+        rest of the slot is space no sequence covers, the next slot begins the next one)."""
         with self._cond:
-            begin, nbyte, generation, view = self._slots.popleft()
-            self._publish(begin, nbyte, view, generation)
+            begin, full, generation, view = self._slots.popleft()
+            nbyte = full if nbyte is None else min(nbyte, full)
+            self._publish(begin, nbyte, view[:nbyte], generation)
             self._head = begin + nbyte
             self._cond.notify_all()
 
@@ -580,10 +583,12 @@ class SlotWriter:
     else (spead2's receiver places heaps straight into them), then committed in order: the
     frames are never copied. The capture's zero-copy delivery (``capture/receive.py``).
 
-    The ring is sized for ``nslot`` slots besides what its readers hold (and its buffer kept a
-    multiple of ``gulp_nframe`` frames, so that gulps never wrap); ``reserve()`` blocks while
-    guaranteed readers hold the room (backpressure, as ``reserve`` does), ``commit()``
-    publishes the oldest slot. A committed slot belongs to the open sequence; a sequence begun
+    A slot is ``slot_nframe`` frames (the capture's spead2 chunk). The ring is sized for
+    ``nslot`` slots besides what its readers hold (and its buffer kept a multiple of both
+    ``gulp_nframe`` frames and a slot, so that neither gulps nor slots wrap); ``reserve()``
+    blocks while guaranteed readers hold the room (backpressure, as ``reserve`` does),
+    ``commit()`` publishes the oldest slot (``commit(n)``: its first ``n`` frames only, the last
+    of the open sequence). A committed slot belongs to the open sequence; a sequence begun
     while slots are reserved starts at the next slot, so slots committed between sequences
     (``end()`` of one, before ``begin_sequence`` of the next) are space no sequence covers.
     ``cancel()`` gives back every slot not committed. Bifrost's rings work the same way (several
@@ -591,26 +596,29 @@ class SlotWriter:
     """
 
     def __init__(self, writer: RingWriter, frame_nbyte: int, nslot: int,
-                 gulp_nframe: int = 1) -> None:
+                 gulp_nframe: int = 1, slot_nframe: int = 1) -> None:
         ring = self.ring = writer.ring
-        self.frame_nbyte = frame_nbyte
+        self.frame_nbyte, self.slot_nframe = frame_nbyte, slot_nframe
+        self.slot_nbyte = slot_nframe * frame_nbyte
         gulp = gulp_nframe * frame_nbyte
+        granule = int(np.lcm(gulp, self.slot_nbyte))  # neither gulps nor slots wrap
         with ring._cond:
-            ring._granule = int(np.lcm(ring._granule, gulp))
+            ring._granule = int(np.lcm(ring._granule, granule))
             # The floor (see _grow): all the slots count as the writer's reservation.
-            ring._max_reserve = max(ring._max_reserve, nslot * frame_nbyte)
-        ring.resize(gulp, (nslot + 2 * gulp_nframe) * frame_nbyte)
-        with ring._cond:  # the first slot on a gulp boundary of the buffer: dead space before
+            ring._max_reserve = max(ring._max_reserve, nslot * self.slot_nbyte)
+        ring.resize(max(gulp, self.slot_nbyte), nslot * self.slot_nbyte + 2 * gulp)
+        with ring._cond:  # the first slot on a boundary of the buffer: dead space before
             if not ring._slots and (ring._last is None or ring._last.end is not None):
-                ring._head = ring._reserve_head = _round_up(ring._head, gulp)
+                ring._head = ring._reserve_head = _round_up(ring._head, granule)
 
     def reserve(self, nonblocking: bool = False) -> np.ndarray:
-        """The next slot: a writable uint8 view of ``frame_nbyte`` bytes."""
-        return self.ring._reserve_slot(self.frame_nbyte, nonblocking)
+        """The next slot: a writable uint8 view of ``slot_nframe`` frames."""
+        return self.ring._reserve_slot(self.slot_nbyte, nonblocking)
 
-    def commit(self) -> None:
-        """Publish the oldest reserved slot."""
-        self.ring._commit_slot()
+    def commit(self, nframe: int | None = None) -> None:
+        """Publish the oldest reserved slot; ``nframe`` fewer than its frames: only those, the
+        open sequence's last (end it before the next commit; the rest of the slot is space)."""
+        self.ring._commit_slot(None if nframe is None else nframe * self.frame_nbyte)
 
     @property
     def nreserved(self) -> int:

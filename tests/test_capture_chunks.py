@@ -1,0 +1,110 @@
+"""Frames grouped K to a spead2 chunk (``CaptureLayout.chunk_frames``): a capture delivers the
+same frames, masks, sequences and counters whatever K is, through hostile traffic (drops,
+duplicates, reordering, late heaps), a forged first heap, a resynchronisation that leaves the
+old sequence inside a chunk, and data that end inside a chunk; on its own memory and through
+CaptureBlock's rings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spead2
+
+from xengine_block.array import default_array
+from xengine_block.capture.placement import CaptureLayout
+from xengine_block.capture.receive import CaptureBlock, capture_frames
+from xengine_block.capture.sources import InprocSource
+from xengine_block.capture.spead import InprocDatagramSink, frame_datagrams
+from xengine_block.geometry import Geometry
+from xengine_block.runtime.pipeline import Pipeline
+
+from .test_capture import SKY, Collect, crafted
+
+#: Sequences aligned to 8 frames, window 8 -> max_ahead 4: K = 4 by default.
+G = Geometry(nstream=32, nchan=18, npacket=8)
+ARRAY = default_array(16)
+CHAN0 = 18
+NHEAP = G.npackets_per_frame
+STEP = G.nspectra_pkt
+
+
+def hostile_stream(seed: int) -> list[bytes]:
+    """13 frames from frame 0 (the last chunk of 4 holds one), then the F-engines jump to frame
+    1001 for 13 frames (a new sequence from 1008: six frames, the last chunk half full), with
+    a forged far-future first heap, 10 % of heaps dropped, some sent twice, neighbouring frames
+    interleaved, and heaps of frame 1 sent again long after (late)."""
+    rng = np.random.default_rng(seed)
+    out = [crafted(10 ** 6, STEP * 10 ** 9)]
+    late = []
+    for t, n in ((0, 13), (STEP * 1001, 13)):
+        frames = rng.integers(-128, 128, (n, *G.frame_shape), dtype=np.int8)
+        dg = frame_datagrams(frames, G, t, chan0=CHAN0, cnt0=1 + t)
+        kept = [d for d in dg if rng.random() > 0.1]
+        order = np.argsort([f + rng.random() * 1.5 for f, *_ in kept], kind="stable")
+        for i in order:
+            f, _, _, pkt = kept[i]
+            out.append(pkt)
+            if rng.random() < 0.05:
+                out.append(pkt)  # duplicate
+            if t == 0 and f == 1 and len(late) < 5:
+                late.append(pkt)
+        if t == 0:
+            out.extend(late)  # frame 1 when the head is at frame 12: late
+    return out
+
+
+def queue_of(datagrams: list[bytes]) -> spead2.InprocQueue:
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    for pkt in datagrams:
+        sink.send(pkt)
+    sink.close()
+    return queue
+
+
+def test_default_groups_the_seeds_frames_four_to_a_chunk():
+    lay = CaptureLayout(G, chan0=CHAN0)
+    assert (lay.chunk_frames, lay.chunk_heaps) == (4, 4 * NHEAP)
+    assert lay.spead_chunks == 4  # 12 frames in a row, wherever they start
+    assert CaptureLayout(G, frames_per_chunk=1).chunk_frames == 1
+    with pytest.raises(ValueError, match="frames_per_chunk .3. must divide"):
+        CaptureLayout(G, frames_per_chunk=3)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_frames_and_counters_do_not_depend_on_frames_per_chunk(seed):
+    dg = hostile_stream(seed)
+    runs = {}
+    for k in (1, 2, 0):
+        cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, frames_per_chunk=k)
+        runs[cap.layout.chunk_frames] = (list(cap), cap.counters())
+    assert sorted(runs) == [1, 2, 4]
+    frames1, counters1 = runs[1]
+    tags = [f.time_tag // STEP for f in frames1]
+    assert tags == list(range(13)) + list(range(1008, 1014))
+    assert counters1["late"] >= 5 and counters1["duplicate"] > 0 and counters1["missing"] > 0
+    for k in (2, 4):
+        frames, counters = runs[k]
+        assert counters == counters1, k
+        assert [(f.time_tag, f.new_sequence) for f in frames] == [
+            (f.time_tag, f.new_sequence) for f in frames1]
+        for a, b in zip(frames, frames1, strict=True):
+            assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
+
+
+def test_capture_block_rings_do_not_depend_on_frames_per_chunk():
+    dg = hostile_stream(3)
+    got = {}
+    for k in (1, 4):
+        with Pipeline() as p:
+            cap = CaptureBlock(InprocSource(queue_of(dg)), G, ARRAY, chan0=CHAN0,
+                               frames_per_chunk=k, **SKY)
+            out = Collect(cap)
+            p.run()
+        got[k] = ([h[0]["time_tag"] for h in out.headers], np.concatenate(out.frames),
+                  np.concatenate(out.masks), cap.capture_counters())
+    tags, frames, masks, counters = got[4]
+    assert tags == got[1][0] == [0, 1008 * STEP]
+    assert len(frames) == 13 + 6  # neither sequence padded to whole chunks
+    assert np.array_equal(frames, got[1][1]) and np.array_equal(masks, got[1][2])
+    assert counters == got[1][3]
