@@ -181,8 +181,7 @@ def copy_floor_us(blob: bytes, nheap: int, repeats: int = 3) -> float:
     return best / nheap * 1e6
 
 
-def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: int,
-                chunk_heaps: int) -> dict:
+def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: int) -> dict:
     capture_run(wire, make_source, nheap)  # warm-up: the callback's compiled code, memory
     runs = []
     for _ in range(repeats):
@@ -198,8 +197,8 @@ def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: 
             "median_cpu_us_per_heap": round(us[len(us) // 2], 3),
             "receiver_us_per_heap": round(mid["receiver_cpu_s"] / nheap * 1e6, 3),
             "consumer_us_per_heap": round(mid["consumer_cpu_s"] / nheap * 1e6, 3),
-            "consumer_us_per_chunk": round(mid["consumer_cpu_s"] / nheap * chunk_heaps
-                                           * 1e6, 1),
+            "consumer_us_per_chunk": round(mid["consumer_cpu_s"] / nheap * 1e6
+                                           * CaptureLayout(wire, **CAPTURE_KW).chunk_heaps, 1),
             "median_wall_s": round(wall[len(wall) // 2], 4)}
 
 
@@ -286,12 +285,10 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     pkts = [p for f in range(args.frames) for p in w.datagrams(f)]
     nheap = args.frames * w.heaps_per_frame
-    kframes = CaptureLayout(w.capture, **CAPTURE_KW).chunk_frames
-    chunk_heaps = kframes * w.heaps_per_frame  # the consumer's work is per chunk
     blob = b"".join(pkts)
     sources: dict[str, dict] = {}
     sources["buffer"] = source_cost(w.capture, lambda: BufferSource(blob), nheap,
-                                    args.repeats, chunk_heaps)
+                                    args.repeats)
 
     def inproc() -> InprocSource:
         q = spead2.InprocQueue()
@@ -300,8 +297,7 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
         q.stop()
         return InprocSource(q)
 
-    sources["inproc_queue"] = source_cost(w.capture, inproc, nheap, args.repeats,
-                                          chunk_heaps)
+    sources["inproc_queue"] = source_cost(w.capture, inproc, nheap, args.repeats)
     pcap = f"/tmp/bench_capture_{os.getpid()}.pcap"
     try:
         with PcapWriter(pcap) as writer:
@@ -311,7 +307,7 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
             while f.read(1 << 24):
                 pass
         sources["pcap"] = source_cost(w.capture, lambda: PcapSource(pcap), nheap,
-                                      args.repeats, chunk_heaps)
+                                      args.repeats)
     finally:
         os.unlink(pcap)
     buf = sources["buffer"]
@@ -321,7 +317,7 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
     med = buf["median_cpu_us_per_heap"]
     out: dict[str, Any] = {
         "heap_bytes": w.heap_bytes, "heaps_per_frame": w.heaps_per_frame,
-        "chunk_frames": kframes,
+        "chunk_frames": CaptureLayout(w.capture, **CAPTURE_KW).chunk_frames,
         "cpu_us_per_heap": med, "cpu_ns_per_sample": round(med * 1e3 / w.samples_per_heap, 4),
         "cpu_us_per_heap_goal": GOAL_US_PER_HEAP, "sources": sources,
         "copy_floor_us_per_heap": round(floor, 3),

@@ -491,35 +491,49 @@ class CaptureLayout:
                                       signature="void (void *, size_t, void *)")
 
 
-def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int] | None:
-    """(sequence record number, frame) of the frame with id ``chunk_id`` (a spead2 chunk's
-    first frame is its chunk id times K), or None when it is no frame of a sequence: spead2's
-    back-fill, a start-up lane that lost, a provisional start a quorum overruled (whatever
-    such a chunk holds was placed there: ``start_rejected``).
+def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int, int] | None:
+    """(sequence record number, first frame, frames of the sequence in it) of a chunk spead2
+    delivered, or None when it holds no frame of a sequence: spead2's back-fill, a start-up
+    lane that lost, a provisional start a quorum overruled (whatever such a chunk holds was
+    placed there: ``start_rejected``).
 
     The callback records a sequence before it places anything in it and decides the start
     before spead2 can flush a lane (the start-up area fits in its window), so a delivered chunk
     is always resolved as it will stay.
     """
+    fid = chunk_id * int(state[_State.KFRAMES])  # its first frame's id (all of one sequence)
     width = int(state[_State.AHEAD])
     h = _NSCALAR
-    if chunk_id < int(state[_State.LANE_USED]) * width:  # the start-up area
-        lane, status = chunk_id // width, int(state[h + 3])
+    if fid < int(state[_State.LANE_USED]) * width:  # the start-up area
+        lane, status = fid // width, int(state[h + 3])
         winner = int(state[_State.WINNER])
         if winner < 0 and status == _Epoch.PROVISIONAL:
             winner = 0  # undecided when the stream ended: the provisional start, as it is
         if status == _Epoch.ABANDONED or lane != winner:
             return None
-        return 0, int(state[_State.LANE_BASE + lane]) + chunk_id % width
+        frame = int(state[_State.LANE_BASE + lane]) + fid % width
+        return 0, frame, sequence_frames(state, 0, fid)
     n = int(state[_State.NEPOCH])
     for i in range(n - 1, max(-1, n - 1 - _NHISTORY), -1):
         r = h + 4 * (i % _NHISTORY)
         start_chunk, offset, end_chunk, status = (int(x) for x in state[r:r + 4])
-        if chunk_id >= start_chunk:
-            if (end_chunk >= 0 and chunk_id >= end_chunk) or status == _Epoch.ABANDONED:
+        if fid >= start_chunk:
+            if (end_chunk >= 0 and fid >= end_chunk) or status == _Epoch.ABANDONED:
                 return None
-            return i, chunk_id - offset
+            return i, fid - offset, sequence_frames(state, i, fid)
     return None
+
+
+def sequence_frames(state: np.ndarray, number: int, fid: int) -> int:
+    """Frames of the chunk whose first frame id is ``fid`` that sequence ``number`` delivers:
+    all K but in its last chunk (frames after its end were space when K was 1: they stay so)
+    and in the data's last (frames no heap has reached; spead2 hands over a chunk before the
+    newest one placed only when a later chunk is in use). 0 or less: none."""
+    limit = int(state[_State.MAXCHUNK]) + 1
+    end = int(state[_NSCALAR + 4 * (number % _NHISTORY) + 2])
+    if end >= 0:
+        limit = min(limit, end)
+    return min(int(state[_State.KFRAMES]), limit - fid)
 
 
 #: Items the callback reads (spead2 extracts their immediate values from the first packet).
@@ -841,9 +855,10 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     if chunk > state[_I_MAXCHUNK]:
         state[_I_MAXCHUNK] = chunk
     kf = state[_I_KFRAMES]
+    in_chunk = (chunk % kf) * nheap + index
     data[0].chunk_id = chunk // kf
-    data[0].heap_index = (chunk % kf) * nheap + index
-    data[0].heap_offset = ((chunk % kf) * nheap + index) * heap_bytes
+    data[0].heap_index = in_chunk
+    data[0].heap_offset = in_chunk * heap_bytes
 
 
 @functools.cache

@@ -43,14 +43,13 @@ from .meerkat import MeerkatFormat
 from .placement import (
     _CALLBACK_STATS,
     _ITEMS,
-    _NHISTORY,
-    _NSCALAR,
     _REJECTIONS,
     _STAT_PREFIX,
     COUNTERS,
     CaptureLayout,
     _State,
     chunk_frame,
+    sequence_frames,
 )
 from .sources import Source
 
@@ -82,7 +81,8 @@ class CaptureSlots(Protocol):
 
     def commit(self, nframe: int | None = None) -> None:
         """The oldest reserved slot is done (published, or space between sequences);
-        ``nframe``: only its first ``nframe`` frames are, it is the last (the data ended)."""
+        ``nframe``: only its first ``nframe`` frames are, the open sequence's last (it ends
+        before the next commit: a resynchronisation, or the end of the data)."""
         ...
 
     def cancel(self) -> None:
@@ -166,7 +166,7 @@ class Delivery(NamedTuple):
     new_sequence: bool  # its first frame begins a sequence
     data: np.ndarray  # the slot's frames' bytes (uint8, chunk_frames frames)
     present: np.ndarray  # their per-heap presence (uint8, 1 = arrived)
-    nframe: int  # frames of it delivered: chunk_frames, fewer in the last slot of the data
+    nframe: int  # frames of it delivered: chunk_frames, fewer in a sequence's last slot
 
 
 class Capture:
@@ -317,30 +317,18 @@ class Capture:
         frame None: nothing of a sequence (spead2's back-fill, a lane that lost, a start a
         quorum overruled: what it holds was placed there, so it counts as start_rejected)."""
         cid, state = chunk.chunk_id, self._state
-        fid = cid * self.layout.chunk_frames  # its first frame (a sequence's are all in one)
+        fid = cid * self.layout.chunk_frames  # its first frame's id
         fast = self._fast  # the current sequence, until the callback records another
         if fast is not None and fid >= fast[1] and state[_State.NEPOCH] == fast[3]:
-            return chunk, fast[0], fid - fast[2], self._frames_in(fid, fast[0])
-        where = chunk_frame(state, fid)
+            return chunk, fast[0], fid - fast[2], sequence_frames(state, fast[0], fid)
+        where = chunk_frame(state, cid)
         if where is None:
             self._py["start_rejected"] += int(np.count_nonzero(chunk.present))
             return chunk, -1, None, 0
-        number, frame = where
+        number, frame, nframe = where
         if number == int(state[_State.NEPOCH]) - 1 and cid >= self._area_end:
             self._fast = (number, fid, fid - frame, int(state[_State.NEPOCH]))
-        return chunk, number, frame, self._frames_in(fid, number)
-
-    def _frames_in(self, fid: int, number: int) -> int:
-        """Frames of the chunk whose first frame is ``fid`` that belong to sequence ``number``:
-        all K but in the last chunk of a sequence (frames after its end were space when K was
-        1: they stay so) and of the data (frames no heap has reached; spead2 hands over a
-        chunk before the newest one placed only when a later chunk is in use)."""
-        state = self._state
-        limit = int(state[_State.MAXCHUNK]) + 1
-        end = int(state[_NSCALAR + 4 * (number % _NHISTORY) + 2])
-        if end >= 0:
-            limit = min(limit, end)
-        return min(self.layout.chunk_frames, limit - fid)
+        return chunk, number, frame, nframe
 
     def _area(self, held: list[spead2.recv.Chunk],
               more: bool) -> list[_Resolved]:
@@ -386,8 +374,7 @@ class Capture:
                     self._add_slot()  # spead2 keeps as many free chunks as before
                     if area_end < 0:  # final once anything is delivered (module docstring)
                         area_end = self._area_end = (int(self._state[_State.LANE_USED])
-                                                     * int(self._state[_State.AHEAD])
-                                                     // lay.chunk_frames)
+                                                     * int(self._state[_State.AHEAD]) // k)
                     if chunk.chunk_id < area_end:
                         held.append(chunk)  # until the start-up area is complete
                         continue
@@ -551,7 +538,7 @@ class CaptureBlock(SourceBlock):
     chan0, window, align, max_ahead, quorum, resync_frames, frames_per_chunk : see
         :class:`CaptureLayout`.
     gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine
-        integration; MeerKAT: one heap time); frames are committed one by one.
+        integration; MeerKAT: one heap time); frames are committed a chunk at a time.
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
         heaps are counted, not followed, unless ``stop_on_end_heap``: single senders only).
     """
