@@ -27,6 +27,13 @@ to the memory's limit (each payload byte is read once and written once into the 
 streaming pass, into faulted-in memory (libc's memcpy: non-temporal stores at this size, as
 spead2's copy into the ring): the part of ``receiver_us_per_heap`` no placement code can save.
 
+``spead2_bare`` is the peer: the same packets through the least a spead2 chunk receiver does
+(katgpucbf's shape: the same stream settings, chunk size and non-temporal copy, placement by
+arithmetic with no checks, no time policy and no counters, a consumer handing each chunk
+straight back to spead2 instead of ring slots). Its CPU per heap is what any capture built on
+spead2 costs on this machine; ``ours_over_spead2_bare`` (and ``receiver_over_spead2_bare``)
+is what our time policy, counters, start-up handling and zero-copy rings add to it.
+
 ``--format meerkat`` measures MeerKAT CBF F-engine heaps (``capture/meerkat.py``; by default
 nstream / 2 antennas x 16 channels x 256 spectra, 16 KiB heaps in two 8192-byte packets, sent
 by ``sim/meerkat.py``) and our format in the same run, one after the other: ``formats`` holds
@@ -41,6 +48,7 @@ a shared machine; compare figures of one run.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -50,8 +58,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
+import scipy
 import spead2
+import spead2.recv
+from numba import types
+from spead2.numba import intp_to_voidptr
+from spead2.recv.numba import chunk_place_data
 
 from xengine_block.array import default_array
 from xengine_block.capture.meerkat import (
@@ -62,7 +76,14 @@ from xengine_block.capture.meerkat import (
 from xengine_block.capture.placement import CaptureLayout
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.sources import BufferSource, InprocSource, PcapSource, UdpSource
-from xengine_block.capture.spead import PcapWriter, frame_datagrams, udp_sender
+from xengine_block.capture.spead import (
+    FREQUENCY,
+    STREAM_ID,
+    TIMESTAMP,
+    PcapWriter,
+    frame_datagrams,
+    udp_sender,
+)
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.memory import host_buffer
 from xengine_block.runtime.pipeline import Pipeline
@@ -202,6 +223,69 @@ def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: 
             "median_wall_s": round(wall[len(wall) // 2], 4)}
 
 
+@numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
+                        types.CPointer(types.int64)), nopython=True)
+def _bare_place(data_ptr, data_size, user):  # pragma: no cover - runs in spead2's thread
+    """Place by arithmetic alone: no checks, no time policy, no counters (the peer's floor).
+    ``user``: timestamp step, first frame, heaps per source, channels per heap, heaps per
+    frame, frames per chunk, heap bytes."""
+    data = numba.carray(data_ptr, 1)
+    p = numba.carray(user, 7)
+    items = numba.carray(intp_to_voidptr(data[0].items), 3, dtype=np.int64)
+    frame = items[0] // p[0] - p[1]
+    if frame < 0:
+        return
+    index = (frame % p[5]) * p[4] + items[1] * p[2] + items[2] // p[3] % p[2]
+    data[0].chunk_id = frame // p[5]
+    data[0].heap_index = index
+    data[0].heap_offset = index * p[6]
+
+
+def bare_spead2_cost(wire: Any, blob: bytes, nheap: int, repeats: int) -> dict:
+    """The same packets through the least a spead2 chunk receiver can do, katgpucbf-style:
+    the same stream settings, chunks and copy (non-temporal) as ours, placement by arithmetic
+    (``_bare_place``), a consumer handing each chunk straight back. Its CPU per heap is what
+    any spead2-based capture costs on this machine; ours over it is what our time policy,
+    counters and rings add."""
+    lay = CaptureLayout(wire, **CAPTURE_KW)
+    grid, k = lay.grid, lay.chunk_frames
+    params = np.array([grid.timestamp_step, 8, grid.ngroup, grid.nchan_heap, lay.frame_heaps,
+                       k, lay.heap_bytes], np.int64)
+    place = scipy.LowLevelCallable(_bare_place.ctypes,
+                                   user_data=params.ctypes.data_as(ctypes.c_void_p),
+                                   signature="void (void *, size_t, void *)")
+    nchunk = lay.spead_chunks + 4
+    chunks = [(host_buffer(lay.chunk_bytes)[:lay.chunk_bytes], np.zeros(lay.chunk_heaps, np.uint8))
+              for _ in range(nchunk)]
+    runs = []
+    for _ in range(repeats + 1):  # the first: warm-up
+        before = _tids()
+        stream = spead2.recv.ChunkRingStream(
+            spead2.ThreadPool(1), lay.stream_config(memcpy=spead2.MEMCPY_NONTEMPORAL),
+            spead2.recv.ChunkStreamConfig(items=[TIMESTAMP.id, STREAM_ID.id, FREQUENCY.id],
+                                          max_chunks=lay.spead_chunks, place=place),
+            spead2.recv.ChunkRingbuffer(nchunk), spead2.recv.ChunkRingbuffer(nchunk))
+        rx = _tids() - before
+        for data, present in chunks:
+            stream.add_free_chunk(spead2.recv.Chunk(present=present, data=data))
+        me0, rx0 = time.thread_time(), sum(thread_cpu_s(t) for t in rx)
+        stream.add_buffer_reader(blob)
+        placed = 0
+        for chunk in stream.data_ringbuffer:
+            placed += int(np.count_nonzero(chunk.present))
+            stream.add_free_chunk(chunk)
+        consumer = time.thread_time() - me0
+        receiver = sum(thread_cpu_s(t) for t in rx) - rx0
+        stream.stop()
+        if placed != nheap:
+            raise RuntimeError(f"the bare spead2 receiver placed {placed} of {nheap} heaps")
+        runs.append((consumer + receiver, consumer, receiver))
+    mid = sorted(runs[1:])[len(runs[1:]) // 2]
+    return {"cpu_us_per_heap": round(mid[0] / nheap * 1e6, 3),
+            "receiver_us_per_heap": round(mid[2] / nheap * 1e6, 3),
+            "consumer_us_per_heap": round(mid[1] / nheap * 1e6, 3)}
+
+
 @dataclass
 class Wire:
     """One wire format under test: what the capture takes and how the sender makes heaps."""
@@ -311,6 +395,7 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         os.unlink(pcap)
     buf = sources["buffer"]
+    bare = bare_spead2_cost(w.capture, blob, nheap, args.repeats)
     floor = copy_floor_us(blob, nheap)
     input_gbps = nheap * w.heap_bytes / buf["median_wall_s"] / 1e9
     read_gbps, how = machine_read_gbps(2)
@@ -322,6 +407,9 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
         "cpu_us_per_heap_goal": GOAL_US_PER_HEAP, "sources": sources,
         "copy_floor_us_per_heap": round(floor, 3),
         "receiver_over_copy_floor": round(buf["receiver_us_per_heap"] / floor, 2),
+        "spead2_bare": bare, "ours_over_spead2_bare": round(med / bare["cpu_us_per_heap"], 2),
+        "receiver_over_spead2_bare": round(buf["receiver_us_per_heap"]
+                                           / bare["receiver_us_per_heap"], 2),
         "input_gbps": round(input_gbps, 2), "machine_read_gbps": round(read_gbps, 2),
         "machine_read_how": how,
         "fraction_of_read_bandwidth": round(input_gbps / read_gbps, 3)}
