@@ -28,15 +28,15 @@ NHEAP = G.npackets_per_frame
 STEP = G.nspectra_pkt
 
 
-def hostile_stream(seed: int) -> list[bytes]:
+def hostile_stream(seed: int, jump: int = 1001) -> list[bytes]:
     """13 frames from frame 0 (the last chunk of 4 holds one), then the F-engines jump to frame
-    1001 for 13 frames (a new sequence from 1008: six frames, the last chunk half full), with
-    a forged far-future first heap, 10 % of heaps dropped, some sent twice, neighbouring frames
-    interleaved, and heaps of frame 1 sent again long after (late)."""
+    ``jump`` for 13 frames (from 1001: a new sequence from 1008, six frames, the last chunk half
+    full), with a forged far-future first heap, 10 % of heaps dropped, some sent twice,
+    neighbouring frames interleaved, and heaps of frame 1 sent again long after (late)."""
     rng = np.random.default_rng(seed)
     out = [crafted(10 ** 6, STEP * 10 ** 9)]
     late = []
-    for t, n in ((0, 13), (STEP * 1001, 13)):
+    for t, n in ((0, 13), (STEP * jump, 13)):
         frames = rng.integers(-128, 128, (n, *G.frame_shape), dtype=np.int8)
         dg = frame_datagrams(frames, G, t, chan0=CHAN0, cnt0=1 + t)
         kept = [d for d in dg if rng.random() > 0.1]
@@ -108,3 +108,27 @@ def test_capture_block_rings_do_not_depend_on_frames_per_chunk():
     assert len(frames) == 13 + 6  # neither sequence padded to whole chunks
     assert np.array_equal(frames, got[1][1]) and np.array_equal(masks, got[1][2])
     assert counters == got[1][3]
+
+
+def test_unaligned_sequences_begin_chunks_whatever_k():
+    """With no alignment (align 1, as MeerKAT's heap times) a sequence may begin at any frame:
+    its first frame still begins a chunk (frame ids skip ahead), so K = 2 and 4 deliver what
+    K = 1 does, and the second sequence here begins off every chunk boundary of the first."""
+    dg = hostile_stream(4, jump=1002)
+    runs = {}
+    for k in (1, 2, 4):
+        cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, align=1,
+                             frames_per_chunk=k)
+        runs[k] = (list(cap), cap.counters())
+    frames1, counters1 = runs[1]
+    tags = [f.time_tag // STEP for f in frames1]
+    starts = [t for t, f in zip(tags, frames1, strict=True) if f.new_sequence]
+    assert starts[0] == 0 and len(starts) == 2 and starts[1] % 4, starts
+    assert tags == list(range(13)) + list(range(starts[1], 1015)), tags
+    for k in (2, 4):
+        frames, counters = runs[k]
+        assert counters == counters1, k
+        assert [(f.time_tag, f.new_sequence) for f in frames] == [
+            (f.time_tag, f.new_sequence) for f in frames1]
+        for a, b in zip(frames, frames1, strict=True):
+            assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)

@@ -8,7 +8,8 @@ exactly a ring frame ``[stream][chan][coarse][reim][fine]``. A spead2 *chunk* is
 chunk, so K frames share it), chunk id = frame id // K, heap index in the chunk = (frame id % K)
 * heaps per frame + the frame's index. Everything below is per frame, as if K were 1: K only
 decides how frames are grouped for delivery (sequence starts and the start-up lanes fall on
-chunk boundaries, so no chunk holds frames of two sequences).
+chunk boundaries, a sequence's frame ids skipping to the next chunk where its start is not a
+multiple of K, so no chunk holds frames of two sequences).
 :mod:`.receive` delivers the chunks; this module decides, per heap, in spead2's thread.
 The wire format enters only through a :class:`HeapGrid` (sizes, steps, which ids are valid):
 MeerKAT's F-engine heaps (:mod:`.meerkat`, one heap per antenna per heap time, chunk
@@ -315,8 +316,10 @@ class CaptureLayout:
         candidate frame (0: a majority of the heaps of a frame). Lower it for arrays
         that run with fewer than half of their F-engines.
     resync_frames : candidate frames holding a quorum before the capture jumps (0: 2).
-    frames_per_chunk : frames per spead2 chunk, K (0: the most of 8, 4, 2, 1 that divides both
-        the alignment and max_ahead and keeps a chunk within 16 MiB). It must divide both.
+    frames_per_chunk : frames per spead2 chunk, K (0: the most of 8, 4, 2, 1 that divides
+        max_ahead and keeps a chunk within 16 MiB). It must divide max_ahead (the start-up
+        area's lanes begin chunks); every sequence's first frame begins a chunk, whatever the
+        alignment (frame ids skip to the next chunk).
         The consumer's Python work is per chunk (a wakeup, two ring slots, spead2's chunk
         calls: ~0.1 ms on the development VM), so K frames share it; the policy is per frame
         whatever K is.
@@ -344,9 +347,8 @@ class CaptureLayout:
             raise ValueError(f"quorum ({self.quorum}) must be <= the heaps of a frame "
                              f"({self.frame_heaps})")
         k = self.frames_per_chunk
-        if k and (self.align_frames % k or self.max_ahead_frames % k):
-            raise ValueError(f"frames_per_chunk ({k}) must divide the alignment "
-                             f"({self.align_frames} frames) and max_ahead "
+        if k and self.max_ahead_frames % k:
+            raise ValueError(f"frames_per_chunk ({k}) must divide max_ahead "
                              f"({self.max_ahead_frames} frames)")
         if self.resync_after > self.nchunks:
             raise ValueError(f"resync_frames ({self.resync_frames}) must be <= window + "
@@ -382,9 +384,8 @@ class CaptureLayout:
         """Frames per spead2 chunk (and per ring slot), K."""
         if self.frames_per_chunk:
             return self.frames_per_chunk
-        common = int(np.gcd(self.align_frames, self.max_ahead_frames))
-        return next(k for k in (8, 4, 2, 1)
-                    if common % k == 0 and (k == 1 or k * self.frame_bytes <= _CHUNK_BYTES))
+        return next(k for k in (8, 4, 2, 1) if self.max_ahead_frames % k == 0
+                    and (k == 1 or k * self.frame_bytes <= _CHUNK_BYTES))
 
     @property
     def chunk_heaps(self) -> int:
@@ -616,6 +617,7 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
         past = (last // kf + spead_chunks(nchunks, kf)) * kf + kf  # past spead2's whole window
         if last >= 0 and start + offset < past:
             offset = past - start  # (a chunk boundary: sequences never share a chunk)
+        offset += (kf - (start + offset) % kf) % kf  # its first frame begins a chunk
         first_chunk = start + offset
         state[_I_PRE_FRAMES] = 0
     rec = _HIST + 4 * (n % _NHISTORY)
