@@ -449,6 +449,11 @@ class CaptureLayout:
         return self.grid.mask_shape
 
     @property
+    def mask_bytes(self) -> int:
+        """Bytes of one frame's mask (uint8 per stream and group: a ring frame of the mask)."""
+        return int(np.prod(self.mask_shape))
+
+    @property
     def offsets(self) -> _Offsets:
         return _Offsets(self.nchunks, self.grid.nsource)
 

@@ -126,7 +126,7 @@ class RingSlots:
     def __init__(self, layout: CaptureLayout, frames: Any, mask: Any) -> None:
         self.grid = layout.grid
         self.frames, self.mask = frames, mask
-        self.expand = int(np.prod(layout.mask_shape)) != layout.frame_heaps
+        self.expand = layout.mask_bytes != layout.frame_heaps
         self.chunk_heaps = layout.chunk_heaps
         self._masks: deque[tuple[np.ndarray, np.ndarray]] = deque()
 
@@ -136,7 +136,7 @@ class RingSlots:
         """Slot writers (``slot_writer``: ours, or Bifrost's) on the two rings' writers."""
         n, k = slot_count(layout), layout.chunk_frames
         return cls(layout, slot_writer(writers[0], layout.frame_bytes, n, gulp_nframe, k),
-                   slot_writer(writers[1], int(np.prod(layout.mask_shape)), n, gulp_nframe, k))
+                   slot_writer(writers[1], layout.mask_bytes, n, gulp_nframe, k))
 
     def reserve(self) -> tuple[np.ndarray, np.ndarray]:
         data, mask = self.frames.reserve(), self.mask.reserve()
@@ -600,7 +600,7 @@ class CaptureBlock(SourceBlock):
 
     def capture_into(self, out: CaptureOutput, counters: BlockCounters) -> None:
         """Capture every source in turn into ``out`` (both runtimes' main)."""
-        frame_nbyte = self.layout.frame_bytes + int(np.prod(self.layout.mask_shape))
+        frame_nbyte = self.layout.frame_bytes + self.layout.mask_bytes
         for source in self.sources:
             if self.shutdown_event.is_set():
                 return
