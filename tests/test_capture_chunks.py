@@ -62,6 +62,29 @@ def queue_of(datagrams: list[bytes]) -> spead2.InprocQueue:
     return queue
 
 
+def captures_by_k(dg: list[bytes], ks: tuple[int, ...], **kw) -> dict:
+    """(frames, counters) of a capture of ``dg`` per ``frames_per_chunk`` in ``ks``, keyed by
+    the K the layout chose."""
+    runs = {}
+    for k in ks:
+        cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, frames_per_chunk=k,
+                             **kw)
+        runs[cap.layout.chunk_frames] = (list(cap), cap.counters())
+    return runs
+
+
+def assert_same_as_one_frame_chunks(runs: dict) -> None:
+    """Every K's frames, masks, sequence starts and counters are K = 1's."""
+    frames1, counters1 = runs[1]
+    for k in sorted(runs):
+        frames, counters = runs[k]
+        assert counters == counters1, k
+        assert [(f.time_tag, f.new_sequence) for f in frames] == [
+            (f.time_tag, f.new_sequence) for f in frames1]
+        for a, b in zip(frames, frames1, strict=True):
+            assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
+
+
 def test_default_groups_the_seeds_frames_four_to_a_chunk():
     lay = CaptureLayout(G, chan0=CHAN0)
     assert (lay.chunk_frames, lay.chunk_heaps) == (4, 4 * NHEAP)
@@ -73,23 +96,13 @@ def test_default_groups_the_seeds_frames_four_to_a_chunk():
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_frames_and_counters_do_not_depend_on_frames_per_chunk(seed):
-    dg = hostile_stream(seed)
-    runs = {}
-    for k in (1, 2, 0):
-        cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, frames_per_chunk=k)
-        runs[cap.layout.chunk_frames] = (list(cap), cap.counters())
+    runs = captures_by_k(hostile_stream(seed), (1, 2, 0))
     assert sorted(runs) == [1, 2, 4]
     frames1, counters1 = runs[1]
     tags = [f.time_tag // STEP for f in frames1]
     assert tags == list(range(13)) + list(range(1008, 1014))
     assert counters1["late"] >= 5 and counters1["duplicate"] > 0 and counters1["missing"] > 0
-    for k in (2, 4):
-        frames, counters = runs[k]
-        assert counters == counters1, k
-        assert [(f.time_tag, f.new_sequence) for f in frames] == [
-            (f.time_tag, f.new_sequence) for f in frames1]
-        for a, b in zip(frames, frames1, strict=True):
-            assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
+    assert_same_as_one_frame_chunks(runs)
 
 
 def test_capture_block_rings_do_not_depend_on_frames_per_chunk():
@@ -114,21 +127,11 @@ def test_unaligned_sequences_begin_chunks_whatever_k():
     """With no alignment (align 1, as MeerKAT's heap times) a sequence may begin at any frame:
     its first frame still begins a chunk (frame ids skip ahead), so K = 2 and 4 deliver what
     K = 1 does, and the second sequence here begins off every chunk boundary of the first."""
-    dg = hostile_stream(4, jump=1002)
-    runs = {}
-    for k in (1, 2, 4):
-        cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, align=1,
-                             frames_per_chunk=k)
-        runs[k] = (list(cap), cap.counters())
-    frames1, counters1 = runs[1]
+    runs = captures_by_k(hostile_stream(4, jump=1002), (1, 2, 4), align=1)
+    assert sorted(runs) == [1, 2, 4]
+    frames1 = runs[1][0]
     tags = [f.time_tag // STEP for f in frames1]
     starts = [t for t, f in zip(tags, frames1, strict=True) if f.new_sequence]
     assert starts[0] == 0 and len(starts) == 2 and starts[1] % 4, starts
     assert tags == list(range(13)) + list(range(starts[1], 1015)), tags
-    for k in (2, 4):
-        frames, counters = runs[k]
-        assert counters == counters1, k
-        assert [(f.time_tag, f.new_sequence) for f in frames] == [
-            (f.time_tag, f.new_sequence) for f in frames1]
-        for a, b in zip(frames, frames1, strict=True):
-            assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
+    assert_same_as_one_frame_chunks(runs)
