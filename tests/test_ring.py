@@ -391,6 +391,24 @@ def test_spans_larger_than_the_ring_grow_it():
         assert ring.total_bytes >= 3 * 50 * FRAME
 
 
+def test_a_sized_ring_allocates_once_before_the_first_spans():
+    # The pipeline's order: the writer begins its sequence, the reader sizes the ring for its
+    # gulps, then data flow. One buffer, made at the reader's resize; the first reserve and
+    # acquire (whose floor is the writer's gulp plus two of the reader's) find it big enough,
+    # so no reallocation lands on the first gulp.
+    ring = Ring()
+    with ring.begin_writing() as w, w.begin_sequence(header(), 7) as oseq:
+        assert ring.total_bytes == 0  # deferred: its reader has not sized it yet
+        iseq = ring.open_earliest_sequence(guarantee=True)
+        iseq.resize(5, buffer_factor=1)  # asks for less than the floor: 7 + 2 * 5 frames
+        sized, generation = ring.total_bytes, ring._generation
+        assert sized >= 17 * FRAME and generation == 1
+        write(oseq, 0, 7)
+        with iseq.acquire(0, 5) as ispan:
+            assert np.array_equal(ispan.data, frames(0, 5))
+        assert (ring.total_bytes, ring._generation) == (sized, generation)
+
+
 def test_allocator_provides_the_memory_and_data_stay_exact_across_the_wrap():
     pools: list[np.ndarray] = []
 

@@ -168,6 +168,7 @@ class Ring:
         self._tail = 0  # start of data not yet (possibly) overwritten
         self._max_reserve = 0
         self._max_acquire = 0
+        self._want = (0, 0)  # (contiguous, total) bytes asked for by resizes so far
         self._guarantees: list[_Guarantee] = []
         self._live: deque[_Sequence] = deque()  # sequences still (partly) in the buffer
         self._last: _Sequence | None = None
@@ -230,16 +231,32 @@ class Ring:
         if nringlet != 1:
             raise ValueError("ringlets are not supported (nringlet must be 1)")
         with self._cond:
-            self._grow(contiguous_bytes, total_bytes or contiguous_bytes)
+            self._size(contiguous_bytes, total_bytes or contiguous_bytes)
+
+    def _size(self, contiguous: int, total: int, *, reserve: int = 0, acquire: int = 0,
+              defer: bool = False) -> None:
+        """Note the room asked for and the spans a writer (``reserve``) or reader
+        (``acquire``) will take, and grow to cover them all now, so that the first spans
+        find the ring at its final size (each growth is a fresh buffer faulted in: tens of
+        ms per 10 MB on a fresh VM, which would land on the first gulp). ``defer``: a ring
+        holding no memory yet allocates at its first span instead, so a writer's sequence
+        begun before its readers size the ring costs one allocation, not two."""
+        self._max_reserve = max(self._max_reserve, reserve)
+        self._max_acquire = max(self._max_acquire, acquire)
+        self._want = (max(self._want[0], contiguous), max(self._want[1], total))
+        if defer and not self._span:
+            return
+        self._grow(contiguous, total)
 
     def _grow(self, contiguous: int, total: int) -> None:
         # The floor keeps the writer and a guaranteed reader (or two inputs read in lockstep)
         # from waiting on each other: with span >= reserve + 2 * acquire the writer can always
         # commit what the slowest guaranteed reader waits for. (A sequence's alignment pad needs
         # no room of its own: no reader waits on the finished sequence before it.)
-        contiguous = _round_up(max(contiguous, self._ghost), ALIGN)
+        contiguous = _round_up(max(contiguous, self._ghost, self._want[0]), ALIGN)
         floor = self._max_reserve + 2 * self._max_acquire
-        total = _round_up(max(total, contiguous, floor, self._span), self._granule)
+        total = _round_up(max(total, contiguous, floor, self._span, self._want[1]),
+                          self._granule)
         if contiguous == self._ghost and total == self._span:
             return
         nbyte = total + contiguous + ALIGN
@@ -262,6 +279,19 @@ class Ring:
         self._clean = 0
         self._generation += 1
         self._cond.notify_all()
+
+    def release(self) -> None:
+        """Let go of the buffer once nobody reads or writes any more (the pipeline has run):
+        it goes back to :data:`~xengine_block.runtime.memory.HOST_POOL` when the last view
+        of it dies. What the ring held can no longer be read; a later span allocates anew."""
+        with self._cond:
+            if self._wspan is not None or self._slots:
+                raise RuntimeError(f"ring {self.name!r}: spans are still reserved")
+            self._buf = np.empty(0, np.uint8)
+            self._span = self._ghost = self._clean = 0
+            self._tail = self._reserve_head = self._head
+            self._live.clear()
+            self._generation += 1
 
     def _note_span(self, nbyte: int, *, write: bool) -> None:
         if write and nbyte > self._max_reserve:
@@ -664,7 +694,9 @@ class WriteSequence(SequenceBase):
         self._header = header
         tensor = Tensor.from_header(header)
         fnb = tensor.frame_nbyte
-        ring.resize(gulp_nframe * fnb, (buf_nframe or gulp_nframe) * fnb)
+        with ring._cond:  # readers size the ring before the first gulp (Block.begin_sequences)
+            ring._size(gulp_nframe * fnb, (buf_nframe or gulp_nframe) * fnb,
+                       reserve=gulp_nframe * fnb, defer=True)
         self._seq = ring._begin_sequence(header, tensor)
 
     @property
@@ -742,7 +774,9 @@ class ReadSequence(SequenceBase):
         if buf_nframe is None:
             buf_nframe = int(np.ceil(gulp_nframe * (3 if buffer_factor is None else buffer_factor)))
         fnb = self.tensor.frame_nbyte
-        self._ring.resize(gulp_nframe * fnb, buf_nframe * fnb)
+        ring = self._ring
+        with ring._cond:
+            ring._size(gulp_nframe * fnb, buf_nframe * fnb, acquire=gulp_nframe * fnb)
 
 
 class SpanBase:
