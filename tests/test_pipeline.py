@@ -496,3 +496,28 @@ def test_block_threads_carry_their_names_in_the_os_and_pass_them_on():
         Named(src, name="QuiteALongBlockName_7")
         run_checked(p)
     assert seen == {"block": "QuiteALongBlock", "child": "QuiteALongBlock"}  # 15 bytes
+
+
+def test_a_finished_pipeline_gives_its_ring_memory_to_the_next_without_a_collection():
+    # Blocks and rings refer to each other, so without the release at the end of run() their
+    # buffers would wait for a full garbage collection (disabled here) to reach the pool.
+    import gc
+
+    from xengine_block.runtime.memory import HOST_POOL
+
+    def once() -> None:
+        with Pipeline() as p:
+            src = CountingSource([("obs", 0, 40_000)], gulp_nframe=8192)  # ~2 MiB gulps
+            tri = Triple(src, gulp_nframe=8192)
+            sink = Collect(tri, gulp_nframe=8192)
+            run_checked(p)
+        assert np.array_equal(sink.data(0), 3 * frames(0, 40_000))
+
+    gc.disable()
+    try:
+        once()
+        before = HOST_POOL.reused
+        once()
+        assert HOST_POOL.reused - before == 2  # both rings' buffers, faulted in already
+    finally:
+        gc.enable()

@@ -60,6 +60,12 @@ class BlockLogic:
                       for p, s in zip(self._ipos, ispans, strict=True)]
         return commit
 
+    def _on_sequence_end(self, iseqs: list[Any]) -> Any:
+        # The last gulp's spans view the output ring: held past the sequence, they would keep
+        # its buffer from the memory pool once the pipeline has run (runtime.memory).
+        self._data_ospans = self._data_commit = None
+        return super()._on_sequence_end(iseqs)
+
     def _on_skip(self, islices: list[slice], ospans: list[Any]) -> Any:
         if ospans is self._data_ospans:
             # Overwritten while on_data ran: on_data checked that itself; keep its output.

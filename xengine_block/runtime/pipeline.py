@@ -131,6 +131,9 @@ class RunControl:
     def _stop_block(self, block: Any) -> None:
         block.shutdown()
 
+    def _after_run(self) -> None:
+        """Called at the end of ``run()`` once every block thread has ended."""
+
     def _release_waiters(self) -> None:
         """Wake whatever blocks wait on at start, once stopping."""
 
@@ -164,6 +167,8 @@ class RunControl:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             self.stop_monitor()
+            if not any(t.is_alive() for t in self.threads):
+                self._after_run()
         if self._errors:
             block, exc = self._errors[0]
             for other, e in self._errors[1:]:
@@ -295,6 +300,17 @@ class Pipeline(RunControl):
         block.shutdown()
         for ring in block.irings + block.orings:
             ring.interrupt()
+
+    def _after_run(self) -> None:
+        # The rings' memory back to the pool now (the blocks and rings refer to each other,
+        # so otherwise only a full garbage collection frees it, pipelines later): the next
+        # pipeline of the process takes it already faulted in. Views still held keep theirs.
+        for block in self.blocks:
+            for ring in block.orings:
+                try:
+                    ring.release()
+                except RuntimeError as exc:  # a span left reserved: keep the memory, not raise
+                    logger.warning("%s", exc)
 
     def _release_waiters(self) -> None:
         self._all_ready.set()
