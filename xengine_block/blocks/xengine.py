@@ -180,9 +180,9 @@ class XEngineLogic(BlockLogic):
                             "frames are copied", self.name)
                 self.backend.close()  # its BOs live on while the ring's memory uses them
             self.backend = self._make_backend(g)
-            if self._ring_holds_memory() and getattr(self.backend, "zero_copy", False):
-                log.info("%s: data ring already allocated before the backend existed; frames "
-                         "are copied into NPU buffers (give geometry= for zero copy)", self.name)
+            if getattr(self.backend, "zero_copy", False):  # its writer has sized the ring
+                log.info("%s: data ring sized before the backend existed; frames are copied "
+                         "into NPU buffers (give geometry= for zero copy)", self.name)
         self.geometry, self.layout, self.clock = g, layout, clock
         ngroup = self._mask_groups(iseqs, inp.source == "geometry")
         self.gulp_nframe = self._gulp_request or clock.frames_per_integration
