@@ -3,6 +3,7 @@ the Prometheus endpoint, start-up errors."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from xengine_block.capture.spead import frame_datagrams
 from xengine_block.geometry import Geometry
 from xengine_block.layout import frames_to_natural
 from xengine_block.reference import reference_full
-from xengine_block.service.config import KEYS, REQUIRED, ConfigError, load_config
+from xengine_block.service.config import KEYS, REQUIRED, ConfigError, add_flags, load_config
 
 from .conftest import random_frames
 from .service_helpers import BASE, Instance, env, merged, write_config
@@ -72,6 +73,9 @@ BAD = [  # (change to BASE, key the one-line error must name)
     ({"chan0": 9}, "chan0"),
     ({"correlator": {"threads": 0}}, "correlator.threads"),
     ({"correlator": {"threads": 1}}, "correlator.threads"),  # BASE runs backend cpu
+    ({"cpu": {"xengine": [10_000]}}, "cpu.xengine"),  # no such core
+    ({"cpu": {"capture": []}}, "cpu.capture"),
+    ({"cpu": {"output": "0-x"}}, "cpu.output"),
 ]
 
 
@@ -101,6 +105,33 @@ def test_flags_override_keys_and_defaults_fill_in(tmp_path):
     assert cfg.directory == tmp_path / "out"  # relative to the config file
     # a dump is 2 frames x 4 packets x 480 spectra / 40 kHz = 0.096 s
     assert cfg.dumps_per_file == round(0.5 / 0.096)
+
+
+def test_cpu_keys_pin_the_blocks(tmp_path):
+    """cpu.capture / cpu.xengine / cpu.output reach the blocks' ``core`` (a TOML array or a
+    CPU list flag); with the native backend and no correlator.threads, one worker per core."""
+    from xengine_block.runtime.affinity import usable_cores
+    from xengine_block.service.correlate import CorrelatorService
+
+    last = max(usable_cores())
+    cfg = load_config(write_config(tmp_path / "c.toml", merged(
+        BASE, cpu={"capture": last, "output": [last]})), {"xengine": (last,)})
+    assert (cfg.capture, cfg.xengine, cfg.output) == ((last,), (last,), (last,))
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    flag = parser.parse_args(["--xengine-cores", f"0-{last}"]).xengine
+    flags = load_config(write_config(tmp_path / "d.toml", BASE), {"xengine": flag})
+    assert flags.xengine == tuple(range(last + 1))
+    svc = CorrelatorService(cfg, stdout=io.StringIO())
+    try:
+        assert svc.capture.core == (last,) and svc.chain.xengine.core == (last,)
+        assert svc.chain.integrate.core == (last,) and svc.chain.writer.core == (last,)
+    finally:
+        svc.source.close()
+    if availability().get("native", (False,))[0]:
+        native = load_config(write_config(tmp_path / "e.toml", merged(
+            BASE, correlator={"backend": "native"}, cpu={"xengine": [last]})))
+        assert native.backend_choice == ("native", {"nthreads": 1})
 
 
 def test_sample_bits_and_nibble_order_reach_the_geometry(tmp_path):

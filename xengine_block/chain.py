@@ -12,6 +12,7 @@ from typing import Any
 from .blocks import IntegrateBlock, QuicklookBlock, SpeadOutputBlock, UVH5WriterBlock, XEngineBlock
 from .capture.placement import CaptureLayout
 from .geometry import Geometry, max_spectra_int32
+from .runtime.affinity import CoreSpec
 from .runtime.pipeline import Block
 
 #: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
@@ -49,6 +50,10 @@ def split_integration(integration_spectra: int, frame_spectra: int,
     return best * frame_spectra, nframe // best
 
 
+#: The chain's blocks, by the names :class:`Chain` gives them (``correlator_chain(cores=)``).
+CHAIN_BLOCKS = ("xengine", "integrate", "writer", "quicklook", "spead")
+
+
 @dataclass
 class Chain:
     xengine: XEngineBlock
@@ -82,7 +87,8 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                      geometry: Geometry | None = None, runtime_name: str = "ours",
                      backend_options: dict[str, Any] | None = None,
                      spead: str | None = None,
-                     spead_options: dict[str, Any] | None = None) -> Chain:
+                     spead_options: dict[str, Any] | None = None,
+                     cores: dict[str, CoreSpec] | None = None) -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
@@ -104,10 +110,19 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``runtime_name``: "ours" or "bifrost" (the current pipeline must be that runtime's).
     ``backend_options``: the backend's constructor keywords (e.g. ``{"nthreads": 1}`` for
     ``native``), with a backend name rather than ``auto``.
+    ``cores``: each block's ``core`` (:mod:`~xengine_block.runtime.affinity`), by its name in
+    :class:`Chain` (``xengine``, ``integrate``, ``writer``, ``quicklook``, ``spead``): e.g. the
+    X-engine on cores the capture, integrator and writer do not use.
     """
     if directory is None and spead is None:
         raise ValueError("the chain needs an output: a directory for UVH5 files or a SPEAD "
                          "destination")
+    cores = dict(cores or {})
+    unknown = sorted(set(cores) - set(CHAIN_BLOCKS))
+    if unknown:
+        raise ValueError(f"cores: no block {unknown[0]!r} in the chain (blocks: "
+                         f"{', '.join(CHAIN_BLOCKS)})")
+    pin = {role: {"core": core} for role, core in cores.items() if core is not None}
     rt = runtime(runtime_name)
     xspectra = None
     layout = getattr(capture, "layout", None)  # a capture block's: spectra per frame, bits
@@ -117,16 +132,21 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
-                        backend_options=backend_options)
-    integ = (rt.IntegrateBlock(x, ninteg=ninteg) if integration_spectra is None or xspectra
-             else rt.IntegrateBlock(x, integration_spectra=integration_spectra))
+                        backend_options=backend_options, **pin.get("xengine", {}))
+    integ = (rt.IntegrateBlock(x, ninteg=ninteg, **pin.get("integrate", {}))
+             if integration_spectra is None or xspectra
+             else rt.IntegrateBlock(x, integration_spectra=integration_spectra,
+                                    **pin.get("integrate", {})))
     writer = look = out = None
     if directory is not None:
         writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                                     dumps_per_file=dumps_per_file, overwrite=overwrite,
                                     new_name_if_exists=new_name_if_exists,
-                                    filename=filename, channels=channels)
-        look = rt.QuicklookBlock(integ.orings[0], directory=directory) if quicklook else None
+                                    filename=filename, channels=channels,
+                                    **pin.get("writer", {}))
+        look = (rt.QuicklookBlock(integ.orings[0], directory=directory,
+                                  **pin.get("quicklook", {})) if quicklook else None)
     if spead is not None:
-        out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}))
+        out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}),
+                                  **pin.get("spead", {}))
     return Chain(x, integ, writer, look, out)

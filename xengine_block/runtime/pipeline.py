@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from typing import Any, TextIO
 
+from .affinity import CoreSpec, parse_cores, pin_current_thread
 from .monitor import BlockCounters, Monitor
 from .ring import (
     EndOfDataStop,
@@ -338,7 +339,8 @@ class Block:
 
     def __init__(self, irings: Sequence[Block | Ring], name: str | None = None,
                  type_: str | None = None, *, gulp_nframe: int | None = None,
-                 buffer_nframe: int | None = None, buffer_factor: float | None = None) -> None:
+                 buffer_nframe: int | None = None, buffer_factor: float | None = None,
+                 core: CoreSpec = None) -> None:
         self.type = type_ or type(self).__name__
         with Block._counts_lock:
             count = Block._counts.get(self.type, 0)
@@ -347,6 +349,10 @@ class Block:
         self.gulp_nframe = gulp_nframe
         self.buffer_nframe = buffer_nframe
         self.buffer_factor = buffer_factor
+        #: Bifrost's ``core``: the cores this block's thread, and the threads it starts, run
+        #: on (:mod:`~xengine_block.runtime.affinity`); None: wherever the OS puts them.
+        self.core = core
+        self._cores = parse_cores(core, f"{self.name}: core")
         self.irings: list[Ring] = [get_ring(r) for r in irings]
         self.orings: list[Ring] = []
         self.shutdown_event = threading.Event()
@@ -373,7 +379,9 @@ class Block:
         return len(self.orings)
 
     def run(self) -> None:
-        """Thread body: own the output rings (ending them ends the data downstream), run main."""
+        """Thread body: own the output rings (ending them ends the data downstream), run main
+        (on the block's cores, if it was given some)."""
+        pin_current_thread(self._cores)
         with ExitStack() as stack:
             writers = [stack.enter_context(r.begin_writing()) for r in self.orings]
             self.main(writers)

@@ -22,6 +22,7 @@ from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
 from ..capture.meerkat import CAPTURE_FORMATS, DEFAULT_SPECTRA_PER_HEAP, FormatError, MeerkatFormat
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
+from ..runtime.affinity import cores_from_text, parse_cores
 from ..tools.argtypes import directory_problem, sample_bits
 
 
@@ -137,6 +138,17 @@ class UdpEndpoint:
         return f"udp://{self.address}:{self.port}"
 
 
+def cpu_list(value: Any) -> tuple[int, ...]:
+    """Cores: a TOML integer or array of them, or a CPU list on the command line (``0-3,6``),
+    each a core this process may run on."""
+    try:
+        if isinstance(value, str):
+            value = cores_from_text(value)
+        return tuple(sorted(parse_cores(value, "cores")))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("cores: ")) from None
+
+
 def udp_endpoint(value: Any) -> UdpEndpoint:
     """``udp://ADDRESS:PORT`` (port 0: any free port, for tests)."""
     s = text(value)
@@ -215,6 +227,15 @@ KEYS: tuple[Key, ...] = (
     Key("correlator", "threads", int_at_least(1), None,
         "native backend's worker threads (default: one per core; one fewer gives the capture "
         "and the writer a core of their own)"),
+    Key("cpu", "capture", cpu_list, None,
+        "cores of the capture (its thread and spead2's receiver thread); default: any",
+        "capture-cores"),
+    Key("cpu", "xengine", cpu_list, None,
+        "cores of the X-engine (the native backend's threads: one per core unless "
+        "correlator.threads says otherwise); default: any", "xengine-cores"),
+    Key("cpu", "output", cpu_list, None,
+        "cores of the blocks after the X-engine (integration, UVH5 writer, quick-look, SPEAD "
+        "output); default: any", "output-cores"),
     Key("output", "directory", path, None,
         "UVH5 output directory (created if missing); directory or spead, or both"),
     Key("output", "spead", udp_endpoint, None,
@@ -411,6 +432,8 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | 
     if v["threads"] is not None and backend != "native":
         raise ConfigError("correlator.threads", f"applies to the native backend; this "
                                                 f"configuration runs {backend!r}")
+    if v["xengine"] is not None and v["threads"] is None and backend == "native":
+        v["threads"] = len(v["xengine"])  # one worker per core it is given
     if v["dumps_per_file"] is not None and v["seconds_per_file"] is not None:
         raise ConfigError("output.seconds_per_file", "give dumps_per_file or seconds_per_file, "
                                                      "not both")

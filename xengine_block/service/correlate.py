@@ -83,7 +83,8 @@ class CorrelatorService:
             # MeerKAT: sequences start on a dump boundary, so the first dump is whole.
             align = cfg.dump_spectra // cfg.wire.spectra_per_heap if meerkat else 0
             self.capture = CaptureBlock(self.source, cfg.wire, cfg.array, **cfg.sky,
-                                        chan0=v["chan0"], window=v["window"], align=align)
+                                        chan0=v["chan0"], window=v["window"], align=align,
+                                        core=v["capture"])
             backend, options = cfg.backend_choice
             spead = None if v["spead"] is None else str(v["spead"])
             self.chain: Chain = correlator_chain(
@@ -96,7 +97,9 @@ class CorrelatorService:
                 spead_options={"samples_between_spectra": cfg.samples_between_spectra,
                                "total_channels": cfg.total_channels,
                                "rate_factor": v["spead_rate_factor"],
-                               "interface": v["interface"]})
+                               "interface": v["interface"]},
+                cores={"xengine": v["xengine"], **dict.fromkeys(
+                    ("integrate", "writer", "quicklook", "spead"), v["output"])})
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
         self.metrics: MetricsServer | None = None
         if v["metrics_port"] is not None:
