@@ -24,8 +24,8 @@ that ring fills). ``input_gbps``: the payload bytes per second the chain sustain
 ``machine_read_gbps`` (the streaming read bandwidth of all cores, measured in the same run):
 ``fraction_of_read_bandwidth`` says how close the ingest came to the memory's limit.
 ``inproc_dedicated`` (native backend, more than one core): in-process again with the X-engine
-on all cores but one and the bare backend measured on as many, so that capture, integrator and
-writer have a core to themselves (``--no-dedicated`` skips it).
+pinned to all cores but one and the bare backend pinned to the same cores, so that capture,
+integrator and writer have a core to themselves (blocks' ``core=``; ``--no-dedicated`` skips it).
 UDP starts at the payload rate that carries the lower of the bare backend and the in-process
 chain, and steps down by 0.7x until nothing is lost; the capture alone is run at the first
 rate (paced: its rate there is the feed rate, its loss says whether it keeps up).
@@ -50,6 +50,7 @@ from xengine_block.capture.sources import BufferSource, UdpSource
 from xengine_block.capture.spead import FrameSender, repeated_frame_datagrams, udp_sender
 from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry
+from xengine_block.runtime.affinity import format_cores, pinned, usable_cores
 from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
 from xengine_block.tools.machine_limits import machine_read_gbps
 
@@ -210,9 +211,12 @@ def capture_only(g: Geometry, kind: str, nframe: int, rate_gbps: float, batch: i
 
 
 def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: float,
-              batch: int, options: dict | None = None) -> dict:
+              batch: int, options: dict | None = None, cores: dict | None = None) -> dict:
     """Packets -> capture -> X-engine -> integrate -> UVH5 (no quick-look), timed between
-    the first and the last dump written."""
+    the first and the last dump written. ``cores``: each block's ``core`` (``capture`` and
+    the chain's names)."""
+    cores = dict(cores or {})
+    capture_core = cores.pop("capture", None)
     source, replay = _transport(kind, g, nframe, rate_gbps, batch)
     prefill = kind == "inproc"  # every packet there before the chain starts: its own pace
     ndump = nframe // g.npacket
@@ -220,9 +224,10 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
     start: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, Pipeline() as pipeline:
         capture = CaptureBlock(source, g, default_array(g.nstream // 2), **SKY,
-                               start_timestamp=0, idle_timeout=2.0 if kind == "udp" else None)
+                               start_timestamp=0, idle_timeout=2.0 if kind == "udp" else None,
+                               core=capture_core)
         chain = correlator_chain(capture, directory=tmp, backend=backend, quicklook=False,
-                                 geometry=g, backend_options=options)
+                                 geometry=g, backend_options=options, cores=cores)
         sender = threading.Thread(target=replay.send, args=(nframe, capture.receiving),
                                   daemon=True) if not prefill else None
 
@@ -306,25 +311,34 @@ def what_limits(entry: dict, bare_msps: float, paced: bool) -> str:
 
 
 def dedicated_run(g: Geometry, frames: np.ndarray, nframe: int, a: argparse.Namespace) -> dict:
-    """In-process again with the native X-engine on all cores but one, next to the bare
-    backend on as many: the capture, integrator and writer get a core the X-engine does not
-    share, which is the situation the 0.9 goal is about (capture not the limit)."""
-    n = (os.cpu_count() or 2) - 1
+    """In-process again with the native X-engine pinned to all cores but one (``core=``), next
+    to the bare backend pinned to the same cores: the capture (both its threads), integrator
+    and writer are pinned to the core left, and so are this benchmark's own threads (the
+    watcher and the CPU sampler), which is the situation the 0.9 goal is about (capture not
+    the limit, the X-engine's cores its own)."""
+    cores = sorted(usable_cores())
+    other, xcores = cores[0], cores[1:]
+    n = len(xcores)
     options = {"nthreads": n}
-    bare = bare_backend(g, frames, "native", a.repeat, options)
-    entry = chain_run(g, "inproc", nframe, "native", 0.0, a.batch, options)
-    entry.update(xengine_threads=n, bare_backend_msps=bare["msps"],
+    with pinned(xcores):
+        bare = bare_backend(g, frames, "native", a.repeat, options)
+    with pinned(other):
+        entry = chain_run(g, "inproc", nframe, "native", 0.0, a.batch, options,
+                          cores={"capture": other, "integrate": other, "writer": other,
+                                 "xengine": xcores})
+    entry.update(xengine_threads=n, xengine_cores=format_cores(xcores),
+                 other_cores=format_cores([other]), bare_backend_msps=bare["msps"],
                  ratio=entry["sustained_msps"] / bare["msps"],
                  first_to_last_ratio=entry["first_to_last_dump_msps"] / bare["msps"])
     cpu = entry["cpu_s_per_dump"]
     entry["limit"] = (
-        f"the X-engine ({bare['backend']} {bare['isa']}) on {n} of {os.cpu_count()} cores and "
-        f"the bare backend on as many: {entry['ratio']:.2f} from the first packet, "
+        f"the X-engine ({bare['backend']} {bare['isa']}) on cores {format_cores(xcores)} and "
+        f"the bare backend on the same: {entry['ratio']:.2f} from the first packet, "
         f"{entry['first_to_last_ratio']:.2f} first to last dump; the rest is the wait for the "
         f"first dump ({entry['first_dump_s']:.2f} s of {entry['run_s']:.2f} s: P frames are "
-        f"captured before the X-engine can start); per dump the capture took "
-        f"{cpu['capture']:.3f} CPU-s, the integrator {cpu['integrate']:.3f} and the writer "
-        f"{cpu['writer']:.3f} on the core left to them")
+        f"captured, correlated, integrated and written before it is on disk); per dump the "
+        f"capture took {cpu['capture']:.3f} CPU-s, the integrator {cpu['integrate']:.3f} and "
+        f"the writer {cpu['writer']:.3f} on core {other}")
     return entry
 
 
@@ -395,7 +409,7 @@ def main() -> None:
                                                         and cap["msps"] < bare["msps"])
         entry["limit"] = what_limits(entry, bare["msps"], paced=kind == "udp")
         result[kind] = entry
-    if ("inproc" in kinds and a.dedicated and (os.cpu_count() or 1) > 1
+    if ("inproc" in kinds and a.dedicated and len(usable_cores()) > 1
             and bare["backend"] == "native"):
         result["inproc_dedicated"] = dedicated_run(g, frames, nframe, a)
     best = max((result[k] for k in kinds), key=lambda e: e["sustained_msps"] if e["lost"] == 0
