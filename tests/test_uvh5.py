@@ -388,3 +388,33 @@ def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     failures = crash_states_fail(tmp_path, monkeypatch, nant=4, nchan=2, ndump=2)
     assert any("not expected shape" in f for f in failures)
     assert any("AssertionError: data_array" in f for f in failures)
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_flags_and_nsamples_per_channel(tmp_path, broadcast):
+    """Valid counts per channel (and, as reprocessing passes them, one per channel broadcast
+    over the baselines without a copy): each visibility's nsamples is its own channel's count
+    of its streams' baseline over the dump's spectra, flagged where it is zero."""
+    nant, nchan, nspec = 3, 4, 960
+    s = 2 * nant
+    nbl = s * (s + 1) // 2
+    rng = np.random.default_rng(11)
+    if broadcast:
+        per_chan = np.array([0, 480, 960, 7])
+        valid = np.broadcast_to(per_chan[:, None], (nchan, nbl))
+    else:
+        valid = rng.integers(0, nspec + 1, (nchan, nbl))
+        valid[rng.random((nchan, nbl)) < 0.2] = 0
+    tri = rng.integers(-1000, 1000, (nchan, nbl, 2))
+    path = tmp_path / "c.uvh5"
+    with UVH5Writer(path, make_site(nant), 150e6 + 40e3 * np.arange(nchan), 40e3, nspec) as w:
+        w.append(tri, valid, nspec, 1.7e9, 0.024)
+    uv = pyuvdata.UVData.from_file(path)
+    for a1 in range(nant):
+        for a2 in range(a1, nant):
+            for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:
+                j, k = sorted((2 * a1 + p1, 2 * a2 + p2))
+                count = np.asarray(valid)[:, k * (k + 1) // 2 + j]
+                assert np.array_equal(uv.get_nsamples(a1, a2, pol)[0],
+                                      (count / nspec).astype(np.float32)), (a1, a2, pol)
+                assert np.array_equal(uv.get_flags(a1, a2, pol)[0], count == 0), (a1, a2, pol)

@@ -141,9 +141,17 @@ class Integrator:
     A dump spans ``ninteg`` X-engine frames; it starts at time_tag multiples of
     ``ninteg * frame_spectra`` so independent X-engines dump at the same instants. Frames that
     are absent (gaps in time_tag) simply contribute nothing; their spectra are not valid.
+
+    ``shapes`` (the visibilities' and counts' frame shapes, when known up front): the sums are
+    kept in int64 buffers made (and their pages faulted in) here and used again and again,
+    instead of a fresh pair per dump, whose pages the kernel faults in again each time (12 ms
+    for the 4.7 MB of an S = 256 x 9 channel dump on a fresh VM, more than the sum itself). Two
+    pairs, taken in turn, since one ``add`` can finish two dumps; a :class:`Dump` then holds
+    views of them, valid until the next ``add``.
     """
 
-    def __init__(self, ninteg: int, frame_spectra: int) -> None:
+    def __init__(self, ninteg: int, frame_spectra: int,
+                 shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> None:
         if ninteg < 1:
             raise ValueError(f"integration length must be >= 1 X-engine frame, got {ninteg}")
         self.ninteg, self.frame_spectra = ninteg, frame_spectra
@@ -152,6 +160,8 @@ class Integrator:
         self._vis: np.ndarray | None = None
         self._valid: np.ndarray | None = None
         self._n = 0
+        self._buffers = [] if shapes is None else [
+            (np.zeros(shapes[0], np.int64), np.zeros(shapes[1], np.int64)) for _ in range(2)]
 
     def add(self, time_tag: int, vis: np.ndarray, valid: np.ndarray) -> list[Dump]:
         """Add one X-engine frame; returns the dumps this completes (0, 1 or 2)."""
@@ -167,8 +177,15 @@ class Integrator:
             done.append(self._finish())
         if self._start is None:
             self._start = start
-            self._vis = vis.astype(np.int64)
-            self._valid = valid.astype(np.int64)
+            bufs = self._buffers[0] if self._buffers else None
+            if bufs is not None and (bufs[0].shape, bufs[1].shape) == (vis.shape, valid.shape):
+                self._buffers.reverse()  # the other pair next time: this one is the dump's
+                self._vis, self._valid = bufs
+                np.copyto(self._vis, vis)
+                np.copyto(self._valid, valid)
+            else:
+                self._vis = vis.astype(np.int64)
+                self._valid = valid.astype(np.int64)
         else:
             self._vis += vis  # int64 += int32/int64: exact
             self._valid += valid

@@ -134,37 +134,55 @@ def baseline_map(antenna_numbers: Sequence[int] | np.ndarray) -> BaselineMap:
     return BaselineMap(numbers[i1], numbers[i2], i1, i2, baseline_index(lo, hi), conj)
 
 
-def triangle_to_visdata(tri: np.ndarray, bmap: BaselineMap, dtype: np.dtype,
-                        conjugate: bool = False) -> np.ndarray:
-    """Packed triangle ``[C, nbaseline, 2]`` -> ``Data/visdata`` rows ``[Nbls, C, Npols]`` of
-    the compound ``dtype`` in the UVH5 convention (``conjugate``: all conjugated once more, for
-    bands that run high to low).
+class DumpRows:
+    """The ``Data`` rows of one dump (``visdata``, ``flags``, ``nsamples``, each ``[Nbls, C,
+    Npols]``) made from a packed triangle and its valid counts in one compiled pass without
+    the GIL, into buffers kept for the writer's life.
 
-    One compiled pass straight into the rows, without the GIL (the writer's largest cost per
-    dump was this gather: 5.6 ms at S = 256 x 8 channels in numpy, 0.6 ms compiled)."""
-    base = dtype[0]
-    out = np.empty((bmap.nbls, tri.shape[0], bmap.index.shape[1]), dtype)
-    flip = (bmap.conj != conjugate).astype(np.uint8)
-    _visdata_kernel()(np.ascontiguousarray(tri), bmap.index, flip,
-                      out.view(base).reshape(*out.shape, 2))
-    return out
+    Why: the gather and the three arrays were the writer's whole cost per dump (numpy: a
+    fancy-indexed count array, a comparison, a division and a cast, each a fresh array of
+    megabytes whose pages the kernel faults in again: 7-10 ms at S = 256 x 8 channels on
+    Sapphire Rapids, on the core the correlator also wants); HDF5 copies the rows before
+    :meth:`UVH5Writer.append` returns, so the same buffers serve every dump."""
+
+    def __init__(self, bmap: BaselineMap, nfreq: int, vis_dtype: np.dtype,
+                 conjugate: bool = False) -> None:
+        shape = (bmap.nbls, nfreq, bmap.index.shape[1])
+        self.index = np.ascontiguousarray(bmap.index)
+        self.flip = (bmap.conj != conjugate).astype(np.uint8)
+        self.visdata = np.zeros(shape, vis_dtype)  # zeros: its pages faulted in once, here
+        self.flags = np.zeros(shape, bool)
+        self.nsamples = np.zeros(shape, np.float32)
+        self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
+
+    def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int) -> None:
+        """``tri [C, nbaseline, 2]`` in the UVH5 convention (``visdata[b, c, p]`` is
+        ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); ``valid [C or 1,
+        nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their fraction
+        of ``nspectra`` (float32 of the float64 quotient, as numpy's ``(n / N).astype``)."""
+        _rows_kernel()(np.ascontiguousarray(tri), valid, self.index, self.flip,
+                       float(nspectra), self._pairs, self.flags, self.nsamples)
 
 
 @functools.lru_cache(maxsize=1)
-def _visdata_kernel() -> Callable[..., None]:
-    """The compiled gather (numba, compiled on first use, cached on disk): row ``b``, channel
-    ``c``, pol ``p`` of ``out [Nbls, C, Npols, 2]`` is ``tri[c, index[b, p]]``, its imaginary
-    part negated where ``flip[b, p]``."""
+def _rows_kernel() -> Callable[..., None]:
+    """The compiled pass of :class:`DumpRows` (numba, compiled on first use, cached on
+    disk); ``valid`` of one row applies to every channel."""
     import numba
 
     @numba.njit(nogil=True, cache=True)
-    def kernel(tri, index, flip, out):  # pragma: no cover - compiled
+    def kernel(tri, valid, index, flip, nspectra, vis, flags, nsamples):  # pragma: no cover
+        per_chan = valid.shape[0] > 1
         for b in range(index.shape[0]):
             for p in range(index.shape[1]):
                 k = index[b, p]
+                sign = -1 if flip[b, p] else 1
                 for c in range(tri.shape[0]):
-                    out[b, c, p, 0] = tri[c, k, 0]
-                    out[b, c, p, 1] = -tri[c, k, 1] if flip[b, p] else tri[c, k, 1]
+                    vis[b, c, p, 0] = tri[c, k, 0]
+                    vis[b, c, p, 1] = sign * tri[c, k, 1]
+                    n = valid[c if per_chan else 0, k]
+                    flags[b, c, p] = n == 0
+                    nsamples[b, c, p] = np.float32(n / nspectra)
 
     return kernel
 
@@ -473,6 +491,7 @@ class UVH5Writer:
                           else visdata_dtype(max_spectra, sample_bits))
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
+        self._rows = DumpRows(self.bmap, self.freq_hz.size, self.vis_dtype, self.conjugate)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite)
         except FileExistsError:
@@ -584,9 +603,13 @@ class UVH5Writer:
         b = self.bmap
         if tri.shape[0] != self.freq_hz.size:
             raise ValueError(f"dump has {tri.shape[0]} channels, file has {self.freq_hz.size}")
-        out = triangle_to_visdata(tri, b, self.vis_dtype, self.conjugate)  # [Nbls, C, Npols]
-        cnt = np.moveaxis(np.broadcast_to(valid, (tri.shape[0], valid.shape[-1]))[:, b.index],
-                          0, 1)  # [Nbls, C, Npols]
+        valid = np.asarray(valid)
+        valid = valid[None] if valid.ndim == 1 else valid
+        if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
+                or valid.shape[0] not in (1, tri.shape[0])):
+            raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
+                             f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+        self._rows.fill(tri, valid, nspectra)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
@@ -599,7 +622,8 @@ class UVH5Writer:
             "phase_center_app_dec": np.full(b.nbls, np.deg2rad(self.site.latitude_deg)),
             "phase_center_frame_pa": np.zeros(b.nbls),
         }
-        rows.update(visdata=out, flags=cnt == 0, nsamples=(cnt / nspectra).astype(np.float32))
+        rows.update(visdata=self._rows.visdata, flags=self._rows.flags,
+                    nsamples=self._rows.nsamples)
         try:
             for name, ds in (*self._blt.items(), *self._data.items()):
                 _append_rows(ds, n0, np.asarray(rows[name], self._dtypes[name]))
