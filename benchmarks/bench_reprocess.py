@@ -16,6 +16,10 @@ count S, a recording is written, read once so that it is in the page cache, then
 - ``layout_vs_frames``: bare_backend_msps over the same backend on the same samples in our own
   frame layout (``SampleLayout.packet``): what the recording's layout costs the backend's
   layout pass (1: nothing);
+- ``writer_cpu_s``: the UVH5 appends of the same dumps alone (file made, every dump appended,
+  closed; one thread's CPU seconds): what the output costs, which in ``reprocess`` runs on a
+  thread of its own beside the backend's on the same cores (``writer_cpu_over_bare``: its share
+  of the bare backend's CPU seconds, wall time x threads);
 - ``speedup_vs_blri``: BLRI's ``blri_pycorr`` over ours, wall time, on one file and
   integration (``runs.S64.blri_file``: the 63 MB, 8-block file BLRI's README was timed on;
   where BLRI is installed; S = 64 by default, BLRI's per-baseline numpy loop takes minutes at
@@ -41,7 +45,10 @@ from typing import Any
 import numpy as np
 
 from xengine_block.array import ArrayDescription
+from xengine_block.blocks.writer import site_info
+from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.readers import open_recording
+from xengine_block.readers.arrays import load_array, match_antennas
 from xengine_block.readers.correlate import RecordingCorrelator
 from xengine_block.readers.guppi import antenna_cards, write_guppi
 from xengine_block.sample_layout import SampleLayout, to_packet_frames
@@ -147,13 +154,42 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
 
     t_ours = reprocess_seconds(files, recording_options(fmt, toml, nspec, backend), work,
                                repeat)
+    writer = writer_cpu_seconds(meta, toml, nspec, nwin, work)
     msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
     return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
             "integration_spectra": nspec, "bytes": sum(f.stat().st_size for f in files),
             "backend": name, "nthreads": nthreads, "calls": len(chunks),
             "seconds": t_ours, "bare_seconds": t_bare, "msps": msps,
             "bare_backend_msps": bare_msps, "ratio": msps / bare_msps,
-            "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare}
+            "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare,
+            "writer_cpu_s": writer, "writer_cpu_per_dump_ms": 1e3 * writer / nwin,
+            "writer_cpu_over_bare": writer / (t_bare * nthreads)}
+
+
+def writer_cpu_seconds(meta: Any, toml: Path, nspec: int, ndump: int, work: Path) -> float:
+    """CPU seconds of the UVH5 output of a run alone: ``ndump`` dumps of the recording's
+    antennas and channels (per-channel valid counts, as reprocessing writes them) appended to
+    a new file, best of three."""
+    array = load_array(str(toml))
+    sub, _ = match_antennas(meta, array, "")
+    nbl = meta.nstream * (meta.nstream + 1) // 2
+    tri = np.random.default_rng(0).integers(-2**20, 2**20, (meta.nchan, nbl, 2))
+    valid = np.broadcast_to(np.full(meta.nchan, nspec)[:, None], (meta.nchan, nbl))
+    path = work / "writer_only.uvh5"
+
+    def write() -> float:
+        c0 = time.thread_time()
+        with UVH5Writer(path, site_info(sub), meta.freqs_hz, meta.chan_bw_hz, nspec,
+                        sample_bits=meta.sample_bits, overwrite=True) as w:
+            for k in range(ndump):
+                w.append(tri, valid, nspec, meta.sync_time + k * nspec / meta.fs_hz,
+                         nspec / meta.fs_hz)
+        return time.thread_time() - c0
+
+    write()  # warm-up: the compiled row pass, HDF5
+    best = min(write() for _ in range(3))
+    path.unlink()
+    return best
 
 
 def recording_options(fmt: str, toml: Path, nspec: int, backend: str) -> ReprocessOptions:
@@ -194,14 +230,15 @@ def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> fl
 def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
     entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {},
-                             "layout_vs_frames": {},
+                             "layout_vs_frames": {}, "writer_cpu_over_bare": {},
                              "speedup_vs_blri": {}, "runs": {}}
     for s in args.streams:
         files, toml, telinfo, nspec = guppi_recording(work, s, sizes)
         run = measure(files, "guppi", toml, nspec, work, args.backend, args.repeat)
         key = f"S{s}"
         entry["runs"][key] = run
-        for k in ("msps", "bare_backend_msps", "ratio", "layout_vs_frames"):
+        for k in ("msps", "bare_backend_msps", "ratio", "layout_vs_frames",
+                  "writer_cpu_over_bare"):
             entry[k][key] = run[k]
         for f in files:
             f.unlink()
