@@ -126,7 +126,8 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
 
         with OurPipeline():  # the capture's logic object; our runtime never runs it
             inner = OurCapture(*args, **kwargs)
-        super().__init__(inner, 2, name=name)
+        # Bifrost's block runs it, so Bifrost pins that thread (and spead2's, started in it)
+        super().__init__(inner, 2, name=name, core=kwargs.get("core"))
         self.receiving = inner.receiving
         self.layout = inner.layout  # the wire format's sizes (correlator_chain reads them)
 
