@@ -355,21 +355,24 @@ def test_every_crash_point_of_appends_leaves_a_readable_file(tmp_path, monkeypat
 
 def test_every_crash_point_with_dumps_across_chunks(tmp_path, monkeypatch):
     """Chunks of 10 rows, dumps of 15: each dump fills the last chunk of the one before (data
-    written in place into a chunk the committed file already has) and starts new ones."""
+    written in place into a chunk the committed file already has) and starts new ones (the
+    hyperslab writes of a file whose dumps are not whole chunks)."""
     from xengine_block.outputs import uvh5
 
-    monkeypatch.setattr(uvh5, "DATA_CHUNK_BYTES", 10 * 3 * 4 * 8)  # 10 rows of 3 x 4 x ci32
+    monkeypatch.setattr(uvh5, "data_chunk_rows", lambda nbls, row_bytes: 10)
     failures = crash_states_fail(tmp_path, monkeypatch, nant=5, nchan=3, ndump=3)
     assert not failures, "\n".join(failures)
 
 
-def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch):
-    """70 dumps: HDF5's chunk B-tree nodes (64 entries) fill and split (data after 42 dumps,
-    baseline-time after 64), rewriting nodes in place and adding new ones; the first commit of
-    each kind (and the last) is checked at every call."""
+@pytest.mark.parametrize("rows", [10, 5], ids=["straddling", "whole_chunks"])
+def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch, rows):
+    """70 dumps: HDF5's chunk B-tree nodes (64 entries) fill and split (data after 42 dumps
+    with 1.5 chunks per dump, sooner with 3 whole chunks written directly; baseline-time after
+    64), rewriting nodes in place and adding new ones; the first commit of each kind (and the
+    last) is checked at every call."""
     from xengine_block.outputs import uvh5
 
-    monkeypatch.setattr(uvh5, "DATA_CHUNK_BYTES", 10 * 2 * 4 * 8)  # 1.5 chunks per dump
+    monkeypatch.setattr(uvh5, "data_chunk_rows", lambda nbls, row_bytes: rows)
     failures = crash_states_fail(tmp_path, monkeypatch, nant=5, nchan=2, ndump=70,
                                  only_new_kinds=True)
     assert not failures, "\n".join(failures)
@@ -418,3 +421,32 @@ def test_flags_and_nsamples_per_channel(tmp_path, broadcast):
                 assert np.array_equal(uv.get_nsamples(a1, a2, pol)[0],
                                       (count / nspec).astype(np.float32)), (a1, a2, pol)
                 assert np.array_equal(uv.get_flags(a1, a2, pol)[0], count == 0), (a1, a2, pol)
+
+
+def test_dumps_as_whole_chunks_equal_the_hyperslab_writes(tmp_path, monkeypatch):
+    """The same dumps written as whole chunks of their own (direct chunk writes: the default
+    where the chunk divides the dump) and through hyperslab writes into chunks that straddle
+    dumps read back identical: data, flags, nsamples, times."""
+    from xengine_block.outputs import uvh5
+
+    valid = np.full((1, Geometry(nstream=10, nchan=9, npacket=2).nbaseline), 960)
+    valid[0, ::5] = 0
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    direct, _, _ = write(tmp_path / "a", nant=5, ndump=3, valid=valid)
+    assert uvh5.data_chunk_rows(15, 9 * 4 * 8) == 15  # default: one chunk per dump
+    monkeypatch.setattr(uvh5, "data_chunk_rows", lambda nbls, row_bytes: 10)
+    straddle, _, _ = write(tmp_path / "b", nant=5, ndump=3, valid=valid)
+    a, b = pyuvdata.UVData.from_file(direct), pyuvdata.UVData.from_file(straddle)
+    for name in ("data_array", "flag_array", "nsample_array", "time_array", "lst_array"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.flag_array.any() and not a.flag_array.all()
+
+
+def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
+    from xengine_block.outputs.uvh5 import DATA_CHUNK_BYTES, data_chunk_rows
+
+    assert data_chunk_rows(8256, 8 * 4 * 8) == 2752  # S = 256 x 8 channels: 3 chunks a dump
+    assert data_chunk_rows(15, 9 * 4 * 8) == 15
+    prime = 1031  # no divisor but itself and 1: chunks of the most rows, across dumps
+    assert data_chunk_rows(prime, DATA_CHUNK_BYTES // 500) == 500

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .geometry import Geometry
+from .runtime.memory import populate
 from .triangle import triangle_streams
 
 
@@ -124,6 +125,13 @@ class IntegrationClock:
         return out
 
 
+def faulted_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """int64 zeros whose pages are mapped now (``np.zeros`` maps them at first write)."""
+    out = np.zeros(shape, np.int64)
+    populate(out)
+    return out
+
+
 @dataclass
 class Dump:
     """One finished integration."""
@@ -161,7 +169,7 @@ class Integrator:
         self._valid: np.ndarray | None = None
         self._n = 0
         self._buffers = [] if shapes is None else [
-            (np.zeros(shapes[0], np.int64), np.zeros(shapes[1], np.int64)) for _ in range(2)]
+            (faulted_zeros(shapes[0]), faulted_zeros(shapes[1])) for _ in range(2)]
 
     def add(self, time_tag: int, vis: np.ndarray, valid: np.ndarray) -> list[Dump]:
         """Add one X-engine frame; returns the dumps this completes (0, 1 or 2)."""

@@ -78,6 +78,7 @@ import h5py
 import numpy as np
 
 from ..geometry import max_spectra_int32
+from ..runtime.memory import populate
 from ..triangle import baseline_index
 
 #: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
@@ -150,9 +151,11 @@ class DumpRows:
         shape = (bmap.nbls, nfreq, bmap.index.shape[1])
         self.index = np.ascontiguousarray(bmap.index)
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
-        self.visdata = np.zeros(shape, vis_dtype)  # zeros: its pages faulted in once, here
+        self.visdata = np.zeros(shape, vis_dtype)
         self.flags = np.zeros(shape, bool)
         self.nsamples = np.zeros(shape, np.float32)
+        for buf in (self.visdata, self.flags, self.nsamples):
+            populate(buf.view(np.uint8))  # pages mapped now, once, not at each first write
         self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
 
     def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int) -> None:
@@ -217,6 +220,28 @@ SIDEREAL_RAD_PER_S = (2 * np.pi * 1.00273781191135448 / 86400.0
 #: leaves out (nutation's short terms, UT1 - UTC drifting) stays below 0.1 mas within it,
 #: against pyuvdata's LST tolerance of 1 mas.
 LST_ANCHOR_S = 30.0
+
+
+def data_chunk_rows(nbls: int, row_bytes: int) -> int:
+    """Rows of a ``/Data`` chunk: at most :data:`DATA_CHUNK_BYTES`, and where it costs less
+    than a factor of 4 in size, a divisor of ``nbls``, so that every dump is whole chunks of
+    its own (:func:`_append_chunks`)."""
+    most = max(1, min(nbls, DATA_CHUNK_BYTES // max(1, row_bytes)))
+    whole = max(d for d in range(1, most + 1) if nbls % d == 0) if nbls else 1
+    return whole if whole * 4 >= most else most
+
+
+def _append_chunks(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
+    """Grow ``ds`` and write ``rows`` at ``n0`` as whole chunks of their own, handed to HDF5
+    as they lie in memory (``write_direct_chunk``: no selection, no pass through HDF5's chunk
+    cache; the rows are the dataset's own type and the chunks unfiltered, so the bytes are
+    those a hyperslab write stores). ``n0`` and ``len(rows)`` are multiples of the chunk."""
+    dsid = ds.id
+    dsid.set_extent((n0 + rows.shape[0], *rows.shape[1:]))
+    step = ds.chunks[0]
+    flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
+    for j in range(0, rows.shape[0], step):
+        dsid.write_direct_chunk((n0 + j,) + (0,) * (rows.ndim - 1), flat[j:j + step])
 
 
 def _append_rows(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
@@ -574,7 +599,10 @@ class UVH5Writer:
                                             dtype=dtype, chunks=(max(nbls, 1), *shape))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
-        chunk = (max(1, min(nbls, DATA_CHUNK_BYTES // max(1, nfreq * npol * 8))), nfreq, npol)
+        rows = data_chunk_rows(nbls, nfreq * npol * 8)
+        #: Every dump is whole chunks of its own: written directly (``_append_chunks``).
+        self._whole_chunks = nbls % rows == 0
+        chunk = (rows, nfreq, npol)
         data = {"visdata": self.vis_dtype, "flags": np.dtype(bool),
                 "nsamples": np.dtype(np.float32)}
         self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
@@ -625,8 +653,13 @@ class UVH5Writer:
         rows.update(visdata=self._rows.visdata, flags=self._rows.flags,
                     nsamples=self._rows.nsamples)
         try:
-            for name, ds in (*self._blt.items(), *self._data.items()):
+            for name, ds in self._blt.items():
                 _append_rows(ds, n0, np.asarray(rows[name], self._dtypes[name]))
+            for name, ds in self._data.items():
+                if self._whole_chunks:
+                    _append_chunks(ds, n0, rows[name])
+                else:
+                    _append_rows(ds, n0, np.asarray(rows[name], self._dtypes[name]))
             self._counters["Nblts"][()] = n1
             self._counters["Ntimes"][()] = self.ndump + 1
             self._commit()
