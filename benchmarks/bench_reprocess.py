@@ -67,8 +67,11 @@ QUICK_SIZES = {64: (32, 16, 960, 4), 256: (128, 4, 512, 2)}
 
 
 def page_cache(path: Path) -> None:
-    """Read ``path`` once so that the measured runs read it from memory."""
-    with open(path, "rb") as f:
+    """Read ``path`` once so that the measured runs read it from memory, after its dirty pages
+    have gone to disk (the kernel's writeback of a file just written would otherwise run on
+    the measured cores, in some runs and not others)."""
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
         while f.read(1 << 24):
             pass
 

@@ -176,3 +176,22 @@ def test_array_must_cover_the_recorded_antennas(tmp_path):
     write_array(arr, ["1c", "9z"])
     (r,) = reprocess([path], tmp_path / "out", ReprocessOptions(array=str(arr)), progress=None)
     assert not r.ok and "--array lacks recorded antenna(s) 2b, 4j" in r.error
+
+
+def test_integration_past_the_int32_bound_sums_in_int64(tmp_path, array_file):
+    """An integration of more spectra than int32 can hold for ci8 (65,535): summed in int64
+    (the narrower windows are added in place in int32); all -128 makes every autocorrelation
+    2 x 128^2 per spectrum, so 65,568 spectra overflow int32 if summed there."""
+    n = 1366 * NTIME  # 65,568 spectra: past the bound
+    x = np.full((3, 1, n, 2, 2), -128, np.int8)
+    x[1, 0, ::3] = 127
+    path = write_guppi(tmp_path / "long.0000.raw", blocks(x), cards(OBSBW=0.25), nbits=8,
+                       pktidx=[PKT0 + i * NTIME for i in range(n // NTIME)])
+    arr_path, numbers = array_file
+    (r,) = reprocess([path], tmp_path / "out", ReprocessOptions(
+        array=str(arr_path), integration_spectra=n), progress=None)
+    assert r.ok, r.error
+    assert r.summary["dumps"] == 1
+    check_file(r.task.output, x, [(0, n)], numbers, NAMES, freqs=freqs(1))
+    auto = pyuvdata.UVData.from_file(r.task.output).get_data(7, 7, "xx")  # "2b": all -128
+    assert auto.real.max() == n * 2 * 128 ** 2 > 2 ** 31

@@ -369,11 +369,12 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
                                x_orientation=sub.x_orientation)
             pending: Future = made
             try:
+                every = chans.size == corr.nchan and bool((chans == np.arange(c0, c1)).all())
                 for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
                     valid = c.valid[chans - c0]
                     pending.result()
                     pending = pool.submit(
-                        made.result().append, c.vis[chans - c0],
+                        made.result().append, c.vis if every else c.vis[chans - c0],
                         np.broadcast_to(valid[:, None], (chans.size, nbl)), nspec,
                         meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
                     spectra += int(valid.max(initial=0))
