@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -329,6 +329,13 @@ class Recording:
         self.close()
 
 
+def _same_but_frame_bytes(a: SampleLayout, b: SampleLayout) -> bool:
+    """Layouts equal but for ``frame_bytes`` (a run's stride), compared field by field rather
+    than through two validated copies (~0.1 ms each at S = 256, per block of a recording)."""
+    return a is b or all(getattr(a, f.name) == getattr(b, f.name)
+                         for f in fields(a) if f.name != "frame_bytes")
+
+
 def merge_runs(runs: list[Run]) -> list[Run]:
     """Join neighbouring single-frame runs of one file into longer runs where frames are
     equally spaced, consecutive in time and of one layout (fewer, longer correlation calls)."""
@@ -339,8 +346,7 @@ def merge_runs(runs: list[Run]) -> list[Run]:
             stride = int(r.offset - p.offset)
             same = (p.file == r.file and p.chan0 == r.chan0 and r.time_tag == p.end
                     and r.nframe == 1)
-            if same and p.layout.replace(frame_bytes=1 << 62) == r.layout.replace(
-                    frame_bytes=1 << 62):
+            if same and _same_but_frame_bytes(p.layout, r.layout):
                 if p.nframe == 1 and stride >= p.layout.last_byte + 1:
                     out[-1] = Run(p.file, p.offset, p.layout.replace(frame_bytes=stride), 2,
                                   p.time_tag, p.chan0)
