@@ -90,14 +90,14 @@ def test_integrator_rejects_floats():
 
 
 def test_integrator_with_buffers_gives_the_same_dumps_in_two_pairs_of_arrays():
-    """With ``shapes`` the sums live in buffers made up front: the dumps equal those of fresh
+    """With ``reuse`` the sums live in buffers used again: the dumps equal those of fresh
     arrays (int32 frames summed in int64, gaps, an add that finishes two dumps), each dump a
     view of one of two buffers, taken in turn."""
     rng = np.random.default_rng(5)
     shape, cshape = (3, 6, 2), (2, 6)
     frames = [(480 * t, rng.integers(-2**31, 2**31, shape, dtype=np.int64).astype(np.int32),
                rng.integers(0, 480, cshape)) for t in (0, 1, 2, 5, 6, 7, 9, 10, 13)]
-    plain, kept = Integrator(2, 480), Integrator(2, 480, shapes=(shape, cshape))
+    plain, kept = Integrator(2, 480), Integrator(2, 480, reuse=True)
     seen, per_add = [], []
     for t, vis, valid in frames:
         want = plain.add(t, vis, valid)
@@ -112,7 +112,7 @@ def test_integrator_with_buffers_gives_the_same_dumps_in_two_pairs_of_arrays():
     assert per_add.count(2) == 2  # frames 5 and 13 end the open dump and complete their own
     assert len(seen) == 7 and len({id(v) for v in seen}) == 2
     assert all(a is not b for a, b in itertools.pairwise(seen))
-    # a frame of another shape than declared still integrates (fresh arrays, as before)
-    other = Integrator(1, 480, shapes=(shape, cshape)).add(0, np.ones((1, 1, 2), np.int32),
-                                                          np.ones((1, 1), np.int64))
-    assert other[0].vis.tolist() == [[[1, 1]]]
+    # frames of another shape: new buffers of that shape
+    other = kept.add(480 * 20, np.ones((1, 1, 2), np.int32), np.ones((1, 1), np.int64))
+    other += kept.add(480 * 21, np.ones((1, 1, 2), np.int32), np.ones((1, 1), np.int64))
+    assert other[-1].vis.tolist() == [[[2, 2]]] and other[-1].valid.tolist() == [[2]]

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .geometry import Geometry
-from .runtime.memory import populate
 from .triangle import triangle_streams
 
 
@@ -125,13 +124,6 @@ class IntegrationClock:
         return out
 
 
-def faulted_zeros(shape: tuple[int, ...]) -> np.ndarray:
-    """int64 zeros whose pages are mapped now (``np.zeros`` maps them at first write)."""
-    out = np.zeros(shape, np.int64)
-    populate(out)
-    return out
-
-
 @dataclass
 class Dump:
     """One finished integration."""
@@ -150,16 +142,16 @@ class Integrator:
     ``ninteg * frame_spectra`` so independent X-engines dump at the same instants. Frames that
     are absent (gaps in time_tag) simply contribute nothing; their spectra are not valid.
 
-    ``shapes`` (the visibilities' and counts' frame shapes, when known up front): the sums are
-    kept in int64 buffers made (and their pages faulted in) here and used again and again,
-    instead of a fresh pair per dump, whose pages the kernel faults in again each time (12 ms
-    for the 4.7 MB of an S = 256 x 9 channel dump on a fresh VM, more than the sum itself). Two
-    pairs, taken in turn, since one ``add`` can finish two dumps; a :class:`Dump` then holds
-    views of them, valid until the next ``add``.
+    ``reuse``: the sums are kept in int64 buffers made at the first dump and used again and
+    again, instead of a fresh pair per dump, whose pages the kernel can fault in again each time
+    (12 ms for the 4.7 MB of an S = 256 x 9 channel dump on a fresh VM, more than the sum
+    itself). Two pairs, taken in turn, since one ``add`` can finish two dumps; a :class:`Dump`
+    then holds views of them, valid until the next ``add``. (Made at the first dump rather
+    than up front: faulting pages in before the sequence starts would hold up the whole
+    pipeline's start, and the first dump writes every byte of them anyway.)
     """
 
-    def __init__(self, ninteg: int, frame_spectra: int,
-                 shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> None:
+    def __init__(self, ninteg: int, frame_spectra: int, reuse: bool = False) -> None:
         if ninteg < 1:
             raise ValueError(f"integration length must be >= 1 X-engine frame, got {ninteg}")
         self.ninteg, self.frame_spectra = ninteg, frame_spectra
@@ -168,8 +160,8 @@ class Integrator:
         self._vis: np.ndarray | None = None
         self._valid: np.ndarray | None = None
         self._n = 0
-        self._buffers = [] if shapes is None else [
-            (faulted_zeros(shapes[0]), faulted_zeros(shapes[1])) for _ in range(2)]
+        self.reuse = reuse
+        self._buffers: list[tuple[np.ndarray, np.ndarray]] = []
 
     def add(self, time_tag: int, vis: np.ndarray, valid: np.ndarray) -> list[Dump]:
         """Add one X-engine frame; returns the dumps this completes (0, 1 or 2)."""
@@ -185,10 +177,8 @@ class Integrator:
             done.append(self._finish())
         if self._start is None:
             self._start = start
-            bufs = self._buffers[0] if self._buffers else None
-            if bufs is not None and (bufs[0].shape, bufs[1].shape) == (vis.shape, valid.shape):
-                self._buffers.reverse()  # the other pair next time: this one is the dump's
-                self._vis, self._valid = bufs
+            if self.reuse:
+                self._vis, self._valid = self._next_buffers(vis.shape, valid.shape)
                 np.copyto(self._vis, vis)
                 np.copyto(self._valid, valid)
             else:
@@ -201,6 +191,17 @@ class Integrator:
         if time_tag + self.frame_spectra == start + self.span:
             done.append(self._finish())
         return done
+
+    def _next_buffers(self, vshape: tuple[int, ...],
+                      cshape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The pair of sums not held by the last dump (two pairs, made at first use or when
+        the frames change shape)."""
+        if not self._buffers or (self._buffers[0][0].shape, self._buffers[0][1].shape) != (
+                vshape, cshape):
+            self._buffers = [(np.empty(vshape, np.int64), np.empty(cshape, np.int64))
+                             for _ in range(2)]
+        self._buffers.reverse()
+        return self._buffers[0]
 
     def flush(self) -> list[Dump]:
         """The partial dump in progress (at end of data), if any."""

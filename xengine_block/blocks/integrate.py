@@ -102,10 +102,9 @@ class IntegrateLogic(BlockLogic):
                   else [-1, 1, vshape[2]])
         vhdr = {k: v for k, v in hdr.items() if k not in ("visibility_order", "matrix_fill_mode")}
         self._zeros = (np.zeros(vshape[1:] + [2], np.int64), np.zeros(cshape[1:], np.int64))
-        # Dumps are copied into the output ring at once, so the sums can live in one pair of
-        # buffers made now, before data flows (Integrator, ``shapes``).
-        self.integrator = Integrator(self.ninteg, self.frame_spectra,
-                                     shapes=(self._zeros[0].shape, self._zeros[1].shape))
+        # Dumps are copied into the output ring at once: the sums can live in buffers used
+        # again for every dump (Integrator, ``reuse``).
+        self.integrator = Integrator(self.ninteg, self.frame_spectra, reuse=True)
         self._full = np.full(cshape[1:], self.frame_spectra, np.int64)
         self.hdr = hdr
         vis = derive_header(vhdr, name=f"{iseqs[0].name}.int{self.ninteg}", dtype="ci64",

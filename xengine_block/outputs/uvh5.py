@@ -78,7 +78,6 @@ import h5py
 import numpy as np
 
 from ..geometry import max_spectra_int32
-from ..runtime.memory import populate
 from ..triangle import baseline_index
 
 #: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
@@ -151,11 +150,10 @@ class DumpRows:
         shape = (bmap.nbls, nfreq, bmap.index.shape[1])
         self.index = np.ascontiguousarray(bmap.index)
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
-        self.visdata = np.zeros(shape, vis_dtype)
-        self.flags = np.zeros(shape, bool)
-        self.nsamples = np.zeros(shape, np.float32)
-        for buf in (self.visdata, self.flags, self.nsamples):
-            populate(buf.view(np.uint8))  # pages mapped now, once, not at each first write
+        # (np.empty: the first dump writes every byte, mapping the pages once, there)
+        self.visdata = np.empty(shape, vis_dtype)
+        self.flags = np.empty(shape, bool)
+        self.nsamples = np.empty(shape, np.float32)
         self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
 
     def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int) -> None:
