@@ -122,7 +122,6 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     if unknown:
         raise ValueError(f"cores: no block {unknown[0]!r} in the chain (blocks: "
                          f"{', '.join(CHAIN_BLOCKS)})")
-    pin = {role: {"core": core} for role, core in cores.items() if core is not None}
     rt = runtime(runtime_name)
     xspectra = None
     layout = getattr(capture, "layout", None)  # a capture block's: spectra per frame, bits
@@ -132,21 +131,21 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
-                        backend_options=backend_options, **pin.get("xengine", {}))
-    integ = (rt.IntegrateBlock(x, ninteg=ninteg, **pin.get("integrate", {}))
+                        backend_options=backend_options, core=cores.get("xengine"))
+    integ = (rt.IntegrateBlock(x, ninteg=ninteg, core=cores.get("integrate"))
              if integration_spectra is None or xspectra
              else rt.IntegrateBlock(x, integration_spectra=integration_spectra,
-                                    **pin.get("integrate", {})))
+                                    core=cores.get("integrate")))
     writer = look = out = None
     if directory is not None:
         writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
                                     dumps_per_file=dumps_per_file, overwrite=overwrite,
                                     new_name_if_exists=new_name_if_exists,
                                     filename=filename, channels=channels,
-                                    **pin.get("writer", {}))
+                                    core=cores.get("writer"))
         look = (rt.QuicklookBlock(integ.orings[0], directory=directory,
-                                  **pin.get("quicklook", {})) if quicklook else None)
+                                  core=cores.get("quicklook")) if quicklook else None)
     if spead is not None:
         out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}),
-                                  **pin.get("spead", {}))
+                                  core=cores.get("spead"))
     return Chain(x, integ, writer, look, out)

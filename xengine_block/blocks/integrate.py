@@ -83,6 +83,9 @@ class IntegrateLogic(BlockLogic):
                                  f"is not a whole number of the X-engine's frames of "
                                  f"{self.frame_spectra} spectra (header nspectra)")
             self.ninteg = self.integration_spectra // self.frame_spectra
+        # Dumps are copied into the output ring at once: the sums can live in buffers used
+        # again for every dump (Integrator, ``reuse``).
+        self.integrator = Integrator(self.ninteg, self.frame_spectra, reuse=True)
         self.t0 = iseqs[0].time_tag
         self.order = visibility_order(hdr)
         dtype = hdr["_tensor"]["dtype"]
@@ -90,7 +93,7 @@ class IntegrateLogic(BlockLogic):
             raise ValueError(f"{self.name}: visibilities of dtype {dtype!r} cannot be integrated "
                              f"exactly; give integer ones (ci32: correlate(dtype='ci32'))")
         self._added = 0  # next input frame to add (those before it were added or lost)
-        span = self.ninteg * self.frame_spectra
+        span = self.integrator.span
         start = self.t0 - self.t0 % span
         common = {"nspectra": span, "ninteg": self.ninteg, "gulp_nframe": 1}
         vshape = list(hdr["_tensor"]["shape"])
@@ -102,9 +105,6 @@ class IntegrateLogic(BlockLogic):
                   else [-1, 1, vshape[2]])
         vhdr = {k: v for k, v in hdr.items() if k not in ("visibility_order", "matrix_fill_mode")}
         self._zeros = (np.zeros(vshape[1:] + [2], np.int64), np.zeros(cshape[1:], np.int64))
-        # Dumps are copied into the output ring at once: the sums can live in buffers used
-        # again for every dump (Integrator, ``reuse``).
-        self.integrator = Integrator(self.ninteg, self.frame_spectra, reuse=True)
         self._full = np.full(cshape[1:], self.frame_spectra, np.int64)
         self.hdr = hdr
         vis = derive_header(vhdr, name=f"{iseqs[0].name}.int{self.ninteg}", dtype="ci64",

@@ -598,10 +598,7 @@ class UVH5Writer:
                                             dtype=dtype, chunks=(max(nbls, 1), *shape))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
-        rows = data_chunk_rows(nbls, nfreq * npol * 8)
-        #: Every dump is whole chunks of its own: written directly (``_append_chunks``).
-        self._whole_chunks = nbls % rows == 0
-        chunk = (rows, nfreq, npol)
+        chunk = (data_chunk_rows(nbls, nfreq * npol * 8), nfreq, npol)
         data = {"visdata": self.vis_dtype, "flags": np.dtype(bool),
                 "nsamples": np.dtype(np.float32)}
         self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
@@ -611,6 +608,10 @@ class UVH5Writer:
         # As declared (h5py reads an ("r", "i") float64 compound back as complex128).
         self._dtypes = {**{name: np.dtype(dt) for name, (_, dt) in _BLT_HEADER.items()},
                         **data}
+        #: The datasets each dump fills whole chunks of (every baseline-time one: a chunk is a
+        #: dump; /Data where its chunk divides one): written directly (``_append_chunks``).
+        self._direct = {name for name, ds in (*self._blt.items(), *self._data.items())
+                        if nbls % ds.chunks[0] == 0}
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
@@ -653,9 +654,7 @@ class UVH5Writer:
                     nsamples=self._rows.nsamples)
         try:
             for name, ds in (*self._blt.items(), *self._data.items()):
-                # (a baseline-time dataset's chunk is one dump: always whole)
-                whole = self._whole_chunks or name in self._blt
-                (_append_chunks if whole else _append_rows)(
+                (_append_chunks if name in self._direct else _append_rows)(
                     ds, n0, np.asarray(rows[name], self._dtypes[name]))
             self._counters["Nblts"][()] = n1
             self._counters["Ntimes"][()] = self.ndump + 1

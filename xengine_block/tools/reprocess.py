@@ -369,7 +369,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
                                x_orientation=sub.x_orientation)
             pending: Future = made
             try:
-                every = chans.size == corr.nchan and bool((chans == np.arange(c0, c1)).all())
+                every = np.array_equal(chans, np.arange(c0, c1))  # no gather needed
                 for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
                     valid = c.valid[chans - c0]
                     pending.result()
