@@ -100,7 +100,10 @@ def capture_udp(datagrams: list[bytes], decodable: int, wire=G,
             sink.send(d)
         deadline = time.monotonic() + 5.0  # until spead2 has read them (or the capture ended)
         while consumer.is_alive() and time.monotonic() < deadline:
-            fcntl.ioctl(source._sock.fileno(), termios.FIONREAD, pending)
+            try:
+                fcntl.ioctl(source._sock.fileno(), termios.FIONREAD, pending)
+            except (ValueError, OSError):  # the capture ended (an honoured stop heap) and
+                break  # closed its socket while the consumer was still finishing
             if pending[0] == 0:
                 break
             time.sleep(0.0005)
