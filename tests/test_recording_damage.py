@@ -184,3 +184,19 @@ def test_recorder_notes_each_closed_file_size(tmp_path):
     rec.run(idle_timeout=0.2)
     (path,) = rec.files
     assert read_metadata(path).pcap_bytes == path.stat().st_size == 24  # the pcap header
+
+
+def test_record_stamps_cross_a_second_as_valid_headers(tmp_path):
+    """A recording whose 1-us stamps cross a second boundary is clean: each record's
+    microsecond field stays below 10**6 (dpkt's writer rounded the second stamp here,
+    5.9999996 s, to 1000000 us, a header the damage scan rightly refuses, so recordings
+    crossing a second came out "damaged", at random)."""
+    path = tmp_path / "cross.pcap"
+    with PcapWriter(path, start_time=5.9999986) as w:
+        for _ in range(4):
+            w.send(b"S\x04" + bytes(62))
+    data = path.read_bytes()
+    stamps = [struct.unpack_from("<II", data, pos) for pos in record_offsets(data)]
+    assert stamps == [(5, 999999), (6, 0), (6, 1), (6, 2)]
+    scan = scan_pcap(path)
+    assert (scan.records, scan.spead, scan.garbage_bytes) == (4, 4, 0)

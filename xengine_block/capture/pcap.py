@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 
 import numba
 import numpy as np
@@ -20,6 +21,10 @@ _MAGIC = {b"\xd4\xc3\xb2\xa1": (False, 10**6), b"\xa1\xb2\xc3\xd4": (True, 10**6
           b"\x4d\x3c\xb2\xa1": (False, 10**9), b"\xa1\xb2\x3c\x4d": (True, 10**9)}
 LINKTYPE_ETHERNET = 1
 MAX_RECORD = 262144  # libpcap's largest snaplen
+#: What our writer (:class:`.spead.PcapWriter`) writes: little-endian, microseconds.
+PCAP_FILE_HEADER = struct.Struct("<IHHiIII")  # magic, version 2.4, zone, sigfigs, snaplen, link
+PCAP_RECORD_HEADER = struct.Struct("<IIII")  # seconds, microseconds, bytes kept, bytes on wire
+PCAP_SNAPLEN = 65535
 
 # walk() results.
 REC, SPEAD, UNDECODABLE, GARBAGE_REGIONS, GARBAGE_BYTES, TRUNCATED = range(6)

@@ -42,6 +42,7 @@ import spead2
 import spead2.send
 
 from ..geometry import Geometry
+from .pcap import PCAP_FILE_HEADER, PCAP_RECORD_HEADER, PCAP_SNAPLEN
 
 #: SPEAD-64-48: 48-bit immediates and heap addresses (MeerKAT's F-engine flavour).
 FLAVOUR = spead2.Flavour(4, 64, 48, 0)
@@ -247,10 +248,14 @@ class InprocDatagramSink:
 
 
 class PcapWriter:
-    """Datagrams framed as Ethernet / IPv4 / UDP in a pcap file (dpkt), for replay with
-    ``spead2.recv`` ``add_udp_pcap_file_reader`` or inspection with tcpdump/wireshark.
+    """Datagrams framed as Ethernet / IPv4 / UDP (dpkt) in a pcap file (microsecond
+    timestamps, little-endian), for replay with ``spead2.recv`` ``add_udp_pcap_file_reader``
+    or inspection with tcpdump/wireshark.
 
-    ``src`` and ``dst`` are the (address, port) pairs written in the IP/UDP headers.
+    ``src`` and ``dst`` are the (address, port) pairs written in the IP/UDP headers. Records
+    are stamped 1 us apart from ``start_time`` (default: now), counted in whole microseconds:
+    dpkt's own writer rounds a float's fraction, which gives a microsecond field of 1000000
+    (not a valid record header) at about every second boundary the stamps cross.
     """
 
     def __init__(self, path: str | os.PathLike, *, src: tuple[str, int] = ("10.0.0.1", 7148),
@@ -259,11 +264,11 @@ class PcapWriter:
         import dpkt
         self._dpkt = dpkt
         self._file = open(path, "wb")
-        self._writer = dpkt.pcap.Writer(self._file, snaplen=65535,
-                                        linktype=dpkt.pcap.DLT_EN10MB)
+        self._file.write(PCAP_FILE_HEADER.pack(0xA1B2C3D4, 2, 4, 0, 0, PCAP_SNAPLEN,
+                                               dpkt.pcap.DLT_EN10MB))
         self._src, self._dst = src, dst
         self._src_ip, self._dst_ip = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
-        self._t = time.time() if start_time is None else start_time
+        self._us = round((time.time() if start_time is None else start_time) * 1e6)
         self.count = 0
 
     def send(self, datagram: bytes) -> None:
@@ -273,16 +278,17 @@ class PcapWriter:
         ip = dpkt.ip.IP(src=self._src_ip, dst=self._dst_ip, p=dpkt.ip.IP_PROTO_UDP, ttl=64,
                         data=udp)
         ip.len = len(ip)
-        eth = dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01",
-                                     dst=b"\x02\x00\x00\x00\x00\x02",
-                                     type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
-        # Timestamps 1 us apart keep the file's order unambiguous for any tool.
-        self._writer.writepkt(bytes(eth), ts=self._t + self.count * 1e-6)
+        eth = bytes(dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01",
+                                           dst=b"\x02\x00\x00\x00\x00\x02",
+                                           type=dpkt.ethernet.ETH_TYPE_IP, data=ip))
+        if len(eth) > PCAP_SNAPLEN:
+            raise ValueError(f"a {len(eth)}-byte frame exceeds the pcap snaplen {PCAP_SNAPLEN}")
+        sec, usec = divmod(self._us + self.count, 1_000_000)
+        self._file.write(PCAP_RECORD_HEADER.pack(sec, usec, len(eth), len(eth)) + eth)
         self.count += 1
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._writer.close()
+        self._file.close()
 
     def __enter__(self) -> PcapWriter:
         return self
