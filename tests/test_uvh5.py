@@ -450,3 +450,46 @@ def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
     assert data_chunk_rows(15, 9 * 4 * 8) == 15
     prime = 1031  # no divisor but itself and 1: chunks of the most rows, across dumps
     assert data_chunk_rows(prime, DATA_CHUNK_BYTES // 500) == 500
+
+
+def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
+    """flags and nsamples of a dump whose counts are the same on every baseline are written as
+    one deflated chunk made once per distinct counts (a dump with counts varying by baseline
+    goes in unfiltered); pyuvdata reads every dump's values back, whichever way it went."""
+    import h5py
+
+    nant, nchan, nspec = 5, 4, 960
+    s = 2 * nant
+    nbl = s * (s + 1) // 2
+    rng = np.random.default_rng(12)
+    per_chan = np.array([960, 0, 480, 7])
+    ragged = rng.integers(0, nspec + 1, (nchan, nbl))
+    ragged[rng.random((nchan, nbl)) < 0.2] = 0
+    dumps = [np.broadcast_to(per_chan[:, None], (nchan, nbl)), ragged,
+             np.full((1, nbl), nspec), np.repeat(per_chan[:, None], nbl, axis=1)]
+    tri = rng.integers(-1000, 1000, (nchan, nbl, 2))
+    path = tmp_path / "r.uvh5"
+    with UVH5Writer(path, make_site(nant), 150e6 + 40e3 * np.arange(nchan), 40e3, nspec) as w:
+        for i, valid in enumerate(dumps):
+            w.append(tri, valid, nspec, 1.7e9 + i, 0.024)
+    uv = pyuvdata.UVData.from_file(path)
+    for a1 in range(nant):
+        for a2 in range(a1, nant):
+            for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:
+                j, k = sorted((2 * a1 + p1, 2 * a2 + p2))
+                count = np.stack([np.broadcast_to(v, (nchan, nbl))[:, k * (k + 1) // 2 + j]
+                                  for v in dumps])
+                assert np.array_equal(uv.get_nsamples(a1, a2, pol),
+                                      (count / nspec).astype(np.float32)), (a1, a2, pol)
+                assert np.array_equal(uv.get_flags(a1, a2, pol), count == 0), (a1, a2, pol)
+    with h5py.File(path, "r") as f:
+        for name, itemsize in (("flags", 1), ("nsamples", 4)):
+            ds = f["Data"][name]
+            assert ds.compression == "gzip" and ds.chunks[0] == nant * (nant + 1) // 2  # a dump
+            info = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+            raw = ds.chunks[0] * nchan * 4 * itemsize
+            assert [c.filter_mask for c in info] == [0, 1, 0, 0], name
+            assert info[1].size == raw and max(info[i].size for i in (0, 2, 3)) < raw / 4
+            first, last = (ds.id.read_direct_chunk((i * ds.chunks[0], 0, 0)) for i in (0, 3))
+            assert first == last  # the same counts: the same bytes
+        assert f["Header"]["ant_1_array"].compression == "gzip"

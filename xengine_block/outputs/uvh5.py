@@ -21,9 +21,11 @@ Conventions, written down once:
   streams 2i, 2i + 1, so the file order follows the numbers and the triangle the indices.
 
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
-update of Nblts/Ntimes and a flush. HDF5 writes through h5py's ``fileobj`` driver into
-:class:`StagedFile`, which keeps one dump's writes in memory and puts them on disk after HDF5's
-flush (``commit``).
+update of Nblts/Ntimes and a flush. Datasets whose chunks repeat from dump to dump (flags and
+nsamples while every baseline has the same counts, the antenna numbers, ...: :data:`REPEATED`)
+are deflated, each distinct chunk compressed once; the rest is stored as it is. HDF5 writes
+through h5py's ``fileobj`` driver into :class:`StagedFile`, which keeps one dump's writes in
+memory and puts them on disk after HDF5's flush (``commit``).
 
 Crash guarantee: a writer killed at any moment (SIGKILL, the OOM killer: the kernel keeps what
 the process wrote) leaves a file that pyuvdata reads, with its default checks, holding every dump
@@ -70,6 +72,7 @@ import functools
 import os
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +103,19 @@ _BLT_HEADER = {
 
 #: Largest chunk of the /Data datasets, bytes (rows of Nfreqs x Npols); tests make it small.
 DATA_CHUNK_BYTES = 1 << 20
+#: Baseline-time datasets whose chunk (a dump) is the same in every dump of a file
+#: (``integration_time``: while the dumps' length is), and, where dumps are whole chunks of
+#: theirs, ``flags`` and ``nsamples`` (the same while no baseline lacks what others have):
+#: deflated, each distinct chunk compressed once and its bytes written again (a third of a
+#: dump's bytes at S = 256 x 8 channels, and the row pass's counts; any HDF5 reader inflates
+#: them). A chunk that differs (counts varying by baseline) is stored unfiltered.
+REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "phase_center_id_array",
+            "phase_center_app_dec", "phase_center_frame_pa", "flags", "nsamples")
+#: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw): the
+#: staged file holds views of them until the commit instead of copies.
+_LENT = ("visdata", "flags", "nsamples", "uvw_array")
+#: zlib level of the repeated chunks (HDF5's deflate filter; level 1 packs them as well).
+REPEAT_DEFLATE = 1
 
 
 @dataclass(frozen=True)
@@ -156,13 +172,14 @@ class DumpRows:
         self.nsamples = np.empty(shape, np.float32)
         self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
 
-    def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int) -> None:
+    def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int,
+             counts: bool = True) -> None:
         """``tri [C, nbaseline, 2]`` in the UVH5 convention (``visdata[b, c, p]`` is
-        ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); ``valid [C or 1,
-        nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their fraction
-        of ``nspectra`` (float32 of the float64 quotient, as numpy's ``(n / N).astype``)."""
+        ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
+        [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
+        fraction of ``nspectra`` (:func:`count_rows`)."""
         _rows_kernel()(np.ascontiguousarray(tri), valid, self.index, self.flip,
-                       float(nspectra), self._pairs, self.flags, self.nsamples)
+                       float(nspectra), self._pairs, self.flags, self.nsamples, counts)
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,7 +189,8 @@ def _rows_kernel() -> Callable[..., None]:
     import numba
 
     @numba.njit(nogil=True, cache=True)
-    def kernel(tri, valid, index, flip, nspectra, vis, flags, nsamples):  # pragma: no cover
+    def kernel(tri, valid, index, flip, nspectra, vis, flags, nsamples,
+               counts):  # pragma: no cover
         per_chan = valid.shape[0] > 1
         for b in range(index.shape[0]):
             for p in range(index.shape[1]):
@@ -181,9 +199,10 @@ def _rows_kernel() -> Callable[..., None]:
                 for c in range(tri.shape[0]):
                     vis[b, c, p, 0] = tri[c, k, 0]
                     vis[b, c, p, 1] = sign * tri[c, k, 1]
-                    n = valid[c if per_chan else 0, k]
-                    flags[b, c, p] = n == 0
-                    nsamples[b, c, p] = np.float32(n / nspectra)
+                    if counts:
+                        n = valid[c if per_chan else 0, k]
+                        flags[b, c, p] = n == 0
+                        nsamples[b, c, p] = np.float32(n / nspectra)
 
     return kernel
 
@@ -229,17 +248,49 @@ def data_chunk_rows(nbls: int, row_bytes: int) -> int:
     return whole if whole * 4 >= most else most
 
 
-def _append_chunks(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
+def _append_chunks(ds: h5py.Dataset, n0: int, rows: np.ndarray, blob: bytes | None = None,
+                   filter_mask: int = 0, lend: StagedFile | None = None) -> None:
     """Grow ``ds`` and write ``rows`` at ``n0`` as whole chunks of their own, handed to HDF5
     as they lie in memory (``write_direct_chunk``: no selection, no pass through HDF5's chunk
-    cache; the rows are the dataset's own type and the chunks unfiltered, so the bytes are
-    those a hyperslab write stores). ``n0`` and ``len(rows)`` are multiples of the chunk."""
+    cache; the rows are the dataset's own type, so the bytes are those a hyperslab write
+    stores; ``filter_mask`` 1: stored unfiltered in a deflated dataset). ``blob``: the one
+    chunk every chunk of these rows is, already deflated (``rows`` then gives the shape
+    only). ``lend``: the staged file keeps views of ``rows`` (C-contiguous rows the caller
+    keeps unchanged until the commit, :meth:`StagedFile.lending`). ``n0`` and ``len(rows)``
+    are multiples of the chunk."""
     dsid = ds.id
     dsid.set_extent((n0 + rows.shape[0], *rows.shape[1:]))
     step = ds.chunks[0]
-    flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
+    if blob is None:
+        lend = lend if rows.flags.c_contiguous else None  # else a copy: nothing to lend
+        flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
     for j in range(0, rows.shape[0], step):
-        dsid.write_direct_chunk((n0 + j,) + (0,) * (rows.ndim - 1), flat[j:j + step])
+        where = (n0 + j,) + (0,) * (rows.ndim - 1)
+        if blob is not None:
+            dsid.write_direct_chunk(where, blob)
+            continue
+        with lend.lending(flat[j:j + step]) if lend else contextlib.nullcontext():
+            dsid.write_direct_chunk(where, flat[j:j + step], filter_mask=filter_mask)
+
+
+def count_rows(counts: np.ndarray, nspectra: int, npol: int) -> tuple[np.ndarray, np.ndarray]:
+    """``flags`` and ``nsamples`` of one baseline, ``[C, Npols]``, from its valid ``counts``
+    per channel: flagged where none, the fraction of ``nspectra`` otherwise (float32 of the
+    float64 quotient, as numpy's ``(n / N).astype``; the compiled row pass computes the
+    same)."""
+    c = np.asarray(counts, np.int64)[:, None].repeat(npol, axis=1)
+    return c == 0, (c / float(nspectra)).astype(np.float32)
+
+
+def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
+    """The per-channel counts ``[C or 1]`` when every baseline of ``valid [C or 1, nbl]`` has
+    the same counts (the usual dump: nothing or whole channels missing), else None."""
+    if valid.shape[1] == 0:
+        return None
+    first = valid[:, 0]
+    if valid.strides[1] == 0 or (valid == first[:, None]).all():
+        return first.copy()
+    return None
 
 
 def _append_rows(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
@@ -354,7 +405,8 @@ class StagedFile:
         self._lock = threading.Lock()  # close() (e.g. at exit) waits for a commit to finish
         self._end = 0  # HDF5's end of file
         self._pos = 0
-        self._writes: list[tuple[int, bytes]] = []  # staged, in order
+        self._writes: list[tuple[int, bytes | memoryview]] = []  # staged, in order
+        self._lent: tuple[int, int] | None = None  # (address, bytes) of a buffer lent
 
     # -- what the fileobj driver calls (seek, tell, read, write, truncate, flush)
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -380,7 +432,9 @@ class StagedFile:
         return bytes(buf)
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        data = bytes(data)
+        if self._lent is None or len(data) != self._lent[1] \
+                or np.frombuffer(data, np.uint8).ctypes.data != self._lent[0]:
+            data = bytes(data)  # HDF5's own buffer, which it reuses: a copy
         if not self.discard:
             self._writes.append((self._pos, data))
             self._end = max(self._end, self._pos + len(data))
@@ -399,6 +453,17 @@ class StagedFile:
         """HDF5's flush ends here; the bytes reach the disk at ``commit``."""
 
     # -- ours
+    @contextlib.contextmanager
+    def lending(self, buf: np.ndarray):
+        """A write of exactly ``buf`` (HDF5 hands a direct chunk write's buffer to the driver
+        as it is) is staged as a view of it, not copied (a tenth of a dump's writing at S =
+        256): the caller leaves ``buf`` unchanged and alive until the commit."""
+        self._lent = (buf.ctypes.data, buf.nbytes)
+        try:
+            yield
+        finally:
+            self._lent = None
+
     def commit(self) -> None:
         """Put the staged writes on disk; on failure restore the committed file and raise."""
         with self._lock:
@@ -594,24 +659,42 @@ class UVH5Writer:
         # Datasets stay open for the file's life: closing an h5py id flushes in __dealloc__,
         # where errors are ignored.
         self._counters = {name: h[name] for name in ("Nblts", "Ntimes")}
-        self._blt = {name: h.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
-                                            dtype=dtype, chunks=(max(nbls, 1), *shape))
+        data_rows = data_chunk_rows(nbls, nfreq * npol * 8)
+        #: The datasets each dump fills whole chunks of (every baseline-time one: a chunk is a
+        #: dump; /Data where its chunk divides one): written directly (``_append_chunks``),
+        #: and of those the deflated ones (:data:`REPEATED`).
+        self._direct = {*_BLT_HEADER, *(("visdata", "flags", "nsamples")
+                                        if nbls % data_rows == 0 else ())}
+        self._deflated = self._direct & set(REPEATED)
+        self._blobs: dict[tuple, bytes] = {}
+
+        def dataset(group: h5py.Group, name: str, shape: tuple, dtype: np.dtype,
+                    rows: int) -> h5py.Dataset:
+            deflate = {"compression": "gzip", "compression_opts": REPEAT_DEFLATE} \
+                if name in self._deflated else {}
+            return group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
+                                        dtype=dtype, chunks=(rows, *shape), **deflate)
+
+        self._blt = {name: dataset(h, name, shape, dtype, max(nbls, 1))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
         d = self._file.create_group("Data")
-        chunk = (data_chunk_rows(nbls, nfreq * npol * 8), nfreq, npol)
         data = {"visdata": self.vis_dtype, "flags": np.dtype(bool),
                 "nsamples": np.dtype(np.float32)}
-        self._data = {name: d.create_dataset(name, shape=(0, nfreq, npol),
-                                             maxshape=(None, nfreq, npol), dtype=dtype,
-                                             chunks=chunk)
+        self._data = {name: dataset(d, name, (nfreq, npol), dtype, data_rows)
                       for name, dtype in data.items()}
         # As declared (h5py reads an ("r", "i") float64 compound back as complex128).
         self._dtypes = {**{name: np.dtype(dt) for name, (_, dt) in _BLT_HEADER.items()},
                         **data}
-        #: The datasets each dump fills whole chunks of (every baseline-time one: a chunk is a
-        #: dump; /Data where its chunk divides one): written directly (``_append_chunks``).
-        self._direct = {name for name, ds in (*self._blt.items(), *self._data.items())
-                        if nbls % ds.chunks[0] == 0}
+
+    def _blob(self, key: tuple, chunk: Callable[..., np.ndarray], *args: object) -> bytes:
+        """The deflated bytes of the chunk ``chunk(*args)`` known by ``key`` (made once)."""
+        blob = self._blobs.get(key)
+        if blob is None:
+            if len(self._blobs) >= 64:  # counts that keep changing: keep it small
+                self._blobs.clear()
+            raw = np.ascontiguousarray(chunk(*args)).view(np.uint8).tobytes()
+            blob = self._blobs[key] = zlib.compress(raw, REPEAT_DEFLATE)
+        return blob
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
@@ -637,7 +720,9 @@ class UVH5Writer:
                 or valid.shape[0] not in (1, tri.shape[0])):
             raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
                              f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
-        self._rows.fill(tri, valid, nspectra)
+        # Counts the same on every baseline: flags and nsamples are repeated chunks.
+        counts = uniform_counts(valid) if "flags" in self._deflated else None
+        self._rows.fill(tri, valid, nspectra, counts=counts is None)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
@@ -654,10 +739,24 @@ class UVH5Writer:
                     nsamples=self._rows.nsamples)
         try:
             for name, ds in (*self._blt.items(), *self._data.items()):
-                (_append_chunks if name in self._direct else _append_rows)(
-                    ds, n0, np.asarray(rows[name], self._dtypes[name]))
-            self._counters["Nblts"][()] = n1
-            self._counters["Ntimes"][()] = self.ndump + 1
+                data = np.asarray(rows[name], self._dtypes[name])
+                if name not in self._direct:
+                    _append_rows(ds, n0, data)
+                elif name not in self._deflated:
+                    _append_chunks(ds, n0, data, lend=self._io if name in _LENT else None)
+                elif name in _BLT_HEADER:  # the same for the file, or the dump's length
+                    _append_chunks(ds, n0, data, self._blob(
+                        (name, duration_s if name == "integration_time" else None),
+                        np.asarray, data))
+                elif counts is not None:  # flags, nsamples: the counts say the chunk
+                    _append_chunks(ds, n0, data, self._blob(
+                        (name, counts.tobytes(), nspectra), self._count_chunk, name, counts,
+                        nspectra, ds.chunks))
+                else:  # stored as it is
+                    _append_chunks(ds, n0, data, filter_mask=1, lend=self._io)
+            for name, value in (("Nblts", n1), ("Ntimes", self.ndump + 1)):
+                self._counters[name].id.write(h5py.h5s.ALL, h5py.h5s.ALL,
+                                              np.array(value, np.int64))
             self._commit()
         except BaseException as exc:
             self._failed(exc)
@@ -670,6 +769,13 @@ class UVH5Writer:
                 raise UVH5WriteError.caused_by(exc, self.path, kept) from exc
             raise
         self.ndump += 1
+
+    def _count_chunk(self, name: str, counts: np.ndarray, nspectra: int,
+                     chunks: tuple[int, ...]) -> np.ndarray:
+        """A ``flags`` or ``nsamples`` chunk of baselines that all have ``counts`` [C or 1]."""
+        per_chan = np.broadcast_to(counts, (chunks[1],))
+        flags, nsamples = count_rows(per_chan, nspectra, chunks[2])
+        return np.broadcast_to(flags if name == "flags" else nsamples, chunks)
 
     def _commit(self) -> None:
         """HDF5 flushes into the staged file, which then goes to disk (or raises OSError)."""
