@@ -195,3 +195,44 @@ def test_integration_past_the_int32_bound_sums_in_int64(tmp_path, array_file):
     check_file(r.task.output, x, [(0, n)], numbers, NAMES, freqs=freqs(1))
     auto = pyuvdata.UVData.from_file(r.task.output).get_data(7, 7, "xx")  # "2b": all -128
     assert auto.real.max() == n * 2 * 128 ** 2 > 2 ** 31
+
+
+def test_reused_buffers_hold_each_window_alone(tmp_path):
+    """``integrations(reuse=True)``: two int32 buffers in turn, each window's first chunk
+    written over whatever a buffer held (here: garbage), channels no chunk reaches zeroed.
+    Checked against numpy sums of the samples, with a PKTIDX gap that leaves one window
+    without data and cuts another in half."""
+    from xengine_block.readers.correlate import RecordingCorrelator, windows
+    from xengine_block.triangle import baseline_index
+
+    x = samples(6, seed=5)
+    present = [0, 1, 5, 6, 7, 8]  # blocks 2, 3, 4 missing
+    pkt = [PKT0 + i * NTIME for i in present]
+    path = write_guppi(tmp_path / "gap.raw", blocks(x), cards(), pktidx=pkt)
+    rec = GuppiRecording([path])
+    corr = RecordingCorrelator(rec, [0, 1, 2], (0, 5))
+    try:
+        wins, _ = windows(rec.start, rec.end, 2 * NTIME)  # blocks [0,2) [2,4) [4,6) [6,8)
+        assert len(wins) == 4
+        got, bufs = [], set()
+        for c in corr.integrations(wins, reuse=True):
+            bufs.add(c.vis.ctypes.data)
+            got.append((c.vis.copy(), c.valid.copy()))
+            c.vis[...] = 0x5A5A5A5A  # garbage for the window after next
+        assert len(bufs) == 2
+        # stream s = 2 * antenna + pol; spectra of block b at [b * NTIME, (b + 1) * NTIME)
+        v = x[..., 0].astype(np.int64) + 1j * x[..., 1]  # [ant, chan, time, pol]
+        v = v.transpose(1, 2, 0, 3).reshape(5, 6 * NTIME, 6)  # [chan, time, stream]
+        where = np.repeat(present, NTIME)  # the block each recorded spectrum is
+        j, k = np.triu_indices(6)
+        for w, (vis, valid) in enumerate(got):
+            sel = (where >= 2 * w) & (where < 2 * w + 2)
+            assert valid.tolist() == [sel.sum()] * 5
+            kk = np.einsum("ctj,ctk->cjk", v[:, sel], v[:, sel].conj())[:, j, k]
+            want = np.zeros_like(vis)
+            want[:, baseline_index(j, k), 0], want[:, baseline_index(j, k), 1] = kk.real, kk.imag
+            np.testing.assert_array_equal(vis, want)
+        assert not got[1][0].any() and got[2][1][0] == NTIME  # the gap, half a window
+    finally:
+        corr.close()
+        rec.close()

@@ -85,15 +85,22 @@ class RecordingCorrelator:
     def backend_names(self) -> list[str]:
         return sorted({b.name for b in self._backends.values()})
 
-    def correlate(self, t0: int, t1: int) -> Correlated:
+    def correlate(self, t0: int, t1: int, out: np.ndarray | None = None) -> Correlated:
         """Spectra ``[t0, t1)``: exact sums, added by the backend in place in int32 where no
         channel can sum more spectra than the int32 bound of every chunk's encoding (a window
         of at most ``t1 - t0`` spectra per channel), else in int64 (one output per call, added
         here). The int32 case saves an int64 array and a pass over it per integration, a few
-        per cent of a fast backend's time."""
+        per cent of a fast backend's time; ``out`` (int32 ``[C, nbaseline, 2]``) then receives
+        the sums, the first chunk of each channel written over, not added to (no zeroing
+        pass); other outputs are fresh arrays."""
         chunks = list(self.rec.chunks(t0, t1, antennas=self.antennas, channels=self.channels))
-        narrow = t1 - t0 <= min((c.layout.max_spectra for c in chunks), default=0)
-        vis = np.zeros((self.nchan, self.nbaseline, 2), np.int32 if narrow else np.int64)
+        narrow = t1 - t0 <= min((c.layout.max_spectra for c in chunks), default=t1 - t0)
+        shape = (self.nchan, self.nbaseline, 2)
+        if narrow and out is not None and out.shape == shape and out.dtype == np.int32:
+            vis = out
+        else:
+            vis = np.empty(shape, np.int32 if narrow else np.int64)
+        fresh = np.ones(self.nchan, bool)  # channels nothing was written to yet
         valid = np.zeros(self.nchan, np.int64)
         c0 = self.channels[0]
         for chunk in chunks:
@@ -101,21 +108,38 @@ class RecordingCorrelator:
                                        8 if chunk.layout.encoding != "ci4" else 4):
                 layout = chunk.layout if (a, b) == (0, chunk.layout.nchan) else \
                     chunk.layout.select(channels=range(a, b))
-                lo = chunk.chan0 - c0 + a
+                lo, hi = chunk.chan0 - c0 + a, chunk.chan0 - c0 + b
+                first = fresh[lo:hi]
+                if first.any() and not first.all():  # groups overlapping unevenly
+                    vis[lo:hi][first] = 0
+                    first[...] = False
                 backend = self.backend(layout)
                 if narrow:  # in place, exact: this window's sums stay within int32
-                    backend.correlate_layout(chunk.data, layout, out=vis[lo:lo + (b - a)],
-                                             nframe=chunk.nframe, accumulate=True)
+                    backend.correlate_layout(chunk.data, layout, out=vis[lo:hi],
+                                             nframe=chunk.nframe, accumulate=not first.all())
+                elif first.all():
+                    vis[lo:hi] = backend.correlate_layout(chunk.data, layout,
+                                                          nframe=chunk.nframe)
                 else:
-                    vis[lo:lo + (b - a)] += backend.correlate_layout(chunk.data, layout,
-                                                                     nframe=chunk.nframe)
-                valid[lo:lo + (b - a)] += chunk.nspectra
+                    vis[lo:hi] += backend.correlate_layout(chunk.data, layout,
+                                                           nframe=chunk.nframe)
+                first[...] = False
+                valid[lo:hi] += chunk.nspectra
                 self.calls += 1
+        vis[fresh] = 0  # channels no chunk reached (missing data): nothing correlated
         return Correlated(vis, valid)
 
-    def integrations(self, wins: Sequence[tuple[int, int]]) -> Iterator[Correlated]:
-        for t0, t1 in wins:
-            yield self.correlate(t0, t1)
+    def integrations(self, wins: Sequence[tuple[int, int]],
+                     reuse: bool = False) -> Iterator[Correlated]:
+        """Each window's :class:`Correlated`. ``reuse``: int32 sums go into two buffers in
+        turn, so each result is valid until the next but one is made (a consumer that is
+        done with one result before asking for the one after next, like reprocessing's
+        writer, saves an allocation and its page faults per integration)."""
+        bufs: list[np.ndarray] = []
+        for k, (t0, t1) in enumerate(wins):
+            if reuse and len(bufs) < 2:
+                bufs.append(np.empty((self.nchan, self.nbaseline, 2), np.int32))
+            yield self.correlate(t0, t1, bufs[k % 2] if reuse else None)
 
     def close(self) -> None:
         for b in self._backends.values():

@@ -82,26 +82,43 @@ def parse_value(text: str) -> Any:
     return text
 
 
+#: Cards already parsed -> (key, value): a recording's headers repeat all but a few cards.
+_CARDS: dict[bytes, tuple[str, Any]] = {}
+
+
+def parse_card(card: bytes, p: int) -> tuple[str, Any]:
+    """(key, value) of one 80-byte card at byte ``p``; :class:`NotAHeader` if it is none."""
+    kv = _CARDS.get(card)
+    if kv is None:
+        if card[8:9] != b"=" or not _KEY.fullmatch(card[:8]):
+            raise NotAHeader(f"byte {p} is not a header card")
+        try:
+            kv = card[:8].decode("ascii").strip(), parse_value(card[9:].decode("ascii"))
+        except UnicodeDecodeError:
+            raise NotAHeader(f"byte {p} is not ASCII") from None
+        if len(_CARDS) >= 8192:
+            _CARDS.clear()
+        _CARDS[card] = kv
+    return kv
+
+
 def parse_header(buf: np.ndarray | bytes, pos: int) -> tuple[dict[str, Any], int]:
     """Cards from byte ``pos`` up to ``END``: (``{key: value}``, bytes of the cards incl. END,
     before any DIRECTIO padding). Raises :class:`NotAHeader` if they are not cards."""
     size = len(buf)
+    view = memoryview(buf)  # slices of a memory map's array cost microseconds each
     hdr: dict[str, Any] = {}
     for i in range(MAX_CARDS):
         p = pos + i * CARD
         if p + CARD > size:
             raise NotAHeader(f"the file ends inside a header at byte {pos}")
-        card = bytes(buf[p:p + CARD])
+        card = view[p:p + CARD].tobytes()
         if card[:3] == b"END" and not card[3:].strip():
             if not hdr:
                 raise NotAHeader(f"empty header at byte {pos}")
             return hdr, (i + 1) * CARD
-        if card[8:9] != b"=" or not _KEY.fullmatch(card[:8]):
-            raise NotAHeader(f"byte {p} is not a header card")
-        try:
-            hdr[card[:8].decode("ascii").strip()] = parse_value(card[9:].decode("ascii"))
-        except UnicodeDecodeError:
-            raise NotAHeader(f"byte {p} is not ASCII") from None
+        key, value = parse_card(card, p)
+        hdr[key] = value
     raise NotAHeader(f"no END card within {MAX_CARDS} cards of byte {pos}")
 
 

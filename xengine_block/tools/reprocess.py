@@ -370,7 +370,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
             pending: Future = made
             try:
                 every = np.array_equal(chans, np.arange(c0, c1))  # no gather needed
-                for (t0, _), c in zip(wins, corr.integrations(wins), strict=True):
+                for (t0, _), c in zip(wins, corr.integrations(wins, reuse=True), strict=True):
                     valid = c.valid[chans - c0]
                     pending.result()
                     pending = pool.submit(
