@@ -116,3 +116,8 @@ def test_integrator_with_buffers_gives_the_same_dumps_in_two_pairs_of_arrays():
     other = kept.add(480 * 20, np.ones((1, 1, 2), np.int32), np.ones((1, 1), np.int64))
     other += kept.add(480 * 21, np.ones((1, 1, 2), np.int32), np.ones((1, 1), np.int64))
     assert other[-1].vis.tolist() == [[[2, 2]]] and other[-1].valid.tolist() == [[2]]
+    # one frame per dump: the dump is the frame itself, nothing copied
+    single = Integrator(1, 480, reuse=True)
+    for t, vis, valid in frames:
+        (d,) = single.add(t, vis, valid)
+        assert d.vis is vis and d.valid is valid and (d.time_tag, d.ninput) == (t, 1)

@@ -146,7 +146,8 @@ class Integrator:
     again, instead of a fresh pair per dump, whose pages the kernel can fault in again each time
     (12 ms for the 4.7 MB of an S = 256 x 9 channel dump on a fresh VM, more than the sum
     itself). Two pairs, taken in turn, since one ``add`` can finish two dumps; a :class:`Dump`
-    then holds views of them, valid until the next ``add``. (Made at the first dump rather
+    then holds views of them, valid until the next ``add``. With ``ninteg`` 1 a dump holds the
+    frame given, as it is (its dtype): no buffer, no copy. (Made at the first dump rather
     than up front: faulting pages in before the sequence starts would hold up the whole
     pipeline's start, and the first dump writes every byte of them anyway.)
     """
@@ -177,7 +178,9 @@ class Integrator:
             done.append(self._finish())
         if self._start is None:
             self._start = start
-            if self.reuse:
+            if self.reuse and self.ninteg == 1:
+                self._vis, self._valid = vis, valid  # a dump is a frame: nothing to sum
+            elif self.reuse:
                 self._vis, self._valid = self._next_buffers(vis.shape, valid.shape)
                 np.copyto(self._vis, vis)
                 np.copyto(self._valid, valid)
