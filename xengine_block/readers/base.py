@@ -188,6 +188,8 @@ class Recording:
         self.damage = Damage()
         meta, self.runs = self._index()
         self.meta = replace(meta, **self.overrides)
+        #: (run, channels, streams) -> the run's layout of those (made once: every window asks)
+        self._selected: dict[tuple, tuple[SampleLayout | None, int]] = {}
         if not self.runs:
             raise RecordingError(f"{self.files[0]}: no complete block of data in the "
                                  f"{self.format} recording"
@@ -270,21 +272,33 @@ class Recording:
         a window that cuts a frame gives a chunk of the frame's part.
         """
         streams = self.stream_order(antennas)
-        for run in self.runs:
+        for i, run in enumerate(self.runs):
             lo, hi = max(t0, run.time_tag), min(t1, run.end)
             if lo >= hi:
                 continue
-            layout = run.layout
-            c0 = run.chan0
-            if channels is not None:
-                a, b = max(channels[0], c0), min(channels[1], c0 + layout.nchan)
-                if a >= b:
-                    continue
-                layout = layout.select(channels=range(a - c0, b - c0))
-                c0 = a
-            if streams is not None:
-                layout = layout.select(streams=streams)
-            yield from self._run_chunks(run, layout, c0, lo - run.time_tag, hi - run.time_tag)
+            key = (i, channels, None if streams is None else tuple(streams))
+            if key not in self._selected:
+                self._selected[key] = self._select(run, channels, streams)
+            layout, c0 = self._selected[key]
+            if layout is not None:
+                yield from self._run_chunks(run, layout, c0, lo - run.time_tag,
+                                            hi - run.time_tag)
+
+    @staticmethod
+    def _select(run: Run, channels: tuple[int, int] | None,
+                streams: list[int] | None) -> tuple[SampleLayout | None, int]:
+        """The layout of ``run`` for recording channels ``channels`` and ``streams``, and its
+        first channel (None: the run has none of the channels)."""
+        layout, c0 = run.layout, run.chan0
+        if channels is not None:
+            a, b = max(channels[0], c0), min(channels[1], c0 + layout.nchan)
+            if a >= b:
+                return None, c0
+            layout = layout.select(channels=range(a - c0, b - c0))
+            c0 = a
+        if streams is not None:
+            layout = layout.select(streams=streams)
+        return layout, c0
 
     def _run_chunks(self, run: Run, layout: SampleLayout, chan0: int, r0: int,
                     r1: int) -> Iterator[Chunk]:
