@@ -129,9 +129,9 @@ def test_dumps_per_file_and_no_overwrite(tmp_path):
 
 
 def test_sequence_without_a_dump_leaves_no_file(tmp_path):
-    """The writer makes its first file when the sequence starts; a sequence that ends before
-    any dump is complete (2 frames of a 4-frame integration) leaves no file behind (one
-    without dumps is no UVH5 file), and the next run may use the name."""
+    """A sequence that ends before any dump is complete (2 frames of a 4-frame integration)
+    leaves no file behind (one without dumps is no UVH5 file), and the next run may use the
+    name."""
     g = Geometry(nstream=4, nchan=9, npacket=1)
     frames, mask = random_frames(g, 2, seed=3), np.ones((2, 4), np.uint8)
     w, _, _ = run_chain(tmp_path, g, frames, mask, 4, filename="obs.uvh5")

@@ -94,11 +94,6 @@ class UVH5WriterLogic(BlockLogic):
                                  f"{self.freqs.size} channels")
             self.freqs = self.freqs[self.channels]
         self.directory.mkdir(parents=True, exist_ok=True)
-        # The file of the sequence's first dump (frame 0), made now: the pipeline's sources
-        # wait for this, so it costs its own CPU time here, while made at the first dump it
-        # shares the core with a capture still filling the ring (three times as long).
-        self._close()
-        self._writer = self._open(self.t0)
         return []
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
@@ -152,7 +147,8 @@ class UVH5WriterLogic(BlockLogic):
         for f in range(max(lo, self._next), hi):
             self._next = f + 1
             time_tag = self.t0 + f * self.nspectra
-            writer = self._writer_for(time_tag)
+            if self._writer is None:
+                self._writer = self._open(time_tag)
             vis = self._triangle(vis_in[f - ispans[0].frame_offset])
             valid = self._valid(ispans, f)
             if not self.guarantee:  # copy, then check the writer did not come back meanwhile
@@ -166,10 +162,11 @@ class UVH5WriterLogic(BlockLogic):
             if self.channels is not None:
                 vis = vis[self.channels]
                 valid = valid[self.channels] if valid.shape[0] > 1 else valid
-            writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
-                          self.nspectra / self.hdr["fs_hz"])
+            self._writer.append(vis, valid, self.nspectra,
+                                frame_start_unix(self.hdr, time_tag),
+                                self.nspectra / self.hdr["fs_hz"])
             self.dumps_written += 1
-            if self.dumps_per_file and writer.ndump >= self.dumps_per_file:
+            if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
                 self._close()
         return []
 
@@ -180,37 +177,22 @@ class UVH5WriterLogic(BlockLogic):
                 continue
             self._next = frame + 1
             time_tag = self.t0 + frame * self.nspectra
-            writer = self._writer_for(time_tag)
+            if self._writer is None:
+                self._writer = self._open(time_tag)
             vis = np.zeros((self.freqs.size, self.geometry.nbaseline, 2), np.int64)
             valid = np.zeros((self.freqs.size, self.geometry.nbaseline), np.int64)
-            writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
-                          self.nspectra / self.hdr["fs_hz"])
+            self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
+                                self.nspectra / self.hdr["fs_hz"])
             self.dumps_written += 1
             self.nodata_outputs += 1
-            if self.dumps_per_file and writer.ndump >= self.dumps_per_file:
+            if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
                 self._close()
         return []
 
     def _close(self) -> None:
-        """Finish the file; one without a dump (made at the sequence's start, and no dump
-        came) is removed, since it is no UVH5 file."""
         if self._writer is not None:
-            writer, self._writer = self._writer, None
-            if writer.ndump == 0:
-                writer.abandon()
-                writer.path.unlink(missing_ok=True)
-                self.files.remove(writer.path)
-            else:
-                writer.close()
-
-    def _writer_for(self, time_tag: int) -> UVH5Writer:
-        """The open file, or a new one named for ``time_tag``; the one made at the sequence's
-        start is for frame 0 and is made again if the first dump written is a later one."""
-        if self._writer is not None and self._writer.ndump == 0 and time_tag != self.t0:
-            self._close()
-        if self._writer is None:
-            self._writer = self._open(time_tag)
-        return self._writer
+            self._writer.close()
+            self._writer = None
 
     def on_sequence_end(self, iseqs: list) -> None:
         self._close()
