@@ -334,9 +334,10 @@ def dedicated_run(g: Geometry, frames: np.ndarray, nframe: int, a: argparse.Name
     entry["limit"] = (
         f"the X-engine ({bare['backend']} {bare['isa']}) on cores {format_cores(xcores)} and "
         f"the bare backend on the same: {entry['ratio']:.2f} from the first packet, "
-        f"{entry['first_to_last_ratio']:.2f} first to last dump; the rest is the wait for the "
-        f"first dump ({entry['first_dump_s']:.2f} s of {entry['run_s']:.2f} s: P frames are "
-        f"captured, correlated, integrated and written before it is on disk); per dump the "
+        f"{entry['first_to_last_ratio']:.2f} first to last dump (first dump after "
+        f"{entry['first_dump_s']:.2f} s of {entry['run_s']:.2f} s); what the X-engine's cores "
+        f"lose is the capture of the first P frames, before the X-engine has anything to "
+        f"correlate, and the last dump's integration and writing after it is done; per dump the "
         f"capture took {cpu['capture']:.3f} CPU-s, the integrator {cpu['integrate']:.3f} and "
         f"the writer {cpu['writer']:.3f} on core {other}")
     return entry
