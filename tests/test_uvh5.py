@@ -454,8 +454,9 @@ def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
 
 def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
     """flags and nsamples of a dump whose counts are the same on every baseline are written as
-    one deflated chunk made once per distinct counts (a dump with counts varying by baseline
-    goes in unfiltered); pyuvdata reads every dump's values back, whichever way it went."""
+    one deflated chunk, compressed when the counts change (a dump with counts varying by baseline
+    goes in unfiltered); pyuvdata reads every dump's values back, whichever way it went, and
+    a repeated column that changes (the integration time) is compressed again."""
     import h5py
 
     nant, nchan, nspec = 5, 4, 960
@@ -468,11 +469,13 @@ def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
     dumps = [np.broadcast_to(per_chan[:, None], (nchan, nbl)), ragged,
              np.full((1, nbl), nspec), np.repeat(per_chan[:, None], nbl, axis=1)]
     tri = rng.integers(-1000, 1000, (nchan, nbl, 2))
+    lengths = [0.024, 0.024, 0.048, 0.024]
     path = tmp_path / "r.uvh5"
     with UVH5Writer(path, make_site(nant), 150e6 + 40e3 * np.arange(nchan), 40e3, nspec) as w:
         for i, valid in enumerate(dumps):
-            w.append(tri, valid, nspec, 1.7e9 + i, 0.024)
+            w.append(tri, valid, nspec, 1.7e9 + i, lengths[i])
     uv = pyuvdata.UVData.from_file(path)
+    assert np.array_equal(uv.integration_time, np.repeat(lengths, uv.Nbls))  # one changed
     for a1 in range(nant):
         for a2 in range(a1, nant):
             for pol, p1, p2 in [(-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0)]:

@@ -106,9 +106,10 @@ DATA_CHUNK_BYTES = 1 << 20
 #: Baseline-time datasets whose chunk (a dump) is the same in every dump of a file
 #: (``integration_time``: while the dumps' length is), and, where dumps are whole chunks of
 #: theirs, ``flags`` and ``nsamples`` (the same while no baseline lacks what others have):
-#: deflated, each distinct chunk compressed once and its bytes written again (a third of a
-#: dump's bytes at S = 256 x 8 channels, and the row pass's counts; any HDF5 reader inflates
-#: them). A chunk that differs (counts varying by baseline) is stored unfiltered.
+#: deflated, a chunk compressed when it differs from the dataset's last one and its bytes
+#: written again while it does not (a third of a dump's bytes at S = 256 x 8 channels, and the
+#: row pass's counts; any HDF5 reader inflates them). flags and nsamples of counts that vary by
+#: baseline are stored unfiltered.
 REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "phase_center_id_array",
             "phase_center_app_dec", "phase_center_frame_pa", "flags", "nsamples")
 #: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw): the
@@ -666,7 +667,8 @@ class UVH5Writer:
         self._direct = {*_BLT_HEADER, *(("visdata", "flags", "nsamples")
                                         if nbls % data_rows == 0 else ())}
         self._deflated = self._direct & set(REPEATED)
-        self._blobs: dict[tuple, bytes] = {}
+        #: dataset -> (its last chunk, deflated): written again while chunks equal it
+        self._last: dict[str, tuple[np.ndarray, bytes]] = {}
 
         def dataset(group: h5py.Group, name: str, shape: tuple, dtype: np.dtype,
                     rows: int) -> h5py.Dataset:
@@ -686,15 +688,15 @@ class UVH5Writer:
         self._dtypes = {**{name: np.dtype(dt) for name, (_, dt) in _BLT_HEADER.items()},
                         **data}
 
-    def _blob(self, key: tuple, chunk: Callable[..., np.ndarray], *args: object) -> bytes:
-        """The deflated bytes of the chunk ``chunk(*args)`` known by ``key`` (made once)."""
-        blob = self._blobs.get(key)
-        if blob is None:
-            if len(self._blobs) >= 64:  # counts that keep changing: keep it small
-                self._blobs.clear()
-            raw = np.ascontiguousarray(chunk(*args)).view(np.uint8).tobytes()
-            blob = self._blobs[key] = zlib.compress(raw, REPEAT_DEFLATE)
-        return blob
+    def _repeated(self, name: str, chunk: np.ndarray) -> bytes:
+        """The deflated bytes of ``chunk`` for dataset ``name``: those of its last chunk while
+        they are equal (a comparison, microseconds), else compressed now."""
+        last = self._last.get(name)
+        if last is None or last[0].shape != chunk.shape or not np.array_equal(last[0], chunk):
+            raw = np.ascontiguousarray(chunk)
+            last = self._last[name] = (raw.copy(), zlib.compress(raw.view(np.uint8).tobytes(),
+                                                                 REPEAT_DEFLATE))
+        return last[1]
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
@@ -740,20 +742,19 @@ class UVH5Writer:
         try:
             for name, ds in (*self._blt.items(), *self._data.items()):
                 data = np.asarray(rows[name], self._dtypes[name])
+                # the writer's own buffers (not a conversion made here) may be lent
+                lend = self._io if name in _LENT and data is rows[name] else None
                 if name not in self._direct:
                     _append_rows(ds, n0, data)
                 elif name not in self._deflated:
-                    _append_chunks(ds, n0, data, lend=self._io if name in _LENT else None)
-                elif name in _BLT_HEADER:  # the same for the file, or the dump's length
-                    _append_chunks(ds, n0, data, self._blob(
-                        (name, duration_s if name == "integration_time" else None),
-                        np.asarray, data))
+                    _append_chunks(ds, n0, data, lend=lend)
+                elif name in _BLT_HEADER:  # a dump is a chunk
+                    _append_chunks(ds, n0, data, self._repeated(name, data))
                 elif counts is not None:  # flags, nsamples: the counts say the chunk
-                    _append_chunks(ds, n0, data, self._blob(
-                        (name, counts.tobytes(), nspectra), self._count_chunk, name, counts,
-                        nspectra, ds.chunks))
+                    _append_chunks(ds, n0, data, self._repeated(
+                        name, self._count_chunk(name, counts, nspectra, ds.chunks)))
                 else:  # stored as it is
-                    _append_chunks(ds, n0, data, filter_mask=1, lend=self._io)
+                    _append_chunks(ds, n0, data, filter_mask=1, lend=lend)
             for name, value in (("Nblts", n1), ("Ntimes", self.ndump + 1)):
                 self._counters[name].id.write(h5py.h5s.ALL, h5py.h5s.ALL,
                                               np.array(value, np.int64))
