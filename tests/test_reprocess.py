@@ -218,3 +218,26 @@ def test_a_recording_with_a_time_jump_gives_one_readable_file_per_sequence(tmp_p
     starts = [k for k in range(5)
               if np.array_equal(later.get_data(0, 1, "xx")[0], xx01(b[k:k + 4]))]
     assert len(starts) == 1 and starts[0] > 0, starts
+
+
+def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp_path):
+    """Each pcap task freezes what was there before its pipeline (so the collection that frees
+    the pipeline looks only at what came since) and thaws it after; a freeze of the caller's is
+    left in place. The ring memory still goes back to the pool for the next file."""
+    import gc
+
+    from xengine_block.runtime.memory import HOST_POOL
+
+    paths, _ = recordings
+    assert gc.get_freeze_count() == 0
+    reused = HOST_POOL.reused
+    results = reprocess(paths[:2], tmp_path / "a", ReprocessOptions(), progress=None)
+    assert all(r.ok for r in results) and gc.get_freeze_count() == 0
+    assert HOST_POOL.reused > reused  # the second file's rings came from the first's
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        (r,) = reprocess(paths[2:3], tmp_path / "b", ReprocessOptions(), progress=None)
+        assert r.ok and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
