@@ -238,6 +238,7 @@ def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp
     frozen = gc.get_freeze_count()
     try:
         (r,) = reprocess(paths[2:3], tmp_path / "b", ReprocessOptions(), progress=None)
-        assert r.ok and gc.get_freeze_count() == frozen
+        # still frozen, nothing added (frozen objects freed by their refcounts leave the count)
+        assert r.ok and 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
