@@ -4,7 +4,7 @@ SPEAD visibility stream."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -50,10 +50,6 @@ def split_integration(integration_spectra: int, frame_spectra: int,
     return best * frame_spectra, nframe // best
 
 
-#: The chain's blocks, by the names :class:`Chain` gives them (``correlator_chain(cores=)``).
-CHAIN_BLOCKS = ("xengine", "integrate", "writer", "quicklook", "spead")
-
-
 @dataclass
 class Chain:
     xengine: XEngineBlock
@@ -74,6 +70,10 @@ class Chain:
         if lay is None or not perf.get("process_s"):
             return 0.0
         return perf["frames"] * lay.nspectra * lay.nchan / perf["process_s"] / 1e6
+
+
+#: The chain's blocks, by the names :class:`Chain` gives them (``correlator_chain(cores=)``).
+CHAIN_BLOCKS = tuple(f.name for f in fields(Chain))
 
 
 def correlator_chain(capture: Block, *, directory: str | Path | None, backend: str = "auto",
@@ -132,10 +132,9 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
                         backend_options=backend_options, core=cores.get("xengine"))
-    integ = (rt.IntegrateBlock(x, ninteg=ninteg, core=cores.get("integrate"))
-             if integration_spectra is None or xspectra
-             else rt.IntegrateBlock(x, integration_spectra=integration_spectra,
-                                    core=cores.get("integrate")))
+    length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
+              else {"integration_spectra": integration_spectra})
+    integ = rt.IntegrateBlock(x, **length, core=cores.get("integrate"))
     writer = look = out = None
     if directory is not None:
         writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,

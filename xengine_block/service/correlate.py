@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from ..capture.meerkat import MeerkatFormat
 from ..capture.receive import CaptureBlock
-from ..chain import Chain, correlator_chain
+from ..chain import CHAIN_BLOCKS, Chain, correlator_chain
 from ..runtime.pipeline import Pipeline
 from .config import ServiceConfig
 from .metrics import CorrelatorCollector, MetricsServer, output_bytes
@@ -98,8 +98,7 @@ class CorrelatorService:
                                "total_channels": cfg.total_channels,
                                "rate_factor": v["spead_rate_factor"],
                                "interface": v["interface"]},
-                cores={"xengine": v["xengine"], **dict.fromkeys(
-                    ("integrate", "writer", "quicklook", "spead"), v["output"])})
+                cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]})
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
         self.metrics: MetricsServer | None = None
         if v["metrics_port"] is not None:

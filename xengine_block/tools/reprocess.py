@@ -287,13 +287,14 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
     if isinstance(task, RecordingTask):
         return reprocess_recording(task, options)
-    # The finished pipeline's rings and blocks refer to each other (Bifrost's ring.owner), so
-    # only a collection returns its ring memory to runtime.memory's pool for the next file
-    # (instead of the next file faulting in as much again: 0.3-0.6 s per 300 MB here). The
-    # objects that were there before the pipeline (modules, astropy's tables, numba's: what
-    # lives as long as the process) are frozen out of that collection and thawed after it, so
-    # it looks at what came since: 70 ms -> under 1 ms per file. A freeze already in place
-    # (another task's, the caller's) is left alone and the collection is a full one.
+    # The pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
+    # its blocks, rings and threads still refer to each other (Bifrost's ring.owner), and a
+    # collection after each file frees them at once (without it the process grew by a few MB a
+    # file until one of Python's own full collections). The objects that were there before the
+    # pipeline (modules, astropy's tables, numba's: what lives as long as the process) are
+    # frozen out of that collection and thawed after it, so it looks at what came since:
+    # 70 ms -> under 1 ms per file. A freeze already in place (another task's, the caller's) is
+    # left alone and the collection is a full one.
     froze = not gc.get_freeze_count()
     if froze:
         gc.freeze()
