@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 import numpy as np
 import pytest
 
-from xengine_block.array import ArrayDescription, ArrayError, default_array, ecef_from_lla
+from xengine_block.array import (
+    _CANONICAL,
+    ArrayDescription,
+    ArrayError,
+    default_array,
+    ecef_from_lla,
+    parse_array_toml,
+)
 
 
 def small_dict(**changes) -> dict:
@@ -64,6 +72,57 @@ def test_toml_round_trip(tmp_path):
     back = ArrayDescription.from_toml(path)
     assert back == arr and back.enu_m.tobytes() == arr.enu_m.tobytes()
     assert back.subset(3) == arr.subset(3)
+
+
+def odd_array(seed: int) -> ArrayDescription:
+    """Numbers repr writes with exponents, negative zeros, integers where floats go, names
+    of every printable ASCII character (quotes and backslashes: escaped strings)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    scale = 10.0 ** rng.integers(-12, 12, (n, 3))
+    enu = rng.uniform(-1, 1, (n, 3)) * scale
+    enu[rng.random((n, 3)) < 0.1] = -0.0
+    enu[rng.random((n, 3)) < 0.1] = 7.0
+    chars = [chr(c) for c in range(32, 127)]
+    names = [f"{k}" + "".join(rng.choice(chars, int(rng.integers(0, 6)))) for k in range(n)]
+    return ArrayDescription("T" + chars[seed % len(chars)], float(rng.uniform(-90, 90)),
+                            float(rng.uniform(-180, 180)), float(rng.choice([0.0, 1e-7, 5e3])),
+                            names, rng.permutation(10 * n)[:n].tolist(), enu,
+                            x_orientation=("east", "north")[seed % 2])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_array_files_read_as_tomllib_reads_them(seed):
+    """parse_array_toml's fast path gives tomllib's document, types included, for what
+    to_toml writes; other texts go to tomllib (its values, its errors)."""
+    text = odd_array(seed).to_toml()
+    fast = _CANONICAL.fullmatch(text) is not None
+    escaped = "\\" in text
+    assert fast != escaped  # the fast path takes every file without escapes
+    doc = parse_array_toml(text)
+    assert doc == tomllib.loads(text)
+    assert json.dumps(doc) == json.dumps(tomllib.loads(text))  # int stays int, -0.0 stays
+    variants = [text.replace("\n", "\r\n"), text.replace(" = ", "=", 1), "# c\n" + text,
+                text.replace("\n[site]", ' # c\n[site]'), text.replace("[[antenna]]\nname",
+                                                                        "[[antenna]]\n name"),
+                text + "x = inf\n"]
+    for other in variants:
+        assert _CANONICAL.fullmatch(other) is None
+        assert parse_array_toml(other) == tomllib.loads(other)
+    for bad in (text.replace("enu_m = [", "enu_m = [01, ", 1), text + 'name = "z"\n',
+                text.replace(" = ", " = \x01", 1), text[:-2]):
+        with pytest.raises(tomllib.TOMLDecodeError):
+            tomllib.loads(bad)
+        with pytest.raises(tomllib.TOMLDecodeError):
+            parse_array_toml(bad)
+
+
+def test_array_file_integers_stay_integers():
+    text = ('telescope_name = "T"\ninstrument = "T"\nx_orientation = "east"\n\n[site]\n'
+            'latitude_deg = 1\nlongitude_deg = -0\naltitude_m = 5e3\n\n[[antenna]]\n'
+            'name = "a"\nnumber = 0\nenu_m = [1, -2.5, 0]\n')
+    assert _CANONICAL.fullmatch(text)
+    assert json.dumps(parse_array_toml(text)) == json.dumps(tomllib.loads(text))
 
 
 @pytest.mark.parametrize("mutate, field", [

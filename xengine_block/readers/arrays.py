@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..array import ArrayDescription, ArrayError, enu_to_ecef_rotation, lla_from_ecef
+from ..array import (
+    ArrayDescription,
+    ArrayError,
+    enu_to_ecef_rotation,
+    lla_from_ecef,
+    parse_array_toml,
+)
 from .base import RecordingError, RecordingMeta
 
 TELINFO_FRAMES = ("xyz", "ecef", "enu")
@@ -116,7 +121,7 @@ def load_array(path: str | os.PathLike) -> ArrayDescription:
                 doc = yaml.safe_load(f)
         else:
             with open(path, "rb") as f:
-                doc = tomllib.load(f)
+                doc = parse_array_toml(f.read().decode())
     except OSError as exc:
         raise ArrayError(f"{path}: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - YAML and TOML parsers raise their own types
