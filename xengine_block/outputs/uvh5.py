@@ -688,14 +688,16 @@ class UVH5Writer:
         self._dtypes = {**{name: np.dtype(dt) for name, (_, dt) in _BLT_HEADER.items()},
                         **data}
 
-    def _repeated(self, name: str, chunk: np.ndarray) -> bytes:
-        """The deflated bytes of ``chunk`` for dataset ``name``: those of its last chunk while
-        they are equal (a comparison, microseconds), else compressed now."""
+    def _repeated(self, name: str, key: np.ndarray,
+                  chunk: Callable[[], np.ndarray] | None = None) -> bytes:
+        """The deflated bytes of dataset ``name``'s chunk: those of its last chunk while
+        ``key``, what the chunk is made of, equals the last one's (a comparison, microseconds),
+        else ``chunk()`` (default: ``key`` itself) compressed now."""
         last = self._last.get(name)
-        if last is None or last[0].shape != chunk.shape or not np.array_equal(last[0], chunk):
-            raw = np.ascontiguousarray(chunk)
-            last = self._last[name] = (raw.copy(), zlib.compress(raw.view(np.uint8).tobytes(),
-                                                                 REPEAT_DEFLATE))
+        if last is None or last[0].shape != key.shape or not np.array_equal(last[0], key):
+            raw = np.ascontiguousarray(key if chunk is None else chunk())
+            last = self._last[name] = (np.array(key), zlib.compress(raw.view(np.uint8).tobytes(),
+                                                                    REPEAT_DEFLATE))
         return last[1]
 
     # ------------------------------------------------------------------ appends
@@ -751,8 +753,10 @@ class UVH5Writer:
                 elif name in _BLT_HEADER:  # a dump is a chunk
                     _append_chunks(ds, n0, data, self._repeated(name, data))
                 elif counts is not None:  # flags, nsamples: the counts say the chunk
+                    # (compared: the counts, not the chunk of megabytes they make)
                     _append_chunks(ds, n0, data, self._repeated(
-                        name, self._count_chunk(name, counts, nspectra, ds.chunks)))
+                        name, np.append(counts, nspectra),
+                        functools.partial(self._count_chunk, name, counts, nspectra, ds.chunks)))
                 else:  # stored as it is
                     _append_chunks(ds, n0, data, filter_mask=1, lend=lend)
             for name, value in (("Nblts", n1), ("Ntimes", self.ndump + 1)):
