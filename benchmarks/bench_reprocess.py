@@ -26,7 +26,9 @@ count S, a recording is written, read once so that it is in the page cache, then
   S = 256: ``--blri-all``). Goal >= 50.
 
 The backend uses every core (``auto``: the native backend's threads). Machines are shared:
-compare the ratios of one run; the load average is recorded at both ends.
+the bare backend and ``reprocess`` (and the frame-layout run) are timed in alternation, best of
+``--repeat`` rounds each, so a slow spell of the machine falls on both; compare the ratios of
+one run; the load average is recorded at both ends.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from xengine_block.readers.arrays import load_array, match_antennas
 from xengine_block.readers.correlate import RecordingCorrelator
 from xengine_block.readers.guppi import antenna_cards, write_guppi
 from xengine_block.sample_layout import SampleLayout, to_packet_frames
-from xengine_block.tools.machine_limits import best_time
+from xengine_block.tools.machine_limits import interleaved_best
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
 #: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); integrations of two
@@ -136,7 +138,6 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
         for data, layout, nframe in in_ram:
             corr.backend(layout).correlate_layout(data, layout, nframe=nframe)
 
-    t_bare, _ = best_time(bare, repeat)
     packets = []
     for data, layout, nframe in in_ram:  # the same samples in our frame layout
         g = corr.backend(layout).geometry
@@ -148,15 +149,19 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
         for f, layout, backend in packets:
             backend.correlate_layout(f, layout)
 
-    t_frames, _ = best_time(frames, repeat)
-    packets.clear()
     name, nthreads = b.name, getattr(b, "nthreads", os.cpu_count())
+    runs = ReprocessRuns(files, recording_options(fmt, toml, nspec, backend), work)
+    try:
+        runs.run()  # warm-up: imports, astropy's time tables, the backend's threads
+        frames()
+        t_bare, t_frames, t_ours = interleaved_best([bare, frames, runs.run], repeat,
+                                                    runs.clean)
+    finally:
+        runs.clean()
+    packets.clear()
     corr.close()
     rec.close()
-    in_ram.clear()  # the copies are not needed for the timed runs
-
-    t_ours = reprocess_seconds(files, recording_options(fmt, toml, nspec, backend), work,
-                               repeat)
+    in_ram.clear()
     writer = writer_cpu_seconds(meta, toml, nspec, nwin, work)
     msps, bare_msps = samples / t_ours / 1e6, samples / t_bare / 1e6
     return {"S": meta.nstream, "nchan": meta.nchan, "spectra": nwin * nspec,
@@ -202,25 +207,37 @@ def recording_options(fmt: str, toml: Path, nspec: int, backend: str) -> Reproce
                             backend=backend)
 
 
-def reprocess_seconds(files: list[Path], options: ReprocessOptions, work: Path,
-                      repeat: int) -> float:
-    """Best wall time of ``reprocess`` of the recording ``files`` start (after a warm-up
-    run). Each run writes into a directory of its own, removed after the timed runs (removing
-    the last run's 35 MB output took 1.5 ms, which is not reprocessing)."""
-    outs = [work / f"out{k}" for k in range(repeat + 1)]
-    todo = list(outs)
+class ReprocessRuns:
+    """Calls of ``reprocess`` of the recording ``files`` (``run``), each into a directory of
+    its own, and ``clean``, which removes the outputs made so far; untimed: removing a run's
+    35 MB took 1.5 ms, which is not reprocessing, and outputs left in place slow the runs after
+    them (the page cache's dirty pages: 12 runs at S = 256, ~35 MB each, ran 170 ms each up
+    to ~400 MB dirty, then 245-270 ms)."""
 
-    def ours() -> None:
-        (r,) = reprocess(files[:1], todo.pop(), options, progress=None)
+    def __init__(self, files: list[Path], options: ReprocessOptions, work: Path) -> None:
+        self.files, self.options, self.work, self.made = files, options, work, 0
+
+    def run(self) -> None:
+        out = self.work / f"out{self.made}"
+        self.made += 1
+        (r,) = reprocess(self.files[:1], out, self.options, progress=None)
         if not r.ok:
             raise RuntimeError(r.error)
 
+    def clean(self) -> None:
+        for k in range(self.made):
+            shutil.rmtree(self.work / f"out{k}", ignore_errors=True)
+
+
+def reprocess_seconds(files: list[Path], options: ReprocessOptions, work: Path,
+                      repeat: int) -> float:
+    """Best wall time of ``reprocess`` of the recording ``files`` (after a warm-up run)."""
+    runs = ReprocessRuns(files, options, work)
     try:
-        ours()  # warm-up: imports, astropy's time tables, the backend's threads
-        return best_time(ours, repeat)[0]
+        runs.run()  # warm-up: imports, astropy's time tables, the backend's threads
+        return interleaved_best([runs.run], repeat, runs.clean)[0]
     finally:
-        for out in outs:
-            shutil.rmtree(out, ignore_errors=True)
+        runs.clean()
 
 
 def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> float | None:
@@ -301,14 +318,15 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
     page_cache(path)
     backend = get_backend(args.backend, g)
     try:
-        backend.correlate(frames)  # warm-up
-        t_bare, _ = best_time(lambda: [backend.correlate(frames) for _ in range(ndump)],
-                              args.repeat)
+        runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend), work)
+        backend.correlate(frames)  # warm-ups
+        runs.run()
+        t_bare, t_ours = interleaved_best(
+            [lambda: [backend.correlate(frames) for _ in range(ndump)], runs.run], args.repeat,
+            runs.clean)
     finally:
         backend.close()
-
-    t_ours = reprocess_seconds([path], ReprocessOptions(backend=args.backend), work,
-                               args.repeat)
+        runs.clean()
     samples = ndump * npacket * g.nspectra_pkt * nchan
     run = {"S": s, "nchan": nchan, "P": npacket, "dumps": ndump, "bytes": path.stat().st_size,
            "backend": backend.name, "seconds": t_ours, "bare_seconds": t_bare,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,23 @@ def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
         result = fn()
         best = min(best, time.perf_counter() - t0)
     return best, result
+
+
+def interleaved_best(fns: Sequence[Callable[[], object]], repeat: int,
+                     between: Callable[[], object] | None = None) -> list[float]:
+    """Best seconds of each of ``fns`` over ``repeat`` rounds that call each once in turn:
+    what a shared machine's slow spells do to one they do to the others, so their ratios hold
+    where separate runs of each do not. ``between``: called after each, untimed (to put
+    away what a call left, e.g. its output files)."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+            if between is not None:
+                between()
+    return best
 
 
 #: (isa, threads) -> (best ops/s of the wall clock, instruction, best ops per CPU second) over
