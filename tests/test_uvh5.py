@@ -455,8 +455,10 @@ def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
 def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
     """flags and nsamples of a dump whose counts are the same on every baseline are written as
     one deflated chunk, compressed when the counts change (a dump with counts varying by baseline
-    goes in unfiltered); pyuvdata reads every dump's values back, whichever way it went, and
-    a repeated column that changes (the integration time) is compressed again."""
+    goes in unfiltered, one with every spectrum not at all: the fill values); pyuvdata reads
+    every dump's values back, whichever way it went, and a repeated column that changes (the
+    integration time) is compressed again. The phase centre's constant columns store no
+    chunk and read back as their constants."""
     import h5py
 
     nant, nchan, nspec = 5, 4, 960
@@ -491,8 +493,16 @@ def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
             assert ds.compression == "gzip" and ds.chunks[0] == nant * (nant + 1) // 2  # a dump
             info = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
             raw = ds.chunks[0] * nchan * 4 * itemsize
-            assert [c.filter_mask for c in info] == [0, 1, 0, 0], name
-            assert info[1].size == raw and max(info[i].size for i in (0, 2, 3)) < raw / 4
+            # the dump with every spectrum (2) stores no chunk: its rows are the fill value
+            assert [c.chunk_offset[0] // ds.chunks[0] for c in info] == [0, 1, 3], name
+            assert [c.filter_mask for c in info] == [0, 1, 0], name
+            assert info[1].size == raw and max(info[i].size for i in (0, 2)) < raw / 4
             first, last = (ds.id.read_direct_chunk((i * ds.chunks[0], 0, 0)) for i in (0, 3))
             assert first == last  # the same counts: the same bytes
         assert f["Header"]["ant_1_array"].compression == "gzip"
+        lat = np.deg2rad(make_site(nant).latitude_deg)
+        for name, value in (("phase_center_id_array", 0), ("phase_center_app_dec", lat),
+                            ("phase_center_frame_pa", 0.0)):  # one constant: no chunks at all
+            ds = f["Header"][name]
+            assert ds.id.get_num_chunks() == 0 and ds.shape == (4 * ds.chunks[0],), name
+            assert np.array_equal(ds[()], np.full(ds.shape, value, ds.dtype)), name

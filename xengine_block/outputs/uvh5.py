@@ -23,7 +23,10 @@ Conventions, written down once:
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
 update of Nblts/Ntimes and a flush. Datasets whose chunks repeat from dump to dump (flags and
 nsamples while every baseline has the same counts, the antenna numbers, ...: :data:`REPEATED`)
-are deflated, each distinct chunk compressed once; the rest is stored as it is. HDF5 writes
+are deflated, each distinct chunk compressed once; the rest is stored as it is. A dataset whose
+rows in a dump are all one constant (:data:`CONSTANT`; flags and nsamples of a dump without
+missing spectra) stores no chunk for it: the constant is the dataset's fill value, which HDF5
+reads for rows no chunk holds. HDF5 writes
 through h5py's ``fileobj`` driver into :class:`StagedFile`, which keeps one dump's writes in
 memory and puts them on disk after HDF5's flush (``commit``).
 
@@ -110,8 +113,15 @@ DATA_CHUNK_BYTES = 1 << 20
 #: written again while it does not (a third of a dump's bytes at S = 256 x 8 channels, and the
 #: row pass's counts; any HDF5 reader inflates them). flags and nsamples of counts that vary by
 #: baseline are stored unfiltered.
-REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "phase_center_id_array",
-            "phase_center_app_dec", "phase_center_frame_pa", "flags", "nsamples")
+REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "flags", "nsamples")
+#: Baseline-time datasets that hold one constant in every row of a file (the unprojected phase
+#: centre's id, apparent declination and frame angle), and flags and nsamples in a dump where
+#: every baseline has every spectrum (False, 1.0: the usual dump): that constant is the
+#: dataset's HDF5 fill value, and a dump stores no chunk of it, only the dataset's new extent
+#: (HDF5 reads rows that no chunk holds as the fill value; every reader does). What they cost a
+#: dump was a chunk written and indexed each (0.3 ms a dump at S = 256), and a file the
+#: compression of flags and nsamples' first chunks (~2 ms).
+CONSTANT = ("phase_center_id_array", "phase_center_app_dec", "phase_center_frame_pa")
 #: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw): the
 #: staged file holds views of them until the commit instead of copies.
 _LENT = ("visdata", "flags", "nsamples", "uvw_array")
@@ -667,6 +677,11 @@ class UVH5Writer:
         self._direct = {*_BLT_HEADER, *(("visdata", "flags", "nsamples")
                                         if nbls % data_rows == 0 else ())}
         self._deflated = self._direct & set(REPEATED)
+        #: dataset -> its fill value: the value of every row no chunk holds (CONSTANT; flags
+        #: and nsamples: a dump without missing spectra)
+        self._fill = {"phase_center_id_array": 0, "phase_center_frame_pa": 0.0,
+                      "phase_center_app_dec": float(np.deg2rad(s.latitude_deg)),
+                      "flags": False, "nsamples": 1.0}
         #: dataset -> (its last chunk, deflated): written again while chunks equal it
         self._last: dict[str, tuple[np.ndarray, bytes]] = {}
 
@@ -675,7 +690,8 @@ class UVH5Writer:
             deflate = {"compression": "gzip", "compression_opts": REPEAT_DEFLATE} \
                 if name in self._deflated else {}
             return group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
-                                        dtype=dtype, chunks=(rows, *shape), **deflate)
+                                        dtype=dtype, chunks=(rows, *shape),
+                                        fillvalue=self._fill.get(name), **deflate)
 
         self._blt = {name: dataset(h, name, shape, dtype, max(nbls, 1))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
@@ -724,8 +740,11 @@ class UVH5Writer:
                 or valid.shape[0] not in (1, tri.shape[0])):
             raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
                              f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
-        # Counts the same on every baseline: flags and nsamples are repeated chunks.
+        # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
+        # every spectrum there no chunks at all (their fill values).
         counts = uniform_counts(valid) if "flags" in self._deflated else None
+        filled = {*CONSTANT, *(("flags", "nsamples") if counts is not None
+                                 and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
@@ -734,15 +753,15 @@ class UVH5Writer:
             "time_array": np.full(b.nbls, jd), "lst_array": np.full(b.nbls, lst),
             "integration_time": np.full(b.nbls, duration_s),
             "ant_1_array": b.ant_1, "ant_2_array": b.ant_2, "uvw_array": self._uvw,
-            "phase_center_id_array": np.zeros(b.nbls, np.int64),
             "phase_center_app_ra": np.full(b.nbls, lst),
-            "phase_center_app_dec": np.full(b.nbls, np.deg2rad(self.site.latitude_deg)),
-            "phase_center_frame_pa": np.zeros(b.nbls),
         }
         rows.update(visdata=self._rows.visdata, flags=self._rows.flags,
                     nsamples=self._rows.nsamples)
         try:
             for name, ds in (*self._blt.items(), *self._data.items()):
+                if name in filled:  # every row the fill value: the extent only
+                    ds.id.set_extent((n1, *ds.shape[1:]))
+                    continue
                 data = np.asarray(rows[name], self._dtypes[name])
                 # the writer's own buffers (not a conversion made here) may be lent
                 lend = self._io if name in _LENT and data is rows[name] else None
