@@ -24,11 +24,11 @@ Streaming: every per-baseline-time dataset is resizable; each dump is one append
 update of Nblts/Ntimes and a flush. Datasets whose chunks repeat from dump to dump (flags and
 nsamples while every baseline has the same counts, the antenna numbers, ...: :data:`REPEATED`)
 are deflated, each distinct chunk compressed once; the rest is stored as it is. A dataset whose
-rows in a dump are all one constant (:data:`CONSTANT`; flags and nsamples of a dump without
-missing spectra) stores no chunk for it: the constant is the dataset's fill value, which HDF5
-reads for rows no chunk holds. HDF5 writes
-through h5py's ``fileobj`` driver into :class:`StagedFile`, which keeps one dump's writes in
-memory and puts them on disk after HDF5's flush (``commit``).
+rows in a dump are all one constant (:func:`constant_columns`; flags and nsamples of a dump
+without missing spectra) stores no chunk for it: the constant is the dataset's fill value,
+which HDF5 reads for rows no chunk holds. HDF5 writes through h5py's ``fileobj`` driver into
+:class:`StagedFile`, which keeps one dump's writes in memory and puts them on disk after HDF5's
+flush (``commit``).
 
 Crash guarantee: a writer killed at any moment (SIGKILL, the OOM killer: the kernel keeps what
 the process wrote) leaves a file that pyuvdata reads, with its default checks, holding every dump
@@ -114,19 +114,28 @@ DATA_CHUNK_BYTES = 1 << 20
 #: row pass's counts; any HDF5 reader inflates them). flags and nsamples of counts that vary by
 #: baseline are stored unfiltered.
 REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "flags", "nsamples")
-#: Baseline-time datasets that hold one constant in every row of a file (the unprojected phase
-#: centre's id, apparent declination and frame angle), and flags and nsamples in a dump where
-#: every baseline has every spectrum (False, 1.0: the usual dump): that constant is the
-#: dataset's HDF5 fill value, and a dump stores no chunk of it, only the dataset's new extent
-#: (HDF5 reads rows that no chunk holds as the fill value; every reader does). What they cost a
-#: dump was a chunk written and indexed each (0.3 ms a dump at S = 256), and a file the
-#: compression of flags and nsamples' first chunks (~2 ms).
-CONSTANT = ("phase_center_id_array", "phase_center_app_dec", "phase_center_frame_pa")
+#: flags and nsamples of a dump in which every baseline has every spectrum (the usual dump):
+#: their fill values (:func:`constant_columns`).
+FULL_COUNTS = {"flags": False, "nsamples": 1.0}
+
 #: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw): the
 #: staged file holds views of them until the commit instead of copies.
 _LENT = ("visdata", "flags", "nsamples", "uvw_array")
 #: zlib level of the repeated chunks (HDF5's deflate filter; level 1 packs them as well).
 REPEAT_DEFLATE = 1
+
+
+def constant_columns(latitude_deg: float) -> dict[str, float]:
+    """The baseline-time datasets that hold one value in every row of a file at this site (the
+    unprojected phase centre's id, apparent declination and frame angle), with that value.
+
+    It is each dataset's HDF5 fill value, and a dump stores no chunk of them, only the
+    datasets' new extents (HDF5 reads rows no chunk holds as the fill value; every reader
+    does); so too flags and nsamples of a dump with every spectrum (:data:`FULL_COUNTS`). What
+    they cost was a chunk written and indexed each per dump (0.3 ms a dump at S = 256 x 8
+    channels) and the compression of flags and nsamples' first chunks per file (~2 ms)."""
+    return {"phase_center_id_array": 0, "phase_center_app_dec": float(np.deg2rad(latitude_deg)),
+            "phase_center_frame_pa": 0.0}
 
 
 @dataclass(frozen=True)
@@ -677,11 +686,9 @@ class UVH5Writer:
         self._direct = {*_BLT_HEADER, *(("visdata", "flags", "nsamples")
                                         if nbls % data_rows == 0 else ())}
         self._deflated = self._direct & set(REPEATED)
-        #: dataset -> its fill value: the value of every row no chunk holds (CONSTANT; flags
-        #: and nsamples: a dump without missing spectra)
-        self._fill = {"phase_center_id_array": 0, "phase_center_frame_pa": 0.0,
-                      "phase_center_app_dec": float(np.deg2rad(s.latitude_deg)),
-                      "flags": False, "nsamples": 1.0}
+        #: dataset -> its fill value, the value of every row no chunk holds
+        self._constant = constant_columns(s.latitude_deg)
+        self._fill = {**self._constant, **FULL_COUNTS}
         #: dataset -> (its last chunk, deflated): written again while chunks equal it
         self._last: dict[str, tuple[np.ndarray, bytes]] = {}
 
@@ -743,8 +750,8 @@ class UVH5Writer:
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values).
         counts = uniform_counts(valid) if "flags" in self._deflated else None
-        filled = {*CONSTANT, *(("flags", "nsamples") if counts is not None
-                                 and (counts == nspectra).all() else ())}
+        filled = {*self._constant, *(FULL_COUNTS if counts is not None
+                                     and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
