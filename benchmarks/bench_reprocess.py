@@ -216,17 +216,19 @@ class ReprocessRuns:
 
     def __init__(self, files: list[Path], options: ReprocessOptions, work: Path) -> None:
         self.files, self.options, self.work, self.made = files, options, work, 0
+        self._outs: list[Path] = []  # not removed yet
 
     def run(self) -> None:
         out = self.work / f"out{self.made}"
         self.made += 1
+        self._outs.append(out)
         (r,) = reprocess(self.files[:1], out, self.options, progress=None)
         if not r.ok:
             raise RuntimeError(r.error)
 
     def clean(self) -> None:
-        for k in range(self.made):
-            shutil.rmtree(self.work / f"out{k}", ignore_errors=True)
+        while self._outs:
+            shutil.rmtree(self._outs.pop(), ignore_errors=True)
 
 
 def reprocess_seconds(files: list[Path], options: ReprocessOptions, work: Path,
@@ -317,8 +319,8 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
             sender.send_frames(frames, d * npacket * g.nspectra_pkt)
     page_cache(path)
     backend = get_backend(args.backend, g)
+    runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend), work)
     try:
-        runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend), work)
         backend.correlate(frames)  # warm-ups
         runs.run()
         t_bare, t_ours = interleaved_best(
