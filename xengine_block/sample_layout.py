@@ -167,13 +167,10 @@ class SampleLayout:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    @lru_cache(maxsize=64)
     def packet(cls, g: Geometry) -> SampleLayout:
         """Our ring frame ``[stream][chan][coarse][reim][fine]`` (ci4: no reim axis); made
         once per geometry (every backend call on a layout compares it with this one)."""
-        return _packet_layout(cls, g)
-
-    @classmethod
-    def _packet(cls, g: Geometry) -> SampleLayout:
         if g.ci4:
             return cls(g.nstream, g.nchan, g.nspectra_pkt, g.frame_bytes,
                        tuple(s * g.stream_bytes for s in range(g.nstream)), g.chan_bytes,
@@ -511,8 +508,3 @@ def to_packet_frames(data: np.ndarray, layout: SampleLayout, g: Geometry,
     if pad:
         x = np.concatenate([x, np.zeros((*x.shape[:2], pad, 2), x.dtype)], axis=2)
     return natural_to_frames(x, g), nspec
-
-
-@lru_cache(maxsize=64)
-def _packet_layout(cls: type[SampleLayout], g: Geometry) -> SampleLayout:
-    return cls._packet(g)
