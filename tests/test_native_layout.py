@@ -165,3 +165,55 @@ def test_layout_reaching_past_the_buffer_is_refused():
     buf = np.zeros((10, 2, 8, 2, 2), np.int8)
     with pytest.raises(Exception, match="hold fewer|reaches byte"):
         be.correlate_layout(buf, lay, nframe=11)
+
+
+def scattered_packets(frames: np.ndarray, g: Geometry, frame_bytes: int,
+                      offsets: np.ndarray) -> np.ndarray:
+    """Each stream's packet of each frame copied to ``f * frame_bytes + offsets[s]`` of a
+    buffer of junk (as the records of a pcap file hold them, headers between)."""
+    stream = g.stream_bytes
+    buf = RNG.integers(0, 256, frames.shape[0] * frame_bytes, dtype=np.uint8)
+    flat = frames.reshape(frames.shape[0], g.nstream, stream).view(np.uint8)
+    for f in range(frames.shape[0]):
+        for s, off in enumerate(offsets):
+            buf[f * frame_bytes + off:f * frame_bytes + off + stream] = flat[f, s]
+    return buf
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("bits", [8, 4])
+def test_packets_placed_anywhere_take_the_frame_path_in_place(isa, bits):
+    """Our packet layout with the streams in any order at any byte (odd ones included) and
+    frames any distance apart: the frame path reads it where it lies, bit for bit."""
+    ok, why = isa_status()[isa]
+    if not ok:
+        pytest.skip(f"native isa {isa}: {why}")
+    g = Geometry(nstream=24, nchan=2, nchan_pkt=2, npacket=3, sample_bits=bits)
+    x = samples(24, 2, 3 * 480, bits)
+    frames = natural_to_frames(x, g)
+    record = g.stream_bytes + 131  # a payload and an odd-sized header per record
+    offsets = np.array([record * j + 77 for j in RNG.permutation(24)])
+    lay = SampleLayout.packet(g).replace(frame_bytes=24 * record + 5,
+                                         stream_offsets=tuple(offsets))
+    assert lay.is_packets(g) and lay != SampleLayout.packet(g)
+    buf = scattered_packets(frames, g, lay.frame_bytes, offsets)
+    be = NativeBackend(g, isa=isa, nthreads=2)
+    np.testing.assert_array_equal(be.correlate_layout(buf, lay), reference_triangle(x))
+    out = be.correlate_layout(buf, lay, nframe=1)  # and frames 1, 2 added to it
+    be.correlate_layout(buf[lay.frame_bytes:], lay, out=out, nframe=2, accumulate=True)
+    np.testing.assert_array_equal(out, reference_triangle(x))
+    be.close()
+
+
+def test_packets_placed_past_the_buffer_are_refused():
+    g = Geometry(nstream=8, nchan=1, nchan_pkt=1, npacket=1)
+    be = NativeBackend(g, isa=FAST)
+    lay = SampleLayout.packet(g).replace(frame_bytes=8 * g.stream_bytes + 64)
+    buf = np.zeros(2 * lay.frame_bytes, np.uint8)
+    be.correlate_layout(buf, lay, nframe=2)
+    with pytest.raises(ValueError, match="reach past|hold fewer|reaches byte"):
+        be._run(buf[:lay.frame_bytes + 8 * g.stream_bytes - 1], be.new_output(), "full",
+                placed=lay, nframe=2)  # one byte short of the last stream's last sample
+    with pytest.raises(ValueError, match="stream_offsets must be 8 int64"):
+        be._ext.correlate(buf, be.new_output(), 8, 1, 60, be.isa, 1, stream_offsets=np.zeros(
+            4, np.int64), frame_bytes=lay.frame_bytes, nframe=1)

@@ -295,6 +295,16 @@ class SampleLayout:
         return self.replace(nstream=len(offsets), nchan=nchan,
                             stream_offsets=tuple(o + base for o in offsets))
 
+    def is_packets(self, g: Geometry) -> bool:
+        """Whether these are our packets of ``g`` with the streams anywhere: every field of
+        :meth:`packet` but ``frame_bytes`` and ``stream_offsets`` (each stream's channels
+        still one packet payload, ``[chan][coarse][reim][fine]``), as the records of a clean
+        pcap recording hold them; the native frame path reads them in place."""
+        p = SampleLayout.packet(g)
+        return self is p or all(getattr(self, f.name) == getattr(p, f.name)
+                                for f in dataclasses.fields(self)
+                                if f.name not in ("frame_bytes", "stream_offsets"))
+
     def replace(self, **changes: Any) -> SampleLayout:
         """A copy with some fields changed (validated; the stream offsets are not deep-copied
         as ``asdict`` would, which cost more than a reader's whole block index)."""

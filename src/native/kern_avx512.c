@@ -158,7 +158,7 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
     const __m512i re_idx = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i im_idx = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
     /* from the end of one packet's groups of the channel to the next packet's first */
-    const size_t jump = (size_t)p->nstream * p->nchan * p->chan_bytes - p->chan_bytes;
+    const size_t jump = (size_t)p->frame_stride - p->chan_bytes;
     for (int i = 2 * sb; i < 2 * sb + 2; i++) {
         const int8_t *src[8];
         int ns = 0;

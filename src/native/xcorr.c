@@ -694,7 +694,8 @@ static PyObject *py_decide_isas(PyObject *self, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(correlate_doc,
 "correlate(frames, out, nstream, nchan, ncoarse, isa, nthreads, kt=0, mode='full',\n"
-"          sample_bits=8, nibble_order='re_high', accumulate=False)\n\n"
+"          sample_bits=8, nibble_order='re_high', accumulate=False, stream_offsets=None,\n"
+"          frame_bytes=0, nframe=0)\n\n"
 "Correlate whole frames (C-contiguous buffer) into the packed triangle out\n"
 "[C, S(S+1)/2, 2] int32 (overwritten, or added to modulo 2^32 with accumulate).\n"
 "sample_bits=8: int8 frames [P, S, C, ncoarse, 2, 8]; sample_bits=4: ci4 frames\n"
@@ -703,8 +704,11 @@ PyDoc_STRVAR(correlate_doc,
 "pass. isa is one of isa_status()'s names. kt: K-steps of 64 spectra per chunk (0:\n"
 "default). mode: 'full'; 'layout' runs only the frame-to-tile conversion and leaves out\n"
 "untouched; 'compute' converts only each thread's first chunk (a wrong result) so the\n"
-"kernels can be timed alone. Releases the GIL. Returns the CPU seconds its threads used\n"
-"(their sum), which time slicing on a shared machine does not inflate.");
+"kernels can be timed alone. stream_offsets (int64, one per stream): the streams lie\n"
+"anywhere, each its [C, ncoarse, ...] bytes at its offset in each of nframe packet times\n"
+"frame_bytes apart (our packets in place: a pcap file's records). Releases the GIL.\n"
+"Returns the CPU seconds its threads used (their sum), which time slicing on a shared\n"
+"machine does not inflate.");
 
 PyDoc_STRVAR(correlate_layout_doc,
 "correlate_layout(data, out, stream_offsets, nchan, nframe, frame_spectra, frame_bytes,\n"
@@ -831,17 +835,53 @@ done:
     return result;
 }
 
+/* The stream offsets of a frames call placed anywhere (stream_offsets not None): an int64
+ * array of S entries, each stream's C channels inside every one of nframe packet times of
+ * frame_bytes within len bytes; 0, or -1 with ValueError (ob released by the caller). */
+static int get_stream_offsets(PyObject *sobj, Py_buffer *sb, int S, size_t stream_bytes,
+                              long nframe, int64_t frame_bytes, Py_ssize_t len)
+{
+    if (PyObject_GetBuffer(sobj, sb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    if (sb->len != (Py_ssize_t)(S * sizeof(int64_t)) || sb->itemsize != sizeof(int64_t)) {
+        PyErr_Format(PyExc_ValueError, "stream_offsets must be %d int64 values", S);
+        goto bad;
+    }
+    if (nframe < 1 || frame_bytes < 1) {
+        PyErr_Format(PyExc_ValueError, "stream_offsets need nframe >= 1 and frame_bytes >= 1, "
+                     "got %ld and %lld", nframe, (long long)frame_bytes);
+        goto bad;
+    }
+    const int64_t *off = sb->buf;
+    for (int s = 0; s < S; s++) {
+        if (off[s] < 0 || (size_t)(nframe - 1) * (size_t)frame_bytes + (size_t)off[s]
+                + stream_bytes > (size_t)len) {
+            PyErr_Format(PyExc_ValueError, "stream %d at offset %lld: %ld frames of %lld bytes "
+                         "reach past the %zd-byte buffer", s, (long long)off[s], nframe,
+                         (long long)frame_bytes, len);
+            goto bad;
+        }
+    }
+    return 0;
+bad:
+    PyBuffer_Release(sb);
+    return -1;
+}
+
 static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"frames", "out", "nstream", "nchan", "ncoarse", "isa", "nthreads",
-                             "kt", "mode", "sample_bits", "nibble_order", "accumulate", NULL};
-    PyObject *fobj, *oobj;
+                             "kt", "mode", "sample_bits", "nibble_order", "accumulate",
+                             "stream_offsets", "frame_bytes", "nframe", NULL};
+    PyObject *fobj, *oobj, *sobj = Py_None;
     int S, C, ncoarse, nthreads, kt = 0, bits = 8, accumulate = 0;
+    long long stride = 0;
+    long nframe = 0;
     const char *isa_name, *mode = "full", *nibble_order = "re_high";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|isisp", kwlist, &fobj, &oobj, &S, &C,
-                                     &ncoarse, &isa_name, &nthreads, &kt, &mode, &bits,
-                                     &nibble_order, &accumulate))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiisi|isispOLl", kwlist, &fobj, &oobj, &S,
+                                     &C, &ncoarse, &isa_name, &nthreads, &kt, &mode, &bits,
+                                     &nibble_order, &accumulate, &sobj, &stride, &nframe))
         return NULL;
     if (bits != 8 && bits != 4)
         return PyErr_Format(PyExc_ValueError, "sample_bits must be 8 or 4, got %d", bits);
@@ -854,7 +894,7 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     if (S < 1 || C < 1 || ncoarse < 1 || nthreads < 1 || kt < 0 || kt > 1024 || S > 8 * 65535)
         return PyErr_Format(PyExc_ValueError, "bad sizes: nstream=%d nchan=%d ncoarse=%d "
                             "nthreads=%d kt=%d", S, C, ncoarse, nthreads, kt);
-    Py_buffer fb, ob;
+    Py_buffer fb, ob, sb = {0};
     if (PyObject_GetBuffer(fobj, &fb, PyBUF_C_CONTIGUOUS) != 0)
         return NULL;
     if (get_out(oobj, &ob, S, C) != 0) {
@@ -863,19 +903,29 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     }
     PyObject *result = NULL;
     const int group_bytes = bits == 8 ? 2 * XE_GROUP : XE_GROUP;
-    const size_t frame_bytes = (size_t)S * C * ncoarse * group_bytes;
-    if ((size_t)fb.len % frame_bytes) {
-        PyErr_Format(PyExc_ValueError, "frames hold %zd bytes, not a whole number of %zu-byte "
-                     "frames", fb.len, frame_bytes);
-        goto done;
-    }
-    if (check_spectra((size_t)fb.len / frame_bytes * (size_t)ncoarse * XE_GROUP, bits) != 0)
-        goto done;
+    const size_t stream_bytes = (size_t)C * ncoarse * group_bytes;
+    const size_t frame_bytes = (size_t)S * stream_bytes;
     xe_plan plan = {0};
+    if (sobj != Py_None) {  /* streams anywhere in packet times of `stride` bytes */
+        if (get_stream_offsets(sobj, &sb, S, stream_bytes, nframe, stride, fb.len) != 0)
+            goto done;
+        plan.stream_off = sb.buf;
+        plan.frame_stride = stride;
+        plan.nframe = nframe;
+    } else {
+        if ((size_t)fb.len % frame_bytes) {
+            PyErr_Format(PyExc_ValueError, "frames hold %zd bytes, not a whole number of "
+                         "%zu-byte frames", fb.len, frame_bytes);
+            goto done;
+        }
+        plan.frame_stride = (int64_t)frame_bytes;
+        plan.nframe = (long)((size_t)fb.len / frame_bytes);
+    }
+    if (check_spectra((size_t)plan.nframe * (size_t)ncoarse * XE_GROUP, bits) != 0)
+        goto done;
     plan.nstream = S;
     plan.nchan = C;
     plan.ncoarse = ncoarse;
-    plan.nframe = (long)((size_t)fb.len / frame_bytes);
     plan.group_bytes = group_bytes;
     plan.chan_bytes = (size_t)ncoarse * group_bytes;
     plan.kt = kt ? kt : XE_DEFAULT_KT;
@@ -884,6 +934,8 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
     plan.nthreads = nthreads;
     result = run_plan(&plan, fb.buf, ob.buf, isa_name, isa, mode, bits, re_low, accumulate);
 done:
+    if (sb.obj)
+        PyBuffer_Release(&sb);
     PyBuffer_Release(&fb);
     PyBuffer_Release(&ob);
     return result;

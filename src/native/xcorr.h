@@ -68,6 +68,10 @@ typedef struct {
     long nchunk;           /* chunks per channel */
     enum xe_isa isa;
     const xe_layout *lay;  /* any layout (correlate_layout); NULL: frames [P][S][C][coarse]... */
+    int64_t frame_stride;  /* frames: bytes from one packet time to the next */
+    const int64_t *stream_off;  /* frames: where each stream's [C][coarse]... lies in its
+                                 * packet time (our packets in place, in a pcap file's records);
+                                 * NULL: stream s at s * C * chan_bytes, back to back */
     int nthreads;          /* worker threads (the caller's among them) */
 } xe_plan;
 
@@ -117,7 +121,9 @@ static inline const int8_t *xe_group_src(const xe_plan *p, const int8_t *frames,
 {
     const long pk = g / p->ncoarse, q = g % p->ncoarse;
     *run = (p->ncoarse - q < g1 - g) ? p->ncoarse - q : g1 - g;
-    return frames + (((size_t)pk * p->nstream + s) * p->nchan + c) * p->chan_bytes
+    const size_t at = p->stream_off ? (size_t)p->stream_off[s]
+        : (size_t)s * p->nchan * p->chan_bytes;
+    return frames + (size_t)pk * p->frame_stride + at + (size_t)c * p->chan_bytes
         + (size_t)q * p->group_bytes;
 }
 

@@ -139,12 +139,18 @@ class NativeBackend(Backend):
         return True, reason
 
     def _run(self, frames: np.ndarray, out: np.ndarray, mode: str,
-             accumulate: bool = False) -> None:
+             accumulate: bool = False, placed: SampleLayout | None = None,
+             nframe: int = 0) -> None:
+        """The frame path; ``placed``: a layout of our packets with the streams anywhere
+        (:meth:`SampleLayout.is_packets`), ``nframe`` of its frames read in place."""
         g = self.geometry
+        where = {} if placed is None else {
+            "stream_offsets": np.asarray(placed.stream_offsets, np.int64),
+            "frame_bytes": placed.frame_bytes, "nframe": nframe}
         # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass.
         self.last_cpu_seconds = self._ext.correlate(
             frames, out, g.nstream, g.nchan, g.ncoarse, self.isa, self.nthreads,
-            self.chunk_ksteps, mode, g.sample_bits, g.nibble_order, accumulate)
+            self.chunk_ksteps, mode, g.sample_bits, g.nibble_order, accumulate, **where)
 
     def _target(self, out: np.ndarray | None, accumulate: bool) -> np.ndarray:
         """``out`` if the extension can write it in place, else a fresh int32 output (with
@@ -182,12 +188,18 @@ class NativeBackend(Backend):
                          accumulate: bool = False) -> np.ndarray:
         """Any layout in the extension's own layout pass (``src/native/layout.c``: one pass
         from the input into the tiles, no numpy transpose); our packet layout takes the frame
-        paths (:meth:`correlate_frames`)."""
+        paths (:meth:`correlate_frames`), also with its streams anywhere (a pcap recording's
+        records: :meth:`SampleLayout.is_packets`), where the generic pass would read the
+        samples one by one."""
         if layout == SampleLayout.packet(self.geometry):
             return super().correlate_layout(data, layout, out, nframe, accumulate)
-        self.layout_spectra(data, layout, nframe, out, accumulate)
+        n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
         target = self._target(out, accumulate)
-        self._run_layout(data, layout, target, nframe, "full", accumulate)
+        if layout.is_packets(self.geometry):
+            buf = np.asarray(data).reshape(-1).view(np.uint8)
+            self._run(buf, target, "full", accumulate, layout, n)
+        else:
+            self._run_layout(data, layout, target, nframe, "full", accumulate)
         if out is not None and target is not out:
             out[...] = target
         return target
