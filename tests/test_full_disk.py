@@ -337,11 +337,14 @@ def test_quicklook_failure_alone_is_one_clear_error(recording, tmp_path, monkeyp
     assert_pipeline_file(tmp_path / "obs.uvh5", frames, g, NDUMP)  # the writer finished
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "replayed"])
 def test_reprocess_onto_a_full_disk_reports_the_file_failed(recording, chain_sizes, tmp_path,
-                                                            monkeypatch):
+                                                            monkeypatch, in_place):
+    """Either way of reading a clean recording (in place, or replayed through the capture)."""
     pcap, frames, g = recording
     full_disk(monkeypatch, (chain_sizes[1] + chain_sizes[2]) // 2)
-    [result] = reprocess([pcap], tmp_path, ReprocessOptions(backend="cpu"), progress=None)
+    [result] = reprocess([pcap], tmp_path, ReprocessOptions(backend="cpu", in_place=in_place),
+                         progress=None)
     assert not result.ok
     partial = tmp_path / "obs.uvh5.partial"
     assert str(partial) in result.error and "ENOSPC" in result.error

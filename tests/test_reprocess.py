@@ -231,13 +231,14 @@ def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp
     paths, _ = recordings
     assert gc.get_freeze_count() == 0
     reused = HOST_POOL.reused
-    results = reprocess(paths[:2], tmp_path / "a", ReprocessOptions(), progress=None)
+    replay = ReprocessOptions(in_place=False)  # the capture pipeline, not the clean files' path
+    results = reprocess(paths[:2], tmp_path / "a", replay, progress=None)
     assert all(r.ok for r in results) and gc.get_freeze_count() == 0
     assert HOST_POOL.reused > reused  # the second file's rings came from the first's
     gc.freeze()
     frozen = gc.get_freeze_count()
     try:
-        (r,) = reprocess(paths[2:3], tmp_path / "b", ReprocessOptions(), progress=None)
+        (r,) = reprocess(paths[2:3], tmp_path / "b", replay, progress=None)
         # still frozen, nothing added (frozen objects freed by their refcounts leave the count)
         assert r.ok and 0 < gc.get_freeze_count() <= frozen
     finally:

@@ -84,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "UVH5 each (NAME.tNNNN.uvh5), so that one long file is spread over "
                         "several workers (GUPPI RAW, PSRDADA, VDIF, MWAX; default one task "
                         "per file)")
+    p.add_argument("--replay", action="store_true",
+                   help="pcap: replay every recording through the capture, also a clean one "
+                        "(default: a clean recording, every frame whole and in order, is "
+                        "correlated in place from the file, with the same result)")
     p.add_argument("--allow-damaged", action="store_true",
                    help="write damaged recordings (lost or mangled packets or blocks, garbage, "
                         "cut files, lying headers) and count them as done; their line still "
@@ -104,7 +108,8 @@ def run(a: argparse.Namespace) -> int:
                                format=a.format, array=a.array,
                                integration_spectra=a.integration_spectra,
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
-                               freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s)
+                               freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s,
+                               in_place=not a.replay)
     try:
         plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:

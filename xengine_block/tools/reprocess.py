@@ -60,6 +60,9 @@ class ReprocessOptions:
     #: Cut each file's integrations into tasks of about this many seconds of data, one output
     #: each (``NAME.tNNNN.uvh5``): a long file over several workers. None: a task per file.
     split_s: float | None = None
+    #: pcap: correlate a clean recording from its memory map (the capture's dumps, bit for
+    #: bit, :mod:`~xengine_block.readers.pcap`); False: always replay it through the capture.
+    in_place: bool = True
 
     @property
     def sky_overrides(self) -> dict[str, float]:
@@ -126,6 +129,9 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     npacket, ninteg = pcap_packets(options, info.geometry.npacket, info.sky["fs_hz"],
                                    info.geometry.nspectra_pkt)
     g = info.geometry.replace(npacket=npacket)
+    done = reprocess_in_place(task, options, info, g, ninteg) if options.in_place else None
+    if done is not None:
+        return done
     # The damage scan walks the file on its own thread (compiled, without the GIL) while the
     # pipeline captures it: it was a serial tenth of the run.
     with ThreadPoolExecutor(1, thread_name_prefix="pcap-scan") as scanner:
@@ -153,7 +159,7 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
                    counters[k] for k in ("bad_size", "bad_timestamp", "bad_stream",
                                          "bad_channel", "out_of_window")),
                "dropped_partial": chain.integrate.dropped_partial,
-               "dumps_with_gaps": chain.integrate.dumps_with_gaps}
+               "dumps_with_gaps": chain.integrate.dumps_with_gaps, "read": "capture"}
     damage = {k: counters[k] for k in CAPTURE_DAMAGE if counters[k]}
     damage.update(scan.damage)
     if info.pcap_bytes is not None and info.pcap_bytes != scan.file_bytes:
@@ -171,6 +177,44 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
             os.replace(partial, final)  # before the main output: a rerun redoes both
         summary["extra_files"] = [str(p) for p in finals]
     return summary
+
+
+def reprocess_in_place(task: Task, options: ReprocessOptions, info: Any, g: Any,
+                       ninteg: int) -> dict[str, Any] | None:
+    """A clean pcap recording correlated from its memory map (:mod:`~xengine_block.readers.
+    pcap`): the dumps the capture pipeline would write, bit for bit, without replaying the
+    packets. None where the recording is not clean, its size is not the one its recorder
+    noted, or it holds no dump: the capture pipeline then reads it (and says what is wrong)."""
+    import numpy as np
+
+    from ..blocks.writer import site_info
+    from ..readers.correlate import RecordingCorrelator
+    from ..readers.pcap import open_clean
+
+    if info.pcap_bytes is not None and info.pcap_bytes != task.input.stat().st_size:
+        return None
+    chans = (np.arange(g.nchan) if options.channels is None
+             else np.asarray(options.channels, np.intp))
+    if chans.max() >= g.nchan or chans.min() < 0:
+        return None  # the pipeline's writer names the channels
+    rec = open_clean(task.input, info, g, ninteg)
+    if rec is None:
+        return None
+    wins, corr = rec.dumps, None
+    span = wins[0][1] - wins[0][0]
+    try:
+        corr = RecordingCorrelator(rec, range(info.array.nant),
+                                   (int(chans.min()), int(chans.max()) + 1), options.backend)
+        _, gaps = write_dumps(
+            task.partial, corr, wins, chans, span, site_info(info.array), rec.meta,
+            history=f"xengine_block reprocess: pcap {task.input.name} read in place; {span} "
+                    f"spectra per dump")
+    finally:
+        if corr is not None:
+            corr.close()
+        rec.close()
+    return {"dumps": len(wins), "frames": rec.runs[0].nframe, "missing": 0, "malformed": 0,
+            "dropped_partial": rec.dropped_partial, "dumps_with_gaps": gaps, "read": "in place"}
 
 
 def extra_output(output: Path, n: int) -> Path:
@@ -325,7 +369,6 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
     import numpy as np
 
     from ..blocks.writer import site_info
-    from ..outputs.uvh5 import UVH5Writer
     from ..readers import open_recording
     from ..readers.arrays import load_array, match_antennas
     from ..readers.correlate import RecordingCorrelator
@@ -364,40 +407,11 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
                              f"outside the recording's {meta.nchan} channels")
         c0, c1 = int(chans.min()), int(chans.max()) + 1
         corr = RecordingCorrelator(rec, antennas, (c0, c1), options.backend)
-        nbl = corr.nbaseline
         names = ", ".join(f.name for f in task.files)
-        history = f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump"
-        spectra = gaps = 0
-        # The file is made, and each dump written, by one writer thread while the next
-        # integration correlates (the backends release the GIL): creating the file overlaps
-        # the first integration, the appends stay in order, one at a time, and the first
-        # failure stops the loop and is raised here.
-        with ThreadPoolExecutor(1, thread_name_prefix="reprocess-writer") as pool:
-            made = pool.submit(UVH5Writer, task.partial, site_info(sub), meta.freqs_hz[chans],
-                               meta.chan_bw_hz, nspec, sample_bits=meta.sample_bits,
-                               overwrite=True, instrument=sub.instrument, history=history,
-                               x_orientation=sub.x_orientation)
-            pending: Future = made
-            try:
-                every = np.array_equal(chans, np.arange(c0, c1))  # no gather needed
-                for (t0, _), c in zip(wins, corr.integrations(wins, reuse=True), strict=True):
-                    valid = c.valid[chans - c0]
-                    pending.result()
-                    pending = pool.submit(
-                        made.result().append, c.vis if every else c.vis[chans - c0],
-                        np.broadcast_to(valid[:, None], (chans.size, nbl)), nspec,
-                        meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
-                    spectra += int(valid.max(initial=0))
-                    gaps += bool((valid < nspec).any())
-                # Done with the file while its last dump is written: unmapping it (0.4 ms at
-                # 256 MB) is not left after that append, the one serial part of the run.
-                corr.close()
-                rec.close()
-                pending.result()
-            finally:
-                pending.exception()  # wait: the file closes after its last append
-                if made.exception() is None:
-                    made.result().close()
+        spectra, gaps = write_dumps(
+            task.partial, corr, wins, chans, nspec, site_info(sub), meta,
+            history=f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump",
+            instrument=sub.instrument, x_orientation=sub.x_orientation)
         summary: dict[str, Any] = {
             "format": task.format, "dumps": len(wins), "integration_spectra": nspec,
             "spectra": spectra, "dumps_with_gaps": gaps, "antennas": sub.nant,
@@ -411,6 +425,51 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         if corr is not None:
             corr.close()
         rec.close()
+
+
+def write_dumps(path: Path, corr: Any, wins: list[tuple[int, int]], chans: Any, nspec: int,
+                site: Any, meta: Any, **writer: Any) -> tuple[int, int]:
+    """Correlate the windows ``wins`` with ``corr`` (a :class:`~xengine_block.readers.correlate.
+    RecordingCorrelator` of channels ``[chans.min(), chans.max()]``) and write channels
+    ``chans`` of each as a dump of ``nspec`` spectra into the UVH5 file ``path`` (``writer``:
+    the writer's keywords); closes the correlator and its recording before the last append.
+    Returns (spectra correlated, in the fullest channel of each dump, summed; dumps with
+    gaps)."""
+    import numpy as np
+
+    from ..outputs.uvh5 import UVH5Writer
+
+    c0 = int(chans.min())
+    every = np.array_equal(chans, np.arange(c0, int(chans.max()) + 1))  # no gather needed
+    nbl, spectra, gaps = corr.nbaseline, 0, 0
+    # The file is made, and each dump written, by one writer thread while the next
+    # integration correlates (the backends release the GIL): creating the file overlaps the
+    # first integration, the appends stay in order, one at a time, and the first failure stops
+    # the loop and is raised here.
+    with ThreadPoolExecutor(1, thread_name_prefix="reprocess-writer") as pool:
+        made = pool.submit(UVH5Writer, path, site, meta.freqs_hz[chans], meta.chan_bw_hz, nspec,
+                           sample_bits=meta.sample_bits, overwrite=True, **writer)
+        pending: Future = made
+        try:
+            for (t0, _), c in zip(wins, corr.integrations(wins, reuse=True), strict=True):
+                valid = c.valid[chans - c0]
+                pending.result()
+                pending = pool.submit(
+                    made.result().append, c.vis if every else c.vis[chans - c0],
+                    np.broadcast_to(valid[:, None], (chans.size, nbl)), nspec,
+                    meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
+                spectra += int(valid.max(initial=0))
+                gaps += bool((valid < nspec).any())
+            # Done with the file while its last dump is written: unmapping it (0.4 ms at
+            # 256 MB) is not left after that append, the one serial part of the run.
+            corr.close()
+            corr.rec.close()
+            pending.result()
+        finally:
+            pending.exception()  # wait: the file closes after its last append
+            if made.exception() is None:
+                made.result().close()
+    return spectra, gaps
 
 
 def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
