@@ -131,3 +131,24 @@ def test_combine_command_line(tmp_path, single, capsys):
                  str(tmp_path / "o2")]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("xengine combine: ") and "hold the same channels" in err
+
+
+def test_an_instance_config_named_by_a_relative_path_is_found(tmp_path, monkeypatch):
+    """``fx.py --xengines N --out DIR`` with a relative DIR: each instance runs in its own
+    directory, so its config is handed over by absolute path (it was not found before)."""
+    from xengine_block.geometry import Geometry
+    from xengine_block.service.instances import CorrelateProcess, toml_text
+    from xengine_block.service.scaleout import instance_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = Path("out") / "xengine-0" / "correlate.toml"
+    cfg.parent.mkdir(parents=True)
+    sky = {"sync_time": 1.7e9, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
+    cfg.write_text(toml_text(instance_config(
+        chan0=0, nchan=9, g=Geometry(nstream=8, nchan=9, npacket=2), sky=sky, array=None,
+        nant=4, backend="cpu", ninteg=1, like_top_s=0.0)))
+    proc = CorrelateProcess(cfg)
+    try:
+        assert proc.port > 0
+    finally:
+        proc.finish()

@@ -55,6 +55,7 @@ class CorrelateProcess:
     """A ``xengine correlate CONFIG`` subprocess whose stdout JSON events are collected."""
 
     def __init__(self, config: Path, *flags: str, stderr_to: Any = None) -> None:
+        config = Path(config).resolve()  # the process runs in its directory: not relative
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
