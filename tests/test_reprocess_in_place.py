@@ -101,6 +101,9 @@ CASES = {
         RNG.permutation(16), {"channels": (8, 9, 10)}),
     "ci4": (Geometry(nstream=8, nchan=9, npacket=3, sample_bits=4), 7, 2, 0, None,
             {"ninteg": 2}),
+    # dumps past the int32 bound (2 x 136 packets): summed in int64 from calls within it
+    "beyond_int32": (Geometry(nstream=4, nchan=9, npacket=136), 272, 0, 0, None,
+                     {"ninteg": 2}),
 }
 
 

@@ -300,6 +300,8 @@ class SampleLayout:
         :meth:`packet` but ``frame_bytes`` and ``stream_offsets`` (each stream's channels
         still one packet payload, ``[chan][coarse][reim][fine]``), as the records of a clean
         pcap recording hold them; the native frame path reads them in place."""
+        if self.nspectra != g.nspectra_pkt or self.chan_stride != g.chan_bytes:
+            return False  # most layouts differ here: a cheap answer on every backend call
         p = SampleLayout.packet(g)
         return self is p or all(getattr(self, f.name) == getattr(p, f.name)
                                 for f in dataclasses.fields(self)
