@@ -1,7 +1,10 @@
 """Reprocessing recordings: ``xengine reprocess`` against the bare backend on the same data, and
 against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; one JSON object.
 Formats: ``guppi`` (GUPPI RAW) and ``pcap`` (our F-engine packets as ``xengine record`` writes
-them: the capture of live data, over ``PcapSource``; same keys, no BLRI peer).
+them; same keys, no BLRI peer). A clean pcap recording is correlated in place
+(``runs.S*.read``: ``in place``); the same file replayed through the capture, as every pcap
+recording was before (``--replay``), is timed in the same rounds: ``replay_msps``,
+``replay_ratio``.
 
 Per format (``FORMATS``: one entry per format; a second format is one more entry) and stream
 count S, a recording is written, read once so that it is in the page cache, then:
@@ -99,9 +102,10 @@ def write_telinfo(path: Path, array: ArrayDescription) -> None:
 
 
 def guppi_recording(work: Path, nstream: int, sizes: dict,
-                    nblock: int | None = None) -> tuple[list[Path], Path, Path, int]:
+                    nblock: int | None = None) -> tuple[list[Path], Path, int]:
     """A multi-antenna GUPPI file of S = ``nstream`` (``nblock`` blocks, default the size's);
-    (files, array TOML, telinfo, spectra per integration: two blocks)."""
+    (files, array TOML, spectra per integration: two blocks); the array's telinfo YAML for
+    BLRI beside the TOML (:func:`telinfo_of`)."""
     nant, nchan, ntime, blocks = sizes[nstream]
     nblock = blocks if nblock is None else nblock
     rng = np.random.default_rng(nstream)
@@ -112,10 +116,14 @@ def guppi_recording(work: Path, nstream: int, sizes: dict,
              "DEC_STR": "40:00:00", "SRC_NAME": "bench", **antenna_cards(array.antenna_names)}
     path = write_guppi(work / f"bench_s{nstream}_{nblock}.0000.raw",
                        (np.roll(block, k, axis=2) for k in range(nblock)), cards)
-    toml, telinfo = work / f"array_s{nstream}.toml", work / f"array_s{nstream}.telinfo.yaml"
+    toml = work / f"array_s{nstream}.toml"
     array.write_toml(toml)
-    write_telinfo(telinfo, array)
-    return [path], toml, telinfo, 2 * ntime
+    write_telinfo(telinfo_of(toml), array)
+    return [path], toml, 2 * ntime
+
+
+def telinfo_of(toml: Path) -> Path:
+    return toml.with_suffix(".telinfo.yaml")
 
 
 def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
@@ -217,14 +225,17 @@ class ReprocessRuns:
     def __init__(self, files: list[Path], options: ReprocessOptions, work: Path) -> None:
         self.files, self.options, self.work, self.made = files, options, work, 0
         self._outs: list[Path] = []  # not removed yet
+        self.summary: dict[str, Any] = {}  # the last run's
 
     def run(self) -> None:
         out = self.work / f"out{self.made}"
         self.made += 1
         self._outs.append(out)
-        (r,) = reprocess(self.files[:1], out, self.options, progress=None)
-        if not r.ok:
-            raise RuntimeError(r.error)
+        results = reprocess(self.files, out, self.options, progress=None)
+        for r in results:  # one task per file (GUPPI, DADA), per sub-observation (MWAX)
+            if not r.ok:
+                raise RuntimeError(r.error)
+        self.summary = results[-1].summary
 
     def clean(self) -> None:
         while self._outs:
@@ -255,28 +266,41 @@ def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> fl
     return time.perf_counter() - t0
 
 
-def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
-    entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {},
-                             "layout_vs_frames": {}, "writer_cpu_over_bare": {},
-                             "speedup_vs_blri": {}, "runs": {}}
+#: Keys every reader format's entry has, per S.
+READER_KEYS = ("msps", "bare_backend_msps", "ratio", "layout_vs_frames", "writer_cpu_over_bare")
+
+
+def reader_entry(fmt: str, make: Callable[..., tuple[list[Path], Path, int]], sizes: dict,
+                 work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """A reader format's entry: per S, ``make(work, S, sizes)`` writes a recording (files,
+    array TOML, spectra per integration) that :func:`measure` times; the files removed
+    after."""
+    entry: dict[str, Any] = {k: {} for k in READER_KEYS}
+    entry["runs"] = {}
     for s in args.streams:
-        files, toml, telinfo, nspec = guppi_recording(work, s, sizes)
-        run = measure(files, "guppi", toml, nspec, work, args.backend, args.repeat)
-        key = f"S{s}"
-        entry["runs"][key] = run
-        for k in ("msps", "bare_backend_msps", "ratio", "layout_vs_frames",
-                  "writer_cpu_over_bare"):
-            entry[k][key] = run[k]
+        files, toml, nspec = make(work, s, sizes)
+        run = measure(files, fmt, toml, nspec, work, args.backend, args.repeat)
+        entry["runs"][f"S{s}"] = run
+        for k in READER_KEYS:
+            entry[k][f"S{s}"] = run[k]
         for f in files:
             f.unlink()
+    entry["goals"] = {"ratio": 0.8}
+    return entry
+
+
+def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
+    entry = reader_entry("guppi", guppi_recording, sizes, work, args)
+    entry["speedup_vs_blri"] = {}
+    for s in args.streams:
+        key = f"S{s}"
         if not args.no_blri and (s <= 64 or args.blri_all):
             # BLRI's file: the first BLRI_BLOCKS blocks, ours timed on it too.
-            small, toml, telinfo, nspec = guppi_recording(work, s, sizes,
-                                                          min(BLRI_BLOCKS, sizes[s][3]))
+            small, toml, nspec = guppi_recording(work, s, sizes, min(BLRI_BLOCKS, sizes[s][3]))
             for f in small:
                 page_cache(f)
-            t = blri_seconds(small, telinfo, nspec, work)
+            t = blri_seconds(small, telinfo_of(toml), nspec, work)
             if t is None:
                 entry["speedup_vs_blri"][key] = None
                 entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
@@ -284,13 +308,81 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                 ours = reprocess_seconds(
                     small, recording_options("guppi", toml, nspec, args.backend), work,
                     args.repeat)
-                run["blri_file"] = {"bytes": sum(f.stat().st_size for f in small),
-                                    "seconds": ours, "blri_seconds": t}
+                entry["runs"][key]["blri_file"] = {
+                    "bytes": sum(f.stat().st_size for f in small), "seconds": ours,
+                    "blri_seconds": t}
                 entry["speedup_vs_blri"][key] = t / ours
             for f in small:
                 f.unlink()
-    entry["goals"] = {"ratio": 0.8, "speedup_vs_blri": 50}
+    entry["goals"]["speedup_vs_blri"] = 50
     return entry
+
+
+#: PSRDADA cases, MeerKAT FBFUSE's TAFTP (heaps of 256 spectra, [ant][chan][256][pol][re, im]):
+#: S -> (antennas, channels, heaps, spectra per integration): 252 / 268 MB, the GUPPI cases'
+#: integrations.
+DADA_SIZES = {64: (32, 16, 480, 7680), 256: (128, 8, 256, 4096)}
+QUICK_DADA_SIZES = {64: (32, 16, 60, 7680), 256: (128, 4, 32, 4096)}
+
+
+def dada_recording(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], Path, int]:
+    """An FBFUSE-style DADA file of S = ``nstream``; (files, array TOML, integration)."""
+    nant, nchan, nheap, nspec = sizes[nstream]
+    array = array_for(nant)
+    keys = {"HEADER": "DADA", "HDR_VERSION": "1.0", "HDR_SIZE": 4096, "TELESCOPE": "MeerKAT",
+            "INSTRUMENT": "CBF-Feng", "FREQ": 1284.0, "BW": 0.5 * nchan, "TSAMP": 2.0,
+            "NBIT": 8, "NDIM": 2, "NPOL": 2, "NCHAN": nchan, "NANTS": nant,
+            "ANTS": ",".join(array.antenna_names), "ORDER": "TAFTP",
+            "UTC_START": "2026-12-06-00:00:00", "SOURCE": "bench", "OBS_OFFSET": 0}
+    head = ("\n".join(f"{k} {v}" for k, v in keys.items()) + "\n").encode().ljust(4096, b"\0")
+    heap = np.random.default_rng(nstream).integers(-128, 128, (nant, nchan, 256, 2, 2),
+                                                   dtype=np.int8)
+    path = work / f"bench_s{nstream}.dada"
+    with open(path, "wb") as f:
+        f.write(head)
+        for k in range(nheap):
+            f.write(np.roll(heap, k, axis=2).tobytes())
+    toml = work / f"array_s{nstream}.toml"
+    array.write_toml(toml)
+    return [path], toml, nspec
+
+
+#: MWAX cases, one subfile per coarse channel ([input][sample][re, im] blocks after the delay
+#: table's): S -> (tiles, coarse channels, samples per block, blocks, spectra per
+#: integration): 262 / 268 MB.
+MWAX_SIZES = {64: (32, 16, 6400, 20, 7680), 256: (128, 8, 4096, 16, 4096)}
+QUICK_MWAX_SIZES = {64: (32, 4, 3840, 4, 7680), 256: (128, 2, 4096, 2, 4096)}
+
+
+def mwax_recording(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], Path, int]:
+    """An MWAX sub-observation of S = ``nstream``: a subfile per coarse channel; (files,
+    array TOML named as the files name their tiles, integration)."""
+    from xengine_block.readers.mwax import write_subfile
+
+    ntile, nchan, ntime, nblock, nspec = sizes[nstream]
+    tiles = list(range(11, 11 + ntile))
+    block = np.random.default_rng(nstream).integers(-128, 128, (2 * ntile, ntime, 2),
+                                                    dtype=np.int8)
+    files = [write_subfile(work / f"1300000000_1300000008_{109 + c}.sub",
+                           [np.roll(block, c + k, axis=1) for k in range(nblock)],
+                           coarse_channel=109 + c, tile_ids=tiles) for c in range(nchan)]
+    with open_recording(files, "mwax") as rec:
+        names = list(rec.meta.antenna_names)
+    rng = np.random.default_rng(0)
+    enu = np.round(rng.uniform(-500, 500, (ntile, 3)) * [1, 1, 0.01], 3)
+    toml = work / f"array_mwax_s{nstream}.toml"
+    ArrayDescription("MWA", -26.703, 116.671, 377.8, names, tiles, enu).write_toml(toml)
+    return files, toml, nspec
+
+
+def dada_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    return reader_entry("dada", dada_recording, QUICK_DADA_SIZES if args.quick else DADA_SIZES,
+                        work, args)
+
+
+def mwax_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    return reader_entry("mwax", mwax_recording, QUICK_MWAX_SIZES if args.quick else MWAX_SIZES,
+                        work, args)
 
 
 #: pcap cases (our F-engine packets, as ``xengine record`` writes them): S -> (channels, P,
@@ -320,20 +412,26 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
     page_cache(path)
     backend = get_backend(args.backend, g)
     runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend), work)
+    replay = ReprocessRuns([path], ReprocessOptions(backend=args.backend, in_place=False), work)
     try:
         backend.correlate(frames)  # warm-ups
         runs.run()
-        t_bare, t_ours = interleaved_best(
-            [lambda: [backend.correlate(frames) for _ in range(ndump)], runs.run], args.repeat,
-            runs.clean)
+        replay.run()
+        t_bare, t_ours, t_replay = interleaved_best(
+            [lambda: [backend.correlate(frames) for _ in range(ndump)], runs.run, replay.run],
+            args.repeat, lambda: (runs.clean(), replay.clean()))
     finally:
         backend.close()
         runs.clean()
+        replay.clean()
     samples = ndump * npacket * g.nspectra_pkt * nchan
     run = {"S": s, "nchan": nchan, "P": npacket, "dumps": ndump, "bytes": path.stat().st_size,
-           "backend": backend.name, "seconds": t_ours, "bare_seconds": t_bare,
-           "msps": samples / t_ours / 1e6, "bare_backend_msps": samples / t_bare / 1e6}
+           "backend": backend.name, "read": runs.summary["read"], "seconds": t_ours,
+           "bare_seconds": t_bare, "replay_seconds": t_replay,
+           "msps": samples / t_ours / 1e6, "bare_backend_msps": samples / t_bare / 1e6,
+           "replay_msps": samples / t_replay / 1e6}
     run["ratio"] = run["msps"] / run["bare_backend_msps"]
+    run["replay_ratio"] = run["replay_msps"] / run["bare_backend_msps"]
     path.unlink()
     return run
 
@@ -341,11 +439,13 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
 def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``xengine reprocess`` of pcap recordings against the bare backend on their frames."""
     sizes = QUICK_PCAP_SIZES if args.quick else PCAP_SIZES
-    entry: dict[str, Any] = {"msps": {}, "bare_backend_msps": {}, "ratio": {}, "runs": {}}
+    keys = ("msps", "bare_backend_msps", "ratio", "replay_msps", "replay_ratio")
+    entry: dict[str, Any] = {k: {} for k in keys}
+    entry["runs"] = {}
     for s in args.streams:
         run = pcap_measure(work, s, sizes, args)
         entry["runs"][f"S{s}"] = run
-        for k in ("msps", "bare_backend_msps", "ratio"):
+        for k in keys:
             entry[k][f"S{s}"] = run[k]
     entry["goals"] = {"ratio": 0.8}
     return entry
@@ -354,6 +454,8 @@ def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 #: format -> function(work directory, args) -> its JSON entry.
 FORMATS: dict[str, Callable[[Path, argparse.Namespace], dict[str, Any]]] = {
     "guppi": guppi_entry,
+    "dada": dada_entry,
+    "mwax": mwax_entry,
     "pcap": pcap_entry,
 }
 
