@@ -378,6 +378,53 @@ def test_every_crash_point_where_chunk_btrees_split(tmp_path, monkeypatch, rows)
     assert not failures, "\n".join(failures)
 
 
+def test_the_publishing_write_is_one_direct_write_and_a_cut_one_would_tear(tmp_path,
+                                                                          monkeypatch):
+    """The write that publishes a dump spans pages (16 antennas x 16 channels: three), and a
+    buffered write stops at a page boundary when a fatal signal arrives while it copies (this
+    test's SIGKILL once caught one): replayed cut at each boundary, the file is refused (or
+    holds rows of zeros). So it goes to disk as one direct write, which a kill cannot cut,
+    where the filesystem has direct I/O (here: every append's)."""
+    from xengine_block.outputs.uvh5 import StagedFile
+
+    probe = StagedFile(tmp_path / "probe", overwrite=True)
+    direct = probe.direct_fd is not None
+    probe.close()
+    if not direct:
+        pytest.skip(f"no direct I/O on the filesystem of {tmp_path}: the publishing write is "
+                    f"buffered there (uvh5's docstring)")
+    done = []
+    publish = StagedFile._publish
+    monkeypatch.setattr(StagedFile, "_publish",
+                        lambda self, data, off: done.append(publish(self, data, off)) or done[-1])
+    path = tmp_path / "w.uvh5"
+    base, commits, _ = record_writer(monkeypatch, path, nant=16, nchan=16, ndump=3)
+    assert done and all(done) and len(done) >= 3  # every append's publication, direct
+    final = pyuvdata.UVData.from_file(path)
+    page, cut, torn = 4096, [], []
+    for calls in commits[:-1]:  # each append's calls, its publication split at page ends
+        split = []
+        for a, data in calls:
+            if data is None or not 0 < a < len(base):
+                split.append((a, data))
+                continue
+            ends = list(range(a - a % page + page, a + len(data), page)) + [a + len(data)]
+            split += [(lo, data[lo - a:hi - a]) for lo, hi in zip([a, *ends[:-1]], ends,
+                                                                     strict=True)]
+        cut.append(split)
+    assert max(len(c) for c in cut) > max(len(c) for c in commits)  # pages to cut between
+    crashed = tmp_path / "crashed.uvh5"
+    for c, k, img in replay(base, cut, lambda c: True):
+        if k < 0:
+            break
+        crashed.write_bytes(img)
+        try:
+            read_prefix(crashed, final, final.Nbls, min(c, 3))
+        except Exception as exc:  # noqa: BLE001
+            torn.append(f"{c} {k}: {type(exc).__name__}")
+    assert torn, "no page boundary tears the publication: the direct write is not needed"
+
+
 @pytest.mark.filterwarnings("ignore")  # pyuvdata on the broken files: time zero, LST off
 def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     """The replay can fail: the in-place writes in HDF5's own order (the code before this

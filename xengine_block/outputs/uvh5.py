@@ -46,16 +46,20 @@ its calls so that the file between any two of them reads as the old one or the n
    the old root to new space, then rewrites the root in one write), and chunks the previous dump
    filled in part (their committed rows are rewritten with the same bytes). A reader of the
    committed extents never looks there;
-4. one pwrite of all HDF5 changed in the metadata written at creation: the object headers of the
+4. one write of all HDF5 changed in the metadata written at creation: the object headers of the
    resizable datasets (extents) and of Nblts/Ntimes, compact datasets whose values live in their
-   object headers. This write publishes the dump (about 6 KB, whatever the array size);
+   object headers. This write publishes the dump (about 6 KB, whatever the array size). It
+   spans two or three pages, and Linux stops a buffered write at a page boundary when a fatal
+   signal arrives while it copies (a window of microseconds per dump, which the SIGKILL test
+   once hit), so it is made a direct write (``O_DIRECT``) of the whole pages, whose I/O, once
+   issued, completes before the killed process goes; where the filesystem has no direct I/O
+   (tmpfs), it is buffered and that window stays open;
 5. the file is cut to HDF5's end if that is smaller.
 
 ``tests/test_uvh5.py`` records the calls of every commit and reads the file as it is after each
-of them (dumps across chunks and B-tree node splits included). Left open: Linux stops a buffered
-write at a page boundary when a fatal signal arrives while it copies, so the publishing write,
-two or three pages, could in principle be cut there (a window of microseconds per dump). The
-file format is HDF5's earliest, whose superblock has no "open for write" mark.
+of them (dumps across chunks and B-tree node splits included), and after the publishing write
+cut at each of its pages (which a reader refuses: why it is one direct write). The file format
+is HDF5's earliest, whose superblock has no "open for write" mark.
 
 Write failures (full disk, quota, EIO): HDF5 never sees them. ``commit`` writes new space first
 (the only writes a full disk refuses); when a write fails the file is cut back to its old end and
@@ -72,6 +76,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import mmap
 import os
 import threading
 import weakref
@@ -402,6 +407,11 @@ class UVH5WriteError(OSError):
                 f"{kept}")
 
 
+#: Offsets, sizes and buffer addresses of direct writes are multiples of this (a page: every
+#: logical block size in use divides it).
+_DIRECT_ALIGN = 4096
+
+
 class StagedFile:
     """A file for h5py's ``fileobj`` driver that puts HDF5's writes on disk only at ``commit``.
 
@@ -427,6 +437,11 @@ class StagedFile:
         self._pos = 0
         self._writes: list[tuple[int, bytes | memoryview]] = []  # staged, in order
         self._lent: tuple[int, int] | None = None  # (address, bytes) of a buffer lent
+        #: The same file opened for direct I/O, for the publishing write (:meth:`_publish`);
+        #: None where the platform or the filesystem has none (tmpfs, macOS).
+        self.direct_fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.direct_fd = os.open(self.path, os.O_WRONLY | os.O_DIRECT)
 
     # -- what the fileobj driver calls (seek, tell, read, write, truncate, flush)
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -539,10 +554,52 @@ class StagedFile:
         return first + middle + atomic
 
     def _pwrite(self, data: bytes, offset: int) -> None:
+        """Write ``data`` at ``offset``; into the metadata of creation (the write that publishes
+        a dump, or puts its old bytes back) as one direct write where possible."""
+        if not (0 < offset < self.atomic_below and self._publish(data, offset)):
+            self._pwrite_buffered(data, offset)
+
+    def _pwrite_buffered(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
         while view:  # a write may be short (e.g. up to a file size limit)
             n = os.pwrite(self.fd, view, offset)
             view, offset = view[n:], offset + n
+
+    def _publish(self, data: bytes, offset: int) -> bool:
+        """The publishing write as one direct write of the whole pages it touches (their other
+        bytes as they are), so that a kill cannot cut it: a buffered write stops at a page
+        boundary when a fatal signal arrives while it copies, and this one spans two or three
+        pages; a direct write's I/O, once issued, completes (the killed process waits for it,
+        uninterruptibly). False where it cannot be done (no direct I/O here, pages past the
+        file's end, an alignment the device refuses): the caller writes buffered, as before.
+        The kernel writes back and drops the page cache's copy of those pages around it, so
+        buffered readers see the new bytes."""
+        if self.direct_fd is None:
+            return False
+        lo, hi = offset - offset % _DIRECT_ALIGN, -(-(offset + len(data)) // _DIRECT_ALIGN) \
+            * _DIRECT_ALIGN
+        if hi > os.fstat(self.fd).st_size:
+            return False
+        buf = mmap.mmap(-1, hi - lo)  # page-aligned, as direct I/O wants its buffer
+        try:
+            view = memoryview(buf)
+            view[:] = os.pread(self.fd, hi - lo, lo)
+            view[offset - lo:offset - lo + len(data)] = data
+            try:
+                n = os.pwrite(self.direct_fd, view, lo)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                os.close(self.direct_fd)  # refused (alignment, filesystem): buffered from now
+                self.direct_fd = None
+                return False
+            finally:
+                view.release()
+        finally:
+            buf.close()
+        if n != hi - lo:  # short: the rest buffered (not expected of a direct write this size)
+            self._pwrite_buffered(data[max(lo + n - offset, 0):], max(lo + n, offset))
+        return True
 
     def _ftruncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
@@ -552,6 +609,9 @@ class StagedFile:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+            if self.direct_fd is not None:
+                os.close(self.direct_fd)
+                self.direct_fd = None
 
 
 #: Writers still open at interpreter exit are closed first, without writing: HDF5's own exit
