@@ -1,12 +1,13 @@
 """Reprocessing recordings: ``xengine reprocess`` against the bare backend on the same data, and
 against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; one JSON object.
-Formats: ``guppi`` (GUPPI RAW) and ``pcap`` (our F-engine packets as ``xengine record`` writes
-them; same keys, no BLRI peer). A clean pcap recording is correlated in place
+Formats: ``guppi`` (GUPPI RAW), ``dada`` (PSRDADA, MeerKAT FBFUSE's ``TAFTP``), ``mwax`` (MWAX
+subfiles, one per coarse channel) and ``pcap`` (our F-engine packets as ``xengine record``
+writes them); the same keys, BLRI for GUPPI only. A clean pcap recording is correlated in place
 (``runs.S*.read``: ``in place``); the same file replayed through the capture, as every pcap
 recording was before (``--replay``), is timed in the same rounds: ``replay_msps``,
 ``replay_ratio``.
 
-Per format (``FORMATS``: one entry per format; a second format is one more entry) and stream
+Per format (``FORMATS``: one entry per format; another format is one more entry) and stream
 count S, a recording is written, read once so that it is in the page cache, then:
 
 - ``msps``: ``xengine_block.tools.reprocess.reprocess`` on it, the library call the command

@@ -36,9 +36,18 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .tasks import Task, run_tasks
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..capture.recording import RecordingInfo
+    from ..geometry import Geometry
+    from ..outputs.uvh5 import SiteInfo
+    from ..readers.base import RecordingMeta
+    from ..readers.correlate import RecordingCorrelator
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +188,7 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     return summary
 
 
-def reprocess_in_place(task: Task, options: ReprocessOptions, info: Any, g: Any,
+def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInfo, g: Geometry,
                        ninteg: int) -> dict[str, Any] | None:
     """A clean pcap recording correlated from its memory map (:mod:`~xengine_block.readers.
     pcap`): the dumps the capture pipeline would write, bit for bit, without replaying the
@@ -427,8 +436,9 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         rec.close()
 
 
-def write_dumps(path: Path, corr: Any, wins: list[tuple[int, int]], chans: Any, nspec: int,
-                site: Any, meta: Any, **writer: Any) -> tuple[int, int]:
+def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int]],
+                chans: np.ndarray, nspec: int, site: SiteInfo, meta: RecordingMeta,
+                **writer: Any) -> tuple[int, int]:
     """Correlate the windows ``wins`` with ``corr`` (a :class:`~xengine_block.readers.correlate.
     RecordingCorrelator` of channels ``[chans.min(), chans.max()]``) and write channels
     ``chans`` of each as a dump of ``nspec`` spectra into the UVH5 file ``path`` (``writer``:
