@@ -90,7 +90,7 @@ from xengine_block.runtime.pipeline import Pipeline
 from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
 from xengine_block.sim.meerkat import MeerkatFEngines
 from xengine_block.tools.argtypes import sample_bits
-from xengine_block.tools.machine_limits import machine_read_gbps
+from xengine_block.tools.machine_limits import machine_identity, machine_read_gbps
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 #: The goal of issue 26 at 8640-byte heaps.
@@ -464,7 +464,7 @@ def main() -> None:
     g = Geometry(nstream=args.nstream, nchan=args.nchan, npacket=8, sample_bits=args.bits)
     ours = measure(xengine_wire(g), args)
     out: dict[str, Any] = {
-        "benchmark": "capture", "cpus": os.cpu_count(),
+        "benchmark": "capture", "cpus": os.cpu_count(), "machine": machine_identity(),
         "geometry": {"nstream": g.nstream, "nchan": g.nchan, "payload_bytes": g.payload_bytes,
                      "sample_bits": g.sample_bits},
         **{k: v for k, v in ours.items() if k not in ("heap_bytes", "heaps_per_frame")}}

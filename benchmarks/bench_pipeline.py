@@ -53,7 +53,7 @@ from xengine_block.chain import correlator_chain
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.affinity import format_cores, pinned, usable_cores
 from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
-from xengine_block.tools.machine_limits import machine_read_gbps
+from xengine_block.tools.machine_limits import machine_identity, machine_read_gbps
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
@@ -381,7 +381,8 @@ def main() -> None:
     frames = np.random.default_rng(0).integers(-128, 128, (g.npacket, *g.frame_shape),
                                                dtype=np.int8)
     result: dict = {"S": g.nstream, "nchan": g.nchan, "P": g.npacket, "frames": nframe,
-                    "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
+                    "cpus": os.cpu_count(), "machine": machine_identity(),
+                    "load_average_1min": os.getloadavg()[0]}
     bare = bare_backend(g, frames, a.backend, a.repeat)
     result["backend"] = bare["backend"]
     result["isa"] = bare["isa"]

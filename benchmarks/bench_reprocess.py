@@ -58,7 +58,7 @@ from xengine_block.readers.arrays import load_array, match_antennas
 from xengine_block.readers.correlate import RecordingCorrelator
 from xengine_block.readers.guppi import antenna_cards, write_guppi
 from xengine_block.sample_layout import SampleLayout, to_packet_frames
-from xengine_block.tools.machine_limits import interleaved_best
+from xengine_block.tools.machine_limits import interleaved_best, machine_identity
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
 #: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); integrations of two
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_reprocess_", dir=args.workdir))
     result: dict[str, Any] = {"load_average_1min": {"start": os.getloadavg()[0]},
-                              "cpus": os.cpu_count()}
+                              "cpus": os.cpu_count(), "machine": machine_identity()}
     try:
         for fmt in args.formats:
             result[fmt] = FORMATS[fmt](work, args)

@@ -46,6 +46,7 @@ from xengine_block.backends import get_backend
 from xengine_block.geometry import Geometry
 from xengine_block.integration import Integrator, valid_counts
 from xengine_block.layout import natural_to_frames, pack_ci4
+from xengine_block.tools.machine_limits import machine_identity
 
 
 def header(g: Geometry) -> list[dict[str, Any]]:
@@ -295,7 +296,8 @@ def layout_ratios(a: argparse.Namespace, rng: np.random.Generator) -> dict[str, 
     if a.quick:
         configs = [("S=32 ci8", Geometry(nstream=32, nchan=9, npacket=4), 2),
                    ("S=32 ci4", Geometry(nstream=32, nchan=9, npacket=4, sample_bits=4), 2)]
-    out: dict[str, Any] = {"runtime": rt_name, "loadavg_before": os.getloadavg()}
+    out: dict[str, Any] = {"runtime": rt_name, "machine": machine_identity(),
+                           "loadavg_before": os.getloadavg()}
     for label, g, ngulp in configs:
         inputs = layout_inputs(g, rng)
         for inp in inputs.values():  # warm-up: imports, numba, first allocations

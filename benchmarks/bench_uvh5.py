@@ -26,6 +26,7 @@ import numpy as np
 from xengine_block.array import default_array
 from xengine_block.blocks.writer import site_info
 from xengine_block.outputs.uvh5 import StagedFile, UVH5Writer
+from xengine_block.tools.machine_limits import machine_identity
 
 
 def hdf5_order(self: StagedFile, old: int) -> list[tuple[int, bytes]]:
@@ -91,7 +92,8 @@ def main() -> None:
                 times[name] += t
                 commits[name] += c
                 in_place[name] += b
-    out = {"nant": a.nant, "nchan": a.nchan, "ndump": a.ndump, "trials": a.trials}
+    out = {"nant": a.nant, "nchan": a.nchan, "ndump": a.ndump, "trials": a.trials,
+           "machine": machine_identity()}
     for name in orders:
         ms = np.array(times[name]) * 1e3
         out[name] = {"median_ms_per_append": round(float(np.median(ms)), 3),

@@ -3,6 +3,8 @@ Gram -> triangle mapping is exact, and every native fraction has a peak to divid
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -166,3 +168,19 @@ def test_an_amx_machine_gets_amx_rows(monkeypatch):
         entry = details["per_isa"][isa]
         assert entry["exact"] and entry["fraction_of_roofline"] > 0, isa
     assert details["per_isa"]["amx_emulated"]["benchmarked"] is False
+
+
+def test_machine_identity_names_the_cpu_from_cpuinfo():
+    """The benchmarks' ``machine``: model name, family, model and int8 ISA flags of the first
+    processor (two blocks of an AMX Xeon's /proc/cpuinfo, cut down), and this machine's."""
+    from xengine_block.tools.machine_limits import machine_identity, parse_cpuinfo
+
+    block = ("processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+             "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse2 avx2 avx512f "
+             "avx512_vnni amx_bf16 amx_tile amx_int8\n\n")
+    cpu = parse_cpuinfo(block.format(n=0) + block.format(n=1).replace("143", "999"))
+    assert cpu == {"model_name": "Intel(R) Xeon(R) Platinum 8480+", "family": 6, "model": 143,
+                   "isa_flags": ["avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]}
+    assert parse_cpuinfo("")["model_name"] is None
+    here = machine_identity()
+    assert here["cpus"] == os.cpu_count() and here["kernel"]

@@ -35,6 +35,7 @@ from .library_peers import best_exact_peer, library_peers
 from .machine_limits import (
     best_read_gbps,
     best_time,
+    machine_identity,
     machine_int8_tops,
     machine_read_gbps,
     machine_sgemm_gflops,
@@ -326,6 +327,7 @@ def run(backend: str = "auto", nstream: int = 256, nchan: int = 9, npacket: int 
          "meets_goal": msps / best[1]["msps"] >= 1.5} if best else
         {"peer": None, "reason": "no peer was exact (or none ran)"})
     result["load_average_1min"] = {"start": load_start[0], "end": os.getloadavg()[0]}
+    result["machine"] = machine_identity()
     _use_best_limits(result)
     return result
 

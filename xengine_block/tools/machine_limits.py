@@ -93,6 +93,45 @@ def wall_peak_tops(isa: str, nthreads: int) -> float | None:
     return best[0] / 1e12 if best else None
 
 
+#: /proc/cpuinfo flags a benchmark's reader wants to see (which int8 paths the CPU has).
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
+
+
+def parse_cpuinfo(text: str) -> dict[str, object]:
+    """The first processor's model name, family, model and :data:`ISA_FLAGS` of a
+    ``/proc/cpuinfo`` text (what ``lscpu`` prints as Model name, CPU family, Model, Flags)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: they are alike here
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    out: dict[str, object] = {"model_name": fields.get("model name")}
+    for key in ("cpu family", "model"):
+        value = fields.get(key)
+        out[key.replace("cpu ", "")] = int(value) if value and value.isdigit() else None
+    out["isa_flags"] = [f for f in ISA_FLAGS if f in flags]
+    return out
+
+
+def machine_identity() -> dict[str, object]:
+    """Which machine a benchmark ran on, for its JSON: the CPU (model name, family, model, the
+    int8 ISA flags; Linux), its cores, the kernel. Machines of one kind differ (Sapphire Rapids
+    with AMX, Zen 4 or 5 with AVX-512 VNNI, Zen 3 with AVX2 only), and a figure means little
+    without the CPU it came from."""
+    import platform
+
+    try:
+        cpu = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        cpu = {"model_name": platform.processor() or None}
+    return {**cpu, "cpus": os.cpu_count(), "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
 def llc_bytes() -> int | None:
     """Size of the largest CPU cache (Linux sysfs; None where it cannot be read)."""
     sizes = []
