@@ -23,6 +23,18 @@ def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:
     return rng.integers(-128, 128, size=(nframe, *g.frame_shape), dtype=np.int8)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def offline_iers() -> None:
+    """astropy may not download IERS tables here (DESIGN.md 7), and pyuvdata's LST check
+    reads them: set the offline configuration once, for every test. Before, a test reading a
+    file written in a subprocess (the SIGKILL test) got it only from an earlier test whose
+    writer ran in this process, and failed when run alone."""
+    from astropy.utils import iers
+
+    iers.conf.auto_download = False
+    iers.conf.auto_max_age = None
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)

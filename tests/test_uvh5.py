@@ -387,12 +387,15 @@ def test_the_publishing_write_is_one_direct_write_and_a_cut_one_would_tear(tmp_p
     where the filesystem has direct I/O (here: every append's)."""
     from xengine_block.outputs.uvh5 import StagedFile
 
-    probe = StagedFile(tmp_path / "probe", overwrite=True)
-    direct = probe.direct_fd is not None
+    probe = StagedFile(tmp_path / "probe", overwrite=True)  # a direct write, as the writer's
+    probe.write(bytes(3 * 4096))
+    probe.commit()
+    direct = probe._publish(b"published", 5000)
     probe.close()
     if not direct:
         pytest.skip(f"no direct I/O on the filesystem of {tmp_path}: the publishing write is "
                     f"buffered there (uvh5's docstring)")
+    assert (tmp_path / "probe").read_bytes()[5000:5009] == b"published"
     done = []
     publish = StagedFile._publish
     monkeypatch.setattr(StagedFile, "_publish",

@@ -52,8 +52,9 @@ its calls so that the file between any two of them reads as the old one or the n
    spans two or three pages, and Linux stops a buffered write at a page boundary when a fatal
    signal arrives while it copies (a window of microseconds per dump, which the SIGKILL test
    once hit), so it is made a direct write (``O_DIRECT``) of the whole pages, whose I/O, once
-   issued, completes before the killed process goes; where the filesystem has no direct I/O
-   (tmpfs), it is buffered and that window stays open;
+   issued, completes before the killed process goes (ext4, XFS...); where there is no direct
+   write to be had (tmpfs, whose O_DIRECT still copies through its page cache; macOS), it is
+   buffered and that window stays open;
 5. the file is cut to HDF5's end if that is smaller.
 
 ``tests/test_uvh5.py`` records the calls of every commit and reads the file as it is after each
@@ -410,6 +411,36 @@ class UVH5WriteError(OSError):
 #: Offsets, sizes and buffer addresses of direct writes are multiples of this (a page: every
 #: logical block size in use divides it).
 _DIRECT_ALIGN = 4096
+#: statfs magic numbers of filesystems that accept O_DIRECT but copy through their page cache
+#: all the same, page by page (tmpfs since Linux 6.6): no direct write to be had there.
+_CACHE_ONLY_FILESYSTEMS = {0x01021994: "tmpfs"}
+
+
+def _filesystem_magic(path: Path) -> int | None:
+    """statfs(2)'s f_type of the filesystem holding ``path`` (Linux; None elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        buf = ctypes.create_string_buffer(512)  # struct statfs: f_type first, a C long
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return None
+        return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+    except (OSError, AttributeError):
+        return None
+
+
+def _open_direct(path: Path) -> int | None:
+    """``path`` opened for direct writes, or None where there are none to be had: no
+    O_DIRECT on the platform (macOS), refused by the filesystem, or a filesystem that writes
+    through its page cache anyway (:data:`_CACHE_ONLY_FILESYSTEMS`)."""
+    if not hasattr(os, "O_DIRECT") or _filesystem_magic(path) in _CACHE_ONLY_FILESYSTEMS:
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_DIRECT)
+    except OSError:
+        return None
 
 
 class StagedFile:
@@ -438,10 +469,8 @@ class StagedFile:
         self._writes: list[tuple[int, bytes | memoryview]] = []  # staged, in order
         self._lent: tuple[int, int] | None = None  # (address, bytes) of a buffer lent
         #: The same file opened for direct I/O, for the publishing write (:meth:`_publish`);
-        #: None where the platform or the filesystem has none (tmpfs, macOS).
-        self.direct_fd: int | None = None
-        with contextlib.suppress(AttributeError, OSError):
-            self.direct_fd = os.open(self.path, os.O_WRONLY | os.O_DIRECT)
+        #: None where there is none to be had (:func:`_open_direct`: tmpfs, macOS).
+        self.direct_fd = _open_direct(self.path)
 
     # -- what the fileobj driver calls (seek, tell, read, write, truncate, flush)
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -570,7 +599,7 @@ class StagedFile:
         bytes as they are), so that a kill cannot cut it: a buffered write stops at a page
         boundary when a fatal signal arrives while it copies, and this one spans two or three
         pages; a direct write's I/O, once issued, completes (the killed process waits for it,
-        uninterruptibly). False where it cannot be done (no direct I/O here, pages past the
+        uninterruptibly). False where it cannot be done (no direct writes here, pages past the
         file's end, an alignment the device refuses): the caller writes buffered, as before.
         The kernel writes back and drops the page cache's copy of those pages around it, so
         buffered readers see the new bytes."""
