@@ -417,14 +417,15 @@ _CACHE_ONLY_FILESYSTEMS = {0x01021994: "tmpfs"}
 
 
 def _filesystem_magic(path: Path) -> int | None:
-    """statfs(2)'s f_type of the filesystem holding ``path`` (Linux; None elsewhere)."""
+    """statfs(2)'s f_type of the filesystem holding ``path`` (Linux; None elsewhere). Through
+    the process's own symbols (libc's, already loaded): ``ctypes.util.find_library`` would
+    cost a millisecond or more per file."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        statfs = ctypes.CDLL(None).statfs
         buf = ctypes.create_string_buffer(512)  # struct statfs: f_type first, a C long
-        if libc.statfs(os.fsencode(path), buf) != 0:
+        if statfs(os.fsencode(path), buf) != 0:
             return None
         return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
     except (OSError, AttributeError):
