@@ -82,11 +82,15 @@ def page_cache(path: Path) -> None:
             pass
 
 
-def array_for(nant: int, seed: int = 0) -> ArrayDescription:
+def array_for(nant: int, seed: int = 0, names: list[str] | None = None,
+              numbers: list[int] | None = None) -> ArrayDescription:
+    """``nant`` antennas at random places within 500 m (named ``a000``... and numbered from 0
+    unless ``names``, ``numbers`` say otherwise)."""
     rng = np.random.default_rng(seed)
     enu = np.round(rng.uniform(-500, 500, (nant, 3)) * [1, 1, 0.01], 3)
-    return ArrayDescription("BENCH", 40.8, -121.5, 1000.0, [f"a{i:03d}" for i in range(nant)],
-                            list(range(nant)), enu)
+    return ArrayDescription("BENCH", 40.8, -121.5, 1000.0,
+                            names or [f"a{i:03d}" for i in range(nant)],
+                            numbers or list(range(nant)), enu)
 
 
 def write_telinfo(path: Path, array: ArrayDescription) -> None:
@@ -369,10 +373,8 @@ def mwax_recording(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], P
                            coarse_channel=109 + c, tile_ids=tiles) for c in range(nchan)]
     with open_recording(files, "mwax") as rec:
         names = list(rec.meta.antenna_names)
-    rng = np.random.default_rng(0)
-    enu = np.round(rng.uniform(-500, 500, (ntile, 3)) * [1, 1, 0.01], 3)
     toml = work / f"array_mwax_s{nstream}.toml"
-    ArrayDescription("MWA", -26.703, 116.671, 377.8, names, tiles, enu).write_toml(toml)
+    array_for(ntile, names=names, numbers=tiles).write_toml(toml)
     return files, toml, nspec
 
 

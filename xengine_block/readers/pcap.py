@@ -26,7 +26,6 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -163,9 +162,5 @@ class PcapRecording(Recording):
         meta = RecordingMeta("pcap", array.nant, g.nchan, info.sky["sync_time"],
                              info.sky["fs_hz"], info.sky["freq0_hz"], info.sky["chan_bw_hz"],
                              "ci4" if g.ci4 else "ci8", tuple(array.antenna_names),
-                             array.telescope_name, info.chan0, Path(self.files[0]).name)
+                             array.telescope_name, info.chan0, self.files[0].name)
         return meta, runs
-
-    @classmethod
-    def sniff(cls, head: bytes, path: Path) -> bool:
-        return False  # opened by reprocessing with its sidecar, never by format detection

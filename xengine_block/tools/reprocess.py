@@ -73,6 +73,13 @@ class ReprocessOptions:
     #: bit, :mod:`~xengine_block.readers.pcap`); False: always replay it through the capture.
     in_place: bool = True
 
+    def channel_indices(self, nchan: int) -> np.ndarray:
+        """The recording channels to write (``channels``, or all ``nchan``), unchecked: each
+        caller says what is wrong with them in its own way."""
+        import numpy as np
+
+        return np.arange(nchan) if self.channels is None else np.asarray(self.channels, np.intp)
+
     @property
     def sky_overrides(self) -> dict[str, float]:
         return {k: v for k, v in (("fs_hz", self.sample_rate_hz), ("freq0_hz", self.freq0_hz),
@@ -194,7 +201,6 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
     pcap`): the dumps the capture pipeline would write, bit for bit, without replaying the
     packets. None where the recording is not clean, its size is not the one its recorder
     noted, or it holds no dump: the capture pipeline then reads it (and says what is wrong)."""
-    import numpy as np
 
     from ..blocks.writer import site_info
     from ..readers.correlate import RecordingCorrelator
@@ -202,8 +208,7 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
 
     if info.pcap_bytes is not None and info.pcap_bytes != task.input.stat().st_size:
         return None
-    chans = (np.arange(g.nchan) if options.channels is None
-             else np.asarray(options.channels, np.intp))
+    chans = options.channel_indices(g.nchan)
     if chans.max() >= g.nchan or chans.min() < 0:
         return None  # the pipeline's writer names the channels
     rec = open_clean(task.input, info, g, ninteg)
@@ -375,7 +380,6 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
     Raises with the file's name for an unknown format, an unreadable or damaged recording (the
     damage counted per file; ``allow_damaged`` writes it), antennas the array file lacks, or a
     part without a complete integration."""
-    import numpy as np
 
     from ..blocks.writer import site_info
     from ..readers import open_recording
@@ -409,8 +413,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
                              f"from {rec.start})")
         array = load_array(options.array) if options.array else None
         sub, antennas = match_antennas(meta, array, where)
-        chans = np.arange(meta.nchan) if options.channels is None else np.asarray(
-            options.channels, np.intp)
+        chans = options.channel_indices(meta.nchan)
         if chans.max() >= meta.nchan:
             raise ValueError(f"{where}channels {chans[chans >= meta.nchan].tolist()} are "
                              f"outside the recording's {meta.nchan} channels")
