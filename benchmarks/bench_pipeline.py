@@ -23,6 +23,8 @@ dump (its own block, reading the integrator's ring: off the X-engine's critical 
 that ring fills). ``input_gbps``: the payload bytes per second the chain sustained, against
 ``machine_read_gbps`` (the streaming read bandwidth of all cores, measured in the same run):
 ``fraction_of_read_bandwidth`` says how close the ingest came to the memory's limit.
+``xengine_gulp_nframe``: frames per X-engine read (the chain reads a live capture in the
+backend's parts of an integration, ``XEngineBlock(overlap_capture=True)``: a quarter for native).
 ``inproc_dedicated`` (native backend, more than one core): in-process again with the X-engine
 pinned to all cores but one and the bare backend pinned to the same cores, so that capture,
 integrator and writer have a core to themselves (blocks' ``core=``; ``--no-dedicated`` skips it);
@@ -288,6 +290,8 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
                                         "ring; the X-engine waits for it only when that ring "
                                         "is full"},
             "input_gbps": input_gbps(g, len(stamps) * per_dump / whole / 1e6),
+            # Frames per X-engine read: a part of an integration (overlap_capture) or all of it.
+            "xengine_gulp_nframe": chain.xengine.gulp_nframe,
             "blocks": blocks}
 
 
@@ -345,8 +349,10 @@ def dedicated_run(g: Geometry, frames: np.ndarray, nframe: int, a: argparse.Name
         f"the bare backend on the same: {entry['ratio']:.2f} from the first packet, "
         f"{entry['first_to_last_ratio']:.2f} first to last dump (first dump after "
         f"{entry['first_dump_s']:.2f} s of {entry['run_s']:.2f} s); what the X-engine's cores "
-        f"lose is the capture of the first P frames, before the X-engine has anything to "
-        f"correlate, and the last dump's integration and writing after it is done; per dump the "
+        f"lose is the start-up and the capture of its first gulp ({entry['xengine_gulp_nframe']} "
+        f"of the P = {g.npacket} frames of an integration), before the X-engine has anything "
+        f"to correlate, the last dump's integration and writing after it is done, and what the "
+        f"capture's memory traffic takes from the X-engine's; per dump the "
         f"capture took {cpu['capture']:.3f} CPU-s, the integrator {cpu['integrate']:.3f} and "
         f"the writer {cpu['writer']:.3f} on core {other}")
     return entry

@@ -4,6 +4,7 @@ end of data, failures, shutdown, signals, counters and the monitor."""
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import os
 import signal
@@ -169,6 +170,94 @@ def test_slow_guaranteed_reader_back_pressure_without_loss():
     assert np.array_equal(got, frames(0, n))
     assert src.perf["reserve_s"] > 0.05  # the source waited for the sink: back-pressure
     assert sink.perf["skipped"] == 0
+
+
+class SlowToOpen(Collect):
+    """A sink whose first sequence opens only once ``go`` is set (a block sizing its rings)."""
+
+    def __init__(self, iring, go: threading.Event, **kwargs):
+        super().__init__(iring, **kwargs)
+        self.go, self.went = go, None
+
+    def on_sequence(self, iseq):
+        self.went = self.go.wait(10)
+        super().on_sequence(iseq)
+
+
+class FirstData(CountingSource):
+    """Sets ``started`` as it writes its first gulp."""
+
+    def on_data(self, reader, ospans):
+        out = super().on_data(reader, ospans)
+        self.started.set()
+        return out
+
+
+def test_a_writer_waits_for_its_own_readers_not_for_blocks_further_down():
+    """The source writes while a block two rings down is still opening its first sequence
+    (that block waits for the source's first gulp: a pipeline-wide wait would time out), and
+    its own reader, whose ring is a quarter of the data, still sees every frame."""
+    n = 64
+    with Pipeline() as p:
+        src = FirstData([("s", 0, n)], gulp_nframe=4)
+        src.started = threading.Event()
+        tri = Triple(src, gulp_nframe=4, buffer_nframe=16)
+        late = SlowToOpen(tri, src.started)
+        run_checked(p)
+    assert late.went, "the source waited for a block that does not read its ring"
+    assert np.array_equal(late.data(0), 3 * frames(0, n))
+    assert src.orings[0].total_bytes < n * WIDTH * 8
+
+
+def test_a_writer_waits_until_its_reader_has_opened_the_sequence():
+    """A reader slow to open its first sequence still gets it whole: the source waits for it
+    (the guarantee), though its ring holds an eighth of the data."""
+    n = 64
+    go = threading.Event()
+    with Pipeline() as p:
+        src = CountingSource([("s", 0, n)], gulp_nframe=2)
+        late = SlowToOpen(src, go, gulp_nframe=2, buffer_nframe=8)
+        timer = threading.Timer(0.3, go.set)
+        timer.start()
+        run_checked(p)
+    assert late.went and np.array_equal(late.data(0), frames(0, n))
+    assert src.perf["frames"] == n and late.perf["skipped"] == 0
+
+
+class FreezeCount(Collect):
+    """Notes how many objects Python's collector had set aside while it ran."""
+
+    def on_sequence(self, iseq):
+        self.frozen = gc.get_freeze_count()
+        super().on_sequence(iseq)
+
+
+def test_objects_alive_before_the_run_are_left_out_of_collections_while_it_runs():
+    """(a full collection stops every thread for as long as it walks the process's objects);
+    given back to the collector afterwards, also after a failure."""
+    assert gc.get_freeze_count() == 0
+    for fail in (None, 2):
+        with Pipeline() as p:
+            src = CountingSource([("s", 0, 8)], gulp_nframe=2, fail_after=fail)
+            sink = FreezeCount(src)
+            if fail is None:
+                run_checked(p)
+            else:
+                with pytest.raises(PipelineError):
+                    p.run()
+        assert sink.frozen > 1000  # numpy's and this package's objects at least
+        assert gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own freeze: kept, not thawed by the pipeline
+    try:
+        frozen = gc.get_freeze_count()
+        with Pipeline() as p:
+            sink = FreezeCount(CountingSource([("s", 0, 8)], gulp_nframe=2))
+            run_checked(p)
+        # not frozen again (what the pipeline made would count), not thawed (frozen objects
+        # freed by their reference counts leave the count)
+        assert 0 < sink.frozen <= frozen and 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
 
 
 class SkipTally(SinkBlock):

@@ -131,10 +131,11 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
-                        backend_options=backend_options, core=cores.get("xengine"))
+                        backend_options=backend_options, core=cores.get("xengine"),
+                        overlap_capture=isinstance(layout, CaptureLayout))
     length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
               else {"integration_spectra": integration_spectra})
-    integ = rt.IntegrateBlock(x, **length, core=cores.get("integrate"))
+    integ = rt.IntegrateBlock(x, **length, geometry=geometry, core=cores.get("integrate"))
     writer = look = out = None
     if directory is not None:
         writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,

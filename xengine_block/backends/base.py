@@ -62,6 +62,13 @@ class Backend(ABC):
     def new_output(self) -> np.ndarray:
         return np.empty(self.geometry.output_shape, dtype=np.int32)
 
+    def overlap_gulp(self, frames: int, frame_spectra: int) -> int:
+        """Frames per X-engine read when the reads should overlap a live capture, for an
+        integration of ``frames`` frames of ``frame_spectra`` spectra: the whole integration
+        here (the NPU's runs take P frames in place); CPU backends that gain from starting on
+        a part of it early say so."""
+        return frames
+
     @abstractmethod
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Correlate whole frames; return (and fill ``out`` if given) ``[C, nbaseline, 2]``."""

@@ -99,6 +99,12 @@ def select_isa(isa: str = "auto") -> tuple[str, str]:
                              + "; ".join(skipped))
 
 
+#: Spectra per K-step of the extension's tiles (16 x 64 int8: 64 spectra of a stream's samples).
+KSTEP = 64
+#: Spectra below which a read is too short to keep the extension's threads and tiles busy.
+MIN_GULP_SPECTRA = 8192
+
+
 class NativeBackend(Backend):
     """Exact tile-based int8 correlator (C extension), any even S.
 
@@ -129,6 +135,18 @@ class NativeBackend(Backend):
         #: CPU seconds the worker threads used in the last call (their sum): the cost of the
         #: call with time slicing by other processes taken out.
         self.last_cpu_seconds = 0.0
+
+    def overlap_gulp(self, frames: int, frame_spectra: int) -> int:
+        """A quarter (else a third, a half) of the integration, where that is whole frames and
+        whole K-steps of :data:`KSTEP` spectra and at least :data:`MIN_GULP_SPECTRA`: the
+        extension adds into the open integration in place, so a part costs what it would
+        within the whole, and the X-engine starts when a quarter has landed, not all of it."""
+        for parts in (4, 3, 2):
+            n, rest = divmod(frames, parts)
+            spectra = n * frame_spectra
+            if not rest and not spectra % KSTEP and spectra >= MIN_GULP_SPECTRA:
+                return n
+        return frames
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:

@@ -284,6 +284,9 @@ class BifrostBlock:
         if not getattr(self, "guarantee", True):
             self.irings = [unguaranteed_view(r) for r in self.irings]
 
+    def size_output_rings(self, frame_bytes: list[int], reserve: int) -> None:
+        """Bifrost's readers size its rings (in C, at their first sequence): left to them."""
+
     @property
     def perf(self) -> dict[str, float]:
         """Snapshot of this block's counters (``monitor.BLOCK_COUNTERS``), as in our runtime."""

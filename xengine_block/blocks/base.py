@@ -38,6 +38,19 @@ class BlockLogic:
         """``span.data`` as numpy in this package's convention (runtime adapters override)."""
         return span.data
 
+    def size_output_rings(self, frame_bytes: list[int], reserve: int) -> None:
+        """Fault the output rings in now, before data flows, for this block's writes of
+        ``reserve`` frames and a reader of one frame a gulp, three deep (the integrator's and
+        the writer's reads). Otherwise that reader sizes them as it opens its first sequence,
+        on the run's critical path: a fresh VM faults 10 MB in at tens of ms, and meanwhile
+        the kernel's lock on the process's mappings holds up other threads' allocations (the
+        X-engine's first call). A reader that wants more grows them as before; rings that
+        already hold memory are left alone."""
+        if any(ring.total_bytes for ring in self.orings):
+            return
+        for ring, nbyte in zip(self.orings, frame_bytes, strict=True):
+            ring.resize(reserve * nbyte, (reserve + 2) * nbyte)
+
     def overwritten(self, ispans: list[Any]) -> bool:
         """True if an unguaranteed reader's input changed while it was read (call after use)."""
         return not self.guarantee and any(s.nframe_overwritten for s in ispans)

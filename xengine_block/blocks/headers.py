@@ -23,6 +23,14 @@ def paired_inputs(first: Any, second: Any | None, *, optional: bool = False) -> 
     return [orings[0], orings[1]]
 
 
+def visibility_frame_bytes(g: Any, complex_bytes: int) -> list[int]:
+    """Bytes of one frame of each visibility output, ``[vis, valid]``: complex integers of
+    ``complex_bytes`` (8: the X-engine's ci32, 16: the integrator's ci64) ``[C, nbaseline]``
+    and int64 counts ``[G, nbaseline]`` (G: the geometry's channel groups, the most a capture's
+    presence mask has) for geometry ``g``."""
+    return [g.nchan * g.nbaseline * complex_bytes, g.nchan_group * g.nbaseline * 8]
+
+
 def require_keys(hdr: dict[str, Any], keys: tuple[str, ...], who: str) -> None:
     """One clear line naming what a sequence header lacks (docs/bifrost.md: header contract)."""
     missing = [k for k in keys if k not in hdr]

@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from ..geometry import Geometry
 from ..integration import Integrator
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
 from ..visibility_orders import TRIANGLE_ORDER, as_triangle, stations_pols, visibility_order
 from .base import BlockLogic, common_frames, lost_frames_any
-from .headers import derive_header, paired_inputs, require_keys, time_scale
+from .headers import derive_header, paired_inputs, require_keys, time_scale, visibility_frame_bytes
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,14 @@ class IntegrateLogic(BlockLogic):
     integration_spectra : instead of ``ninteg``, spectra per dump: a whole number of the
         X-engine's frames (its header's ``nspectra``; checked at each sequence, one line if
         not). The service's ``correlator.integration_spectra``.
+    geometry : the run's geometry, if known when the pipeline is built: the output rings are
+        then faulted in now rather than when the writer opens its first sequence
+        (:meth:`~.base.BlockLogic.size_output_rings`).
     """
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  ninteg: int | None = None, integration_spectra: int | None = None,
-                 **kwargs: Any) -> None:
+                 geometry: Geometry | None = None, **kwargs: Any) -> None:
         super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
         if len(self.irings) == 1:  # no valid-counts input: still two outputs
             self.orings = [self.create_ring(space=self.irings[0].space) for _ in range(2)]
@@ -68,6 +72,8 @@ class IntegrateLogic(BlockLogic):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.ninteg = ninteg
         self.integration_spectra = integration_spectra
+        if geometry is not None:  # one input frame a gulp: 2 output frames reserved at most
+            self.size_output_rings(visibility_frame_bytes(geometry, 16), 2)
         self.dropped_partial = 0
         self.dumps = 0
         #: Dumps missing some spectra of some baseline (lost packets, gaps, a partial first dump).

@@ -41,7 +41,14 @@ from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
 from ..sample_layout import LayoutError, SampleLayout
 from .base import BlockLogic, common_frames, lost_frames_any
-from .headers import BASELINE_ORDER, derive_header, paired_inputs, require_keys, time_scale
+from .headers import (
+    BASELINE_ORDER,
+    derive_header,
+    paired_inputs,
+    require_keys,
+    time_scale,
+    visibility_frame_bytes,
+)
 from .xengine_input import xengine_input
 
 log = logging.getLogger(__name__)
@@ -74,6 +81,14 @@ class XEngineLogic(BlockLogic):
         straight into NPU buffer objects and ``correlate`` copies nothing (see below).
     backend_options : keyword arguments for the backend's constructor (e.g. ``xrt=``,
         ``build_dir=``, ``nring=``, ``nthreads=``); needs a backend name, not ``"auto"``.
+    overlap_capture : with ``geometry`` and no ``gulp_nframe``: read each integration in the
+        backend's parts (:meth:`~xengine_block.backends.base.Backend.overlap_gulp`: a quarter
+        for ``native``), so that its correlation runs while the capture is still placing the
+        rest: a live chain's X-engine starts a quarter of an integration after the first
+        packet rather than a whole one, and each dump is out that much sooner after its last
+        packet. The ring stays ``buffer_factor`` integrations deep. The price: a sequence that
+        ends inside an integration on such a part's boundary has no span left to output it
+        (``dropped_partial``), so recordings are read in whole integrations (the default).
 
     Why the geometry is given up front: the data ring allocates its memory when its writer
     begins the first sequence (and grows when this block sizes its reads), which happens before
@@ -93,7 +108,8 @@ class XEngineLogic(BlockLogic):
     def __init__(self, data: Block | Ring, mask: Block | Ring | None = None, *,
                  backend: str = "auto", geometry: Geometry | None = None,
                  integration_spectra: int | None = None,
-                 backend_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 backend_options: dict[str, Any] | None = None, overlap_capture: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(paired_inputs(data, mask, optional=True), **kwargs)
         if len(self.irings) == 1:  # no mask input: still two outputs
             self.orings = [self.create_ring(space=self.irings[0].space) for _ in range(2)]
@@ -114,7 +130,21 @@ class XEngineLogic(BlockLogic):
         if geometry is not None:
             self.backend = self._make_backend(geometry)
             self.geometry = geometry
+            if overlap_capture and not self._gulp_request:
+                self._overlap_gulps(geometry)
             self._size_input_ring(geometry)
+            self._size_output_rings(geometry)
+
+    def _overlap_gulps(self, g: Geometry) -> None:
+        """Gulps of the backend's part of an integration, the ring as deep as before (whole
+        integrations: ``buffer_factor`` of them, unless ``buffer_nframe`` says otherwise)."""
+        frames = max((self.integration_spectra or g.nspectra_int) // g.nspectra_pkt, 1)
+        self._gulp_request = self.backend.overlap_gulp(frames, g.nspectra_pkt)
+        if self._gulp_request != frames:
+            self.buffer_nframe = self.buffer_nframe or math.ceil(
+                frames * (self.buffer_factor or 3))
+            log.info("%s: gulps of %d frames, %d per integration (overlap_capture)", self.name,
+                     self._gulp_request, frames)
 
     def _make_backend(self, g: Geometry) -> Backend:
         if self.backend_options:
@@ -142,6 +172,14 @@ class XEngineLogic(BlockLogic):
         gulp = self._gulp_request or max(spectra // g.nspectra_pkt, 1)
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         self._allocate_input_ring(gulp * g.frame_bytes, nframe * g.frame_bytes, zero_copy)
+
+    def _size_output_rings(self, g: Geometry) -> None:
+        """Output rings faulted in now (:meth:`~.base.BlockLogic.size_output_rings`): the
+        integrator would size them as it opens its first sequence, which this block waits
+        for before its first gulp."""
+        frames = max((self.integration_spectra or g.nspectra_int) // g.nspectra_pkt, 1)
+        reserve = -(-(self._gulp_request or frames) // frames) + 1  # define_output_nframes
+        self.size_output_rings(visibility_frame_bytes(g, 8), reserve)
 
     def _zero_copy(self) -> bool:
         """Whether the backend can lend this runtime's ring its memory (the NPU's buffers)."""

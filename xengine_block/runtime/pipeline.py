@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import itertools
 import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any, TextIO
 
@@ -83,6 +84,36 @@ def name_os_thread(name: str) -> None:
     nothing happens."""
     with contextlib.suppress(AttributeError, OSError):
         ctypes.CDLL(None).prctl(15, os_thread_name(name).encode(), 0, 0, 0)  # PR_SET_NAME
+
+
+_frozen = 0  # pipelines running inside frozen_heap
+_we_froze = False  # whether the first of them froze the heap (not someone else's freeze)
+_frozen_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """While pipelines run, the objects alive when the first began are left out of Python's
+    garbage collection (``gc.freeze``; given back when the last ends). A full collection walks
+    every object of the process, and with astropy, h5py and numba imported one took 15-120 ms,
+    every thread stopped meanwhile: the capture's, the X-engine's. What the blocks make while
+    running is collected as before. A freeze already in place (the caller's, a reprocessing
+    task's) is left as it is, and not thawed here either."""
+    global _frozen, _we_froze
+    with _frozen_lock:
+        _frozen += 1
+        if _frozen == 1:
+            _we_froze = not gc.get_freeze_count()
+            if _we_froze:
+                gc.freeze()
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen -= 1
+            if _frozen == 0 and _we_froze:
+                gc.unfreeze()
+                _we_froze = False
 
 
 class RunControl:
@@ -148,6 +179,10 @@ class RunControl:
         afterwards.
         """
         self._before_run()
+        with frozen_heap():
+            self._run_threads()
+
+    def _run_threads(self) -> None:
         self.threads = [threading.Thread(target=self._run_block, args=(b,), name=b.name,
                                          daemon=True) for b in self.blocks]
         old_handlers = {}
@@ -266,7 +301,8 @@ class Pipeline(RunControl):
         self.blocks: list[Block] = []
         self._init_run_control(shutdown_timeout, monitor_interval, monitor_stream)
         self._ready: set[int] = set()
-        self._all_ready = threading.Event()
+        self._ready_cond = threading.Condition()
+        self._released = False
         self._started = False
 
     def __enter__(self) -> Pipeline:
@@ -314,19 +350,27 @@ class Pipeline(RunControl):
                     logger.warning("%s", exc)
 
     def _release_waiters(self) -> None:
-        self._all_ready.set()
+        with self._ready_cond:
+            self._released = True
+            self._ready_cond.notify_all()
 
     def _block_ready(self, block: Block) -> None:
-        with self._lock:
+        with self._ready_cond:
             self._ready.add(id(block))
-            if len(self._ready) == len(self.blocks):
-                self._all_ready.set()
+            self._ready_cond.notify_all()
 
-    def _wait_all_ready(self, block: Block) -> None:
-        """Writers wait here until every reader has opened its first sequence (and so holds its
-        guarantee): otherwise a fast source could overwrite data a late reader must see."""
+    def _wait_readers_ready(self, block: Block) -> None:
+        """Writers wait here until every reader of their rings has opened its first sequence
+        (and so holds its guarantee): otherwise a fast source could overwrite data a late
+        reader must see. Only the rings' own readers: a capture need not wait while blocks
+        further down size their rings (on a fresh VM tens of ms per 10 MB faulted in), which
+        would hold back the first frames the X-engine could already be correlating."""
         self._block_ready(block)
-        self._all_ready.wait()
+        outs = {id(r) for r in block.orings}
+        readers = [id(b) for b in self.blocks if any(id(r) in outs for r in b.irings)]
+        with self._ready_cond:
+            self._ready_cond.wait_for(
+                lambda: self._released or all(r in self._ready for r in readers))
         if self._stopping.is_set():
             raise RingInterrupted(f"pipeline {self.name!r} is shutting down")
 
@@ -373,7 +417,10 @@ class Block:
         self.shutdown_event.set()
 
     def create_ring(self, space: str = "system", name: str | None = None) -> Ring:
-        return Ring(space=space, name=name or f"{self.name}.out{len(self.orings)}", owner=self)
+        # Numbered by a count of its own: ``self.orings = [self.create_ring(), ...]`` makes
+        # them all before the list is there to count.
+        self._nring = getattr(self, "_nring", 0) + 1
+        return Ring(space=space, name=name or f"{self.name}.out{self._nring - 1}", owner=self)
 
     def num_outputs(self) -> int:
         return len(self.orings)
@@ -408,14 +455,14 @@ class Block:
     def begin_sequences(self, stack: ExitStack, orings: list[RingWriter],
                         oheaders: list[dict[str, Any]],
                         igulp_nframes: list[int]) -> list[WriteSequence]:
-        """Begin one output sequence per header; the first time, wait for the whole pipeline."""
+        """Begin one output sequence per header; the first time, wait for the rings' readers."""
         ogulp_nframes = self._define_output_nframes(igulp_nframes)
         oseqs = []
         for oring, ohdr, ogulp in zip(orings, oheaders, ogulp_nframes, strict=True):
             ohdr["gulp_nframe"] = ogulp
             # Buffer factor 1 on the writer's side: readers size the ring (Bifrost).
             oseqs.append(stack.enter_context(oring.begin_sequence(ohdr, ogulp, ogulp)))
-        self.pipeline._wait_all_ready(self)
+        self.pipeline._wait_readers_ready(self)
         return oseqs
 
     def reserve_spans(self, stack: ExitStack, oseqs: list[WriteSequence],
