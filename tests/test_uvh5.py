@@ -75,6 +75,24 @@ def test_lst_clock_follows_astropy_between_anchors():
     assert 0 <= clock(jd0 + 3 * LST_ANCHOR_S / 86400 + 1e-6) < 2 * np.pi
 
 
+def test_lst_clocks_of_one_site_share_their_anchor(monkeypatch):
+    """A second file's clock at the same site, within the anchor's reach, asks astropy
+    nothing; another site's clock does."""
+    import xengine_block.outputs.uvh5 as uvh5
+
+    asked = []
+    monkeypatch.setattr(uvh5, "_lst_rad", lambda jd, *site: asked.append(site) or _lst_rad(
+        jd, *site))
+    jd0 = 2461003.5
+    first = LstClock(LAT, LON, ALT)(jd0)
+    second = LstClock(LAT, LON, ALT)(jd0 + 10 / 86400)
+    assert asked == [(LAT, LON, ALT)]
+    # (10 s as far as a JD in float64 tells it: to ~40 us)
+    assert second == pytest.approx(first + 10 * uvh5.SIDEREAL_RAD_PER_S, abs=1e-8)
+    LstClock(LAT + 1, LON, ALT)(jd0)
+    assert asked == [(LAT, LON, ALT), (LAT + 1, LON, ALT)]
+
+
 def test_many_dumps_pass_pyuvdatas_lst_check(tmp_path):
     path, _, _ = write(tmp_path, ndump=150)  # 150 s: two anchors
     uv = pyuvdata.UVData.from_file(path, run_check_acceptability=True)
