@@ -4,9 +4,12 @@ input's, what the frequency and time axes are, and how a block takes a paired in
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..geometry import Geometry
 
 
 def paired_inputs(first: Any, second: Any | None, *, optional: bool = False) -> list[Any]:
@@ -23,7 +26,7 @@ def paired_inputs(first: Any, second: Any | None, *, optional: bool = False) -> 
     return [orings[0], orings[1]]
 
 
-def visibility_frame_bytes(g: Any, complex_bytes: int) -> list[int]:
+def visibility_frame_bytes(g: Geometry, complex_bytes: int) -> list[int]:
     """Bytes of one frame of each visibility output, ``[vis, valid]``: complex integers of
     ``complex_bytes`` (8: the X-engine's ci32, 16: the integrator's ci64) ``[C, nbaseline]``
     and int64 counts ``[G, nbaseline]`` (G: the geometry's channel groups, the most a capture's

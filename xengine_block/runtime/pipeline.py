@@ -418,7 +418,8 @@ class Block:
 
     def create_ring(self, space: str = "system", name: str | None = None) -> Ring:
         # Numbered by a count of its own: ``self.orings = [self.create_ring(), ...]`` makes
-        # them all before the list is there to count.
+        # them all before the list is there to count. (A block that replaces the rings its
+        # base class made numbers on from them: the X-engine's two on one input are out1, out2.)
         self._nring = getattr(self, "_nring", 0) + 1
         return Ring(space=space, name=name or f"{self.name}.out{self._nring - 1}", owner=self)
 
