@@ -58,6 +58,13 @@ log = logging.getLogger(__name__)
 XENGINE_KEYS = ("_tensor", "sync_time", "fs_hz")
 
 
+def output_nframes(nframe: int, frames_per_integration: int) -> int:
+    """Output frames ``nframe`` input frames (a gulp, or a skip report, which can be longer)
+    can make: the ceil(nframe / frames per integration) integrations they complete at most,
+    plus the partial one a short last gulp outputs."""
+    return -(-nframe // frames_per_integration) + 1
+
+
 class XEngineLogic(BlockLogic):
     """Correlate each integration of N spectra with the chosen backend.
 
@@ -135,10 +142,14 @@ class XEngineLogic(BlockLogic):
             self._size_input_ring(geometry)
             self._size_output_rings(geometry)
 
+    def _integration_frames(self, g: Geometry) -> int:
+        """Packet frames per integration for geometry ``g`` (before a sequence's clock says)."""
+        return max((self.integration_spectra or g.nspectra_int) // g.nspectra_pkt, 1)
+
     def _overlap_gulps(self, g: Geometry) -> None:
         """Gulps of the backend's part of an integration, the ring as deep as before (whole
         integrations: ``buffer_factor`` of them, unless ``buffer_nframe`` says otherwise)."""
-        frames = max((self.integration_spectra or g.nspectra_int) // g.nspectra_pkt, 1)
+        frames = self._integration_frames(g)
         self._gulp_request = self.backend.overlap_gulp(frames, g.nspectra_pkt)
         if self._gulp_request != frames:
             self.buffer_nframe = self.buffer_nframe or math.ceil(
@@ -168,8 +179,7 @@ class XEngineLogic(BlockLogic):
                      ring.name, " and frames are copied into NPU buffers (give geometry= before "
                      "the pipeline runs for zero copy)" if zero_copy else "")
             return
-        spectra = self.integration_spectra or g.nspectra_int
-        gulp = self._gulp_request or max(spectra // g.nspectra_pkt, 1)
+        gulp = self._gulp_request or self._integration_frames(g)
         nframe = self.buffer_nframe or math.ceil(gulp * (self.buffer_factor or 3))
         self._allocate_input_ring(gulp * g.frame_bytes, nframe * g.frame_bytes, zero_copy)
 
@@ -177,8 +187,8 @@ class XEngineLogic(BlockLogic):
         """Output rings faulted in now (:meth:`~.base.BlockLogic.size_output_rings`): the
         integrator would size them as it opens its first sequence, which this block waits
         for before its first gulp."""
-        frames = max((self.integration_spectra or g.nspectra_int) // g.nspectra_pkt, 1)
-        reserve = -(-(self._gulp_request or frames) // frames) + 1  # define_output_nframes
+        frames = self._integration_frames(g)
+        reserve = output_nframes(self._gulp_request or frames, frames)
         self.size_output_rings(visibility_frame_bytes(g, 8), reserve)
 
     def _zero_copy(self) -> bool:
@@ -267,10 +277,7 @@ class XEngineLogic(BlockLogic):
         return bool(self.irings[0].total_bytes)
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
-        # n frames (a gulp, or a skip report, which can be longer) complete at most
-        # ceil(n / frames per integration) integrations, plus the partial one a short last
-        # gulp outputs.
-        n = -(-max(input_nframes) // self.clock.frames_per_integration) + 1
+        n = output_nframes(max(input_nframes), self.clock.frames_per_integration)
         return [n, n]
 
     # ---- integrations ------------------------------------------------------------------------
