@@ -173,3 +173,26 @@ def test_subset_bounds():
         arr.subset(0)
     with pytest.raises(ArrayError, match="n_ant"):
         arr.subset(129)
+
+
+def test_an_array_file_is_read_once_per_content(tmp_path, monkeypatch):
+    """``load_array`` keeps what it made of a file's bytes (reprocessing reads the array once
+    per recording file): the same bytes give the same description without parsing them again;
+    an edited file is parsed anew, and a broken one is still refused naming the file."""
+    from xengine_block.readers import arrays
+
+    path = tmp_path / "a.toml"
+    default_array(3).write_toml(path)
+    first = arrays.load_array(path)
+    parsed = []
+    real = arrays.parse_array_toml
+    monkeypatch.setattr(arrays, "parse_array_toml", lambda text: parsed.append(1) or real(text))
+    assert arrays.load_array(str(path)) is first and not parsed
+    assert not first.enu_m.flags.writeable  # shared, so nothing in it can change
+    edited = default_array(4)
+    edited.write_toml(path)
+    again = arrays.load_array(path)
+    assert parsed == [1] and again.antenna_names == edited.antenna_names
+    path.write_text("telescope_name = \n")
+    with pytest.raises(ArrayError, match=r"a\.toml: not valid toml"):
+        arrays.load_array(path)

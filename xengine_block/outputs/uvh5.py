@@ -85,11 +85,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 
 from ..geometry import max_spectra_int32
+from ..runtime.memory import host_buffer
 from ..triangle import baseline_index
 
 #: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
@@ -124,9 +126,11 @@ REPEATED = ("integration_time", "ant_1_array", "ant_2_array", "flags", "nsamples
 #: their fill values (:func:`constant_columns`).
 FULL_COUNTS = {"flags": False, "nsamples": 1.0}
 
-#: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw): the
-#: staged file holds views of them until the commit instead of copies.
-_LENT = ("visdata", "flags", "nsamples", "uvw_array")
+#: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw, the
+#: columns of one value a dump): the staged file holds views of them until the commit
+#: instead of copies.
+_LENT = ("visdata", "flags", "nsamples", "uvw_array", *("time_array", "lst_array",
+                                                        "phase_center_app_ra"))
 #: zlib level of the repeated chunks (HDF5's deflate filter; level 1 packs them as well).
 REPEAT_DEFLATE = 1
 
@@ -192,10 +196,16 @@ class DumpRows:
         shape = (bmap.nbls, nfreq, bmap.index.shape[1])
         self.index = np.ascontiguousarray(bmap.index)
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
-        # (np.empty: the first dump writes every byte, mapping the pages once, there)
-        self.visdata = np.empty(shape, vis_dtype)
-        self.flags = np.empty(shape, bool)
-        self.nsamples = np.empty(shape, np.float32)
+        # Ring memory (faulted in once per process, reused by the next file's writer once
+        # this one is gone), not np.empty: the first dump of every file faulted its
+        # megabytes in again (0.3-0.5 ms of CPU a file at S = 256 x 8 channels).
+        n = int(np.prod(shape))
+        dtypes = (vis_dtype, np.dtype(bool), np.dtype(np.float32))
+        raw = host_buffer(sum(n * dt.itemsize for dt in dtypes))
+        starts = np.cumsum([0, *(n * dt.itemsize for dt in dtypes)])
+        self.visdata, self.flags, self.nsamples = (
+            raw[a:a + n * dt.itemsize].view(dt).reshape(shape)
+            for a, dt in zip(starts, dtypes, strict=False))
         self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
 
     def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int,
@@ -270,33 +280,69 @@ def data_chunk_rows(nbls: int, row_bytes: int) -> int:
     than a factor of 4 in size, a divisor of ``nbls``, so that every dump is whole chunks of
     its own (:func:`_append_chunks`)."""
     most = max(1, min(nbls, DATA_CHUNK_BYTES // max(1, row_bytes)))
-    whole = max(d for d in range(1, most + 1) if nbls % d == 0) if nbls else 1
+    whole = nbls // min(k for k in range(1, nbls + 1) if nbls % k == 0 and nbls // k <= most) \
+        if nbls else 1
     return whole if whole * 4 >= most else most
 
 
-def _append_chunks(ds: h5py.Dataset, n0: int, rows: np.ndarray, blob: bytes | None = None,
+def _append_chunks(dsid: h5py.h5d.DatasetID, step: int, n0: int,
+                   rows: np.ndarray | tuple[int, ...], blob: bytes | None = None,
                    filter_mask: int = 0, lend: StagedFile | None = None) -> None:
-    """Grow ``ds`` and write ``rows`` at ``n0`` as whole chunks of their own, handed to HDF5
-    as they lie in memory (``write_direct_chunk``: no selection, no pass through HDF5's chunk
-    cache; the rows are the dataset's own type, so the bytes are those a hyperslab write
-    stores; ``filter_mask`` 1: stored unfiltered in a deflated dataset). ``blob``: the one
-    chunk every chunk of these rows is, already deflated (``rows`` then gives the shape
-    only). ``lend``: the staged file keeps views of ``rows`` (C-contiguous rows the caller
-    keeps unchanged until the commit, :meth:`StagedFile.lending`). ``n0`` and ``len(rows)``
-    are multiples of the chunk."""
-    dsid = ds.id
-    dsid.set_extent((n0 + rows.shape[0], *rows.shape[1:]))
-    step = ds.chunks[0]
-    if blob is None:
-        lend = lend if rows.flags.c_contiguous else None  # else a copy: nothing to lend
-        flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
+    """Grow the dataset ``dsid`` (chunks of ``step`` rows) and write ``rows`` at ``n0`` as
+    whole chunks of their own, handed to HDF5 as they lie in memory (``write_direct_chunk``:
+    no selection, no pass through HDF5's chunk cache; the rows are the dataset's own type, so
+    the bytes are those a hyperslab write stores; ``filter_mask`` 1: stored unfiltered in a
+    deflated dataset). ``blob``: the one chunk every chunk of these rows is, already deflated
+    (``rows`` then is their shape). ``lend``: the staged file keeps views of ``rows``
+    (C-contiguous rows the caller keeps unchanged until the commit, :meth:`StagedFile.lend`).
+    ``n0`` and ``len(rows)`` are multiples of the chunk."""
+    shape = rows if isinstance(rows, tuple) else rows.shape
+    dsid.set_extent((n0 + shape[0], *shape[1:]))
+    zeros = (0,) * (len(shape) - 1)
+    if blob is not None:
+        for j in range(0, shape[0], step):
+            dsid.write_direct_chunk((n0 + j, *zeros), blob)
+        return
+    lend = lend if rows.flags.c_contiguous else None  # else a copy: nothing to lend
+    flat = np.ascontiguousarray(rows).reshape(rows.shape[0], -1).view(np.uint8)
     for j in range(0, rows.shape[0], step):
-        where = (n0 + j,) + (0,) * (rows.ndim - 1)
-        if blob is not None:
-            dsid.write_direct_chunk(where, blob)
+        part = flat[j:j + step]
+        if lend is None:
+            dsid.write_direct_chunk((n0 + j, *zeros), part, filter_mask=filter_mask)
             continue
-        with lend.lending(flat[j:j + step]) if lend else contextlib.nullcontext():
-            dsid.write_direct_chunk(where, flat[j:j + step], filter_mask=filter_mask)
+        lend.lend(part)
+        try:
+            dsid.write_direct_chunk((n0 + j, *zeros), part, filter_mask=filter_mask)
+        finally:
+            lend.lend(None)
+
+
+def _new_dataset(group: h5py.Group, name: str, value: Any,
+                 chunks: tuple[int, ...] | None = None, fill: Any = None,
+                 deflate: bool = False) -> h5py.h5d.DatasetID:
+    """``group[name] = value`` (its type and shape; no timestamps, as h5py makes them), or
+    with ``chunks`` an empty dataset of ``value``'s type and trailing shape that grows along
+    its first axis (``fill``: its fill value; ``deflate``: :data:`REPEAT_DEFLATE`), through
+    h5py's low-level calls: its high level cost ~70 us a dataset, a third of making a file."""
+    arr = np.asarray(value)  # (np.ascontiguousarray would make a scalar one-dimensional)
+    arr = arr if arr.flags.c_contiguous else arr.copy()
+    tid = h5py.h5t.py_create(arr.dtype, logical=True)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_obj_track_times(False)
+    if chunks is None:
+        space = (h5py.h5s.create(h5py.h5s.SCALAR) if arr.ndim == 0
+                 else h5py.h5s.create_simple(arr.shape))
+    else:
+        space = h5py.h5s.create_simple(arr.shape, (h5py.h5s.UNLIMITED, *arr.shape[1:]))
+        dcpl.set_chunk(chunks)
+        if deflate:
+            dcpl.set_deflate(REPEAT_DEFLATE)
+        if fill is not None:
+            dcpl.set_fill_value(np.array(fill, arr.dtype))
+    dsid = h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
+    if chunks is None:
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, arr, mtype=tid)
+    return dsid
 
 
 def count_rows(counts: np.ndarray, nspectra: int, npol: int) -> tuple[np.ndarray, np.ndarray]:
@@ -319,11 +365,10 @@ def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def _append_rows(ds: h5py.Dataset, n0: int, rows: np.ndarray) -> None:
-    """Grow ``ds`` to ``n0 + len(rows)`` rows and write ``rows`` at ``n0``, through h5py's
-    low-level calls (its slicing costs about 0.3 ms of Python per call): for ``/Data`` chunks
-    that straddle dumps, where :func:`_append_chunks` cannot serve."""
-    dsid = ds.id
+def _append_rows(dsid: h5py.h5d.DatasetID, n0: int, rows: np.ndarray) -> None:
+    """Grow the dataset ``dsid`` to ``n0 + len(rows)`` rows and write ``rows`` at ``n0``,
+    through h5py's low-level calls (its slicing costs about 0.3 ms of Python per call): for
+    ``/Data`` chunks that straddle dumps, where :func:`_append_chunks` cannot serve."""
     dsid.set_extent((n0 + rows.shape[0], *rows.shape[1:]))
     fspace = dsid.get_space()
     fspace.select_hyperslab((n0,) + (0,) * (rows.ndim - 1), rows.shape)
@@ -454,6 +499,11 @@ def _open_direct(path: Path) -> int | None:
         return None
 
 
+def _address(a: np.ndarray) -> int:
+    """Where ``a``'s data starts (``a.ctypes.data`` makes a ctypes object first: slower)."""
+    return a.__array_interface__["data"][0]
+
+
 class StagedFile:
     """A file for h5py's ``fileobj`` driver that puts HDF5's writes on disk only at ``commit``.
 
@@ -508,7 +558,7 @@ class StagedFile:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._lent is None or len(data) != self._lent[1] \
-                or np.frombuffer(data, np.uint8).ctypes.data != self._lent[0]:
+                or _address(np.frombuffer(data, np.uint8)) != self._lent[0]:
             data = bytes(data)  # HDF5's own buffer, which it reuses: a copy
         if not self.discard:
             self._writes.append((self._pos, data))
@@ -528,16 +578,12 @@ class StagedFile:
         """HDF5's flush ends here; the bytes reach the disk at ``commit``."""
 
     # -- ours
-    @contextlib.contextmanager
-    def lending(self, buf: np.ndarray):
-        """A write of exactly ``buf`` (HDF5 hands a direct chunk write's buffer to the driver
-        as it is) is staged as a view of it, not copied (a tenth of a dump's writing at S =
-        256): the caller leaves ``buf`` unchanged and alive until the commit."""
-        self._lent = (buf.ctypes.data, buf.nbytes)
-        try:
-            yield
-        finally:
-            self._lent = None
+    def lend(self, buf: np.ndarray | None) -> None:
+        """Until ``lend(None)``, a write of exactly ``buf`` (HDF5 hands a direct chunk write's
+        buffer to the driver as it is) is staged as a view of it, not copied (a tenth of a
+        dump's writing at S = 256): the caller leaves ``buf`` unchanged and alive until the
+        commit."""
+        self._lent = None if buf is None else (_address(buf), buf.nbytes)
 
     def commit(self) -> None:
         """Put the staged writes on disk; on failure restore the committed file and raise."""
@@ -734,40 +780,41 @@ class UVH5Writer:
         s, h = self.site, self._file.create_group("Header")
         nfreq, npol, nbls = self.freq_hz.size, len(POLARIZATIONS), self.bmap.nbls
 
-        def text(name: str, value: str) -> None:
-            h[name] = np.bytes_(value.encode("ascii", "replace"))
+        def text(value: str) -> np.bytes_:
+            return np.bytes_(value.encode("ascii", "replace"))
 
-        text("version", UVH5_VERSION)
-        text("telescope_name", s.telescope_name)
-        text("instrument", instrument)
-        text("history", history or "Written by xengine_block.")
-        text("vis_units", "uncalib")
-        text("blt_order", "time, baseline")
-        text("x_orientation", x_orientation)
-        h["latitude"] = float(s.latitude_deg)
-        h["longitude"] = float(s.longitude_deg)
-        h["altitude"] = float(s.altitude_m)
-        h["Nants_telescope"] = s.nant
-        h["antenna_numbers"] = np.asarray(s.antenna_numbers, np.int64)
-        h["antenna_names"] = np.array([n.encode("ascii") for n in s.antenna_names])
-        h["antenna_positions"] = np.asarray(s.antenna_positions, np.float64)
-        h["Nants_data"] = s.nant
-        h["Nbls"] = nbls
-        h["Nfreqs"] = nfreq
-        h["Npols"] = npol
-        h["Nspws"] = 1
-        h["Nphase"] = 1
-        h["freq_array"] = self.freq_hz
-        h["channel_width"] = np.full(nfreq, float(channel_width_hz))
-        h["spw_array"] = np.array([0], np.int64)
-        h["flex_spw_id_array"] = np.zeros(nfreq, np.int64)
-        h["polarization_array"] = np.array([p for p, _, _ in POLARIZATIONS], np.int64)
+        for name, value in (
+                ("version", text(UVH5_VERSION)),
+                ("telescope_name", text(s.telescope_name)),
+                ("instrument", text(instrument)),
+                ("history", text(history or "Written by xengine_block.")),
+                ("vis_units", text("uncalib")),
+                ("blt_order", text("time, baseline")),
+                ("x_orientation", text(x_orientation)),
+                ("latitude", float(s.latitude_deg)),
+                ("longitude", float(s.longitude_deg)),
+                ("altitude", float(s.altitude_m)),
+                ("Nants_telescope", s.nant),
+                ("antenna_numbers", np.asarray(s.antenna_numbers, np.int64)),
+                ("antenna_names", np.array([n.encode("ascii") for n in s.antenna_names])),
+                ("antenna_positions", np.asarray(s.antenna_positions, np.float64)),
+                ("Nants_data", s.nant),
+                ("Nbls", nbls),
+                ("Nfreqs", nfreq),
+                ("Npols", npol),
+                ("Nspws", 1),
+                ("Nphase", 1),
+                ("freq_array", self.freq_hz),
+                ("channel_width", np.full(nfreq, float(channel_width_hz))),
+                ("spw_array", np.array([0], np.int64)),
+                ("flex_spw_id_array", np.zeros(nfreq, np.int64)),
+                ("polarization_array", np.array([p for p, _, _ in POLARIZATIONS], np.int64))):
+            _new_dataset(h, name, value)
         pc = h.create_group("phase_center_catalog").create_group("0")
-        pc["cat_name"] = np.bytes_(b"zenith")
-        pc["cat_type"] = np.bytes_(b"unprojected")
-        pc["cat_lon"] = 0.0
-        pc["cat_lat"] = np.pi / 2
-        pc["cat_frame"] = np.bytes_(b"altaz")
+        for name, value in (("cat_name", np.bytes_(b"zenith")),
+                            ("cat_type", np.bytes_(b"unprojected")), ("cat_lon", 0.0),
+                            ("cat_lat", np.pi / 2), ("cat_frame", np.bytes_(b"altaz"))):
+            _new_dataset(pc, name, value)
         # Counters updated after every dump; compact, i.e. stored in metadata (module docstring).
         for name in ("Nblts", "Ntimes"):
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
@@ -790,15 +837,13 @@ class UVH5Writer:
         self._constant = constant_columns(s.latitude_deg)
         self._fill = {**self._constant, **FULL_COUNTS}
         #: dataset -> (its last chunk, deflated): written again while chunks equal it
-        self._last: dict[str, tuple[np.ndarray, bytes]] = {}
+        self._last: dict[str, tuple[bytes, bytes]] = {}
 
         def dataset(group: h5py.Group, name: str, shape: tuple, dtype: np.dtype,
                     rows: int) -> h5py.Dataset:
-            deflate = {"compression": "gzip", "compression_opts": REPEAT_DEFLATE} \
-                if name in self._deflated else {}
-            return group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
-                                        dtype=dtype, chunks=(rows, *shape),
-                                        fillvalue=self._fill.get(name), **deflate)
+            return h5py.Dataset(_new_dataset(group, name, np.empty((0, *shape), dtype),
+                                             (rows, *shape), self._fill.get(name),
+                                             name in self._deflated))
 
         self._blt = {name: dataset(h, name, shape, dtype, max(nbls, 1))
                      for name, (shape, dtype) in _BLT_HEADER.items()}
@@ -810,17 +855,25 @@ class UVH5Writer:
         # As declared (h5py reads an ("r", "i") float64 compound back as complex128).
         self._dtypes = {**{name: np.dtype(dt) for name, (_, dt) in _BLT_HEADER.items()},
                         **data}
+        #: name -> (dataset id, trailing shape, rows per chunk), for every append: h5py's
+        #: ``shape`` and ``chunks`` ask HDF5 each time (a tenth of an append's Python).
+        self._layout = {name: (ds.id, ds.shape[1:], ds.chunks[0])
+                        for name, ds in (*self._blt.items(), *self._data.items())}
+        #: The columns of one value a dump (time, LST), refilled and lent each dump.
+        self._columns = {name: np.empty(nbls) for name in ("time_array", "lst_array",
+                                                              "phase_center_app_ra")}
+        self._int64 = h5py.h5t.py_create(np.dtype(np.int64))  # the counters' memory type
 
-    def _repeated(self, name: str, key: np.ndarray,
-                  chunk: Callable[[], np.ndarray] | None = None) -> bytes:
+    def _repeated(self, name: str, key: np.ndarray, chunk: Callable[[], np.ndarray]) -> bytes:
         """The deflated bytes of dataset ``name``'s chunk: those of its last chunk while
-        ``key``, what the chunk is made of, equals the last one's (a comparison, microseconds),
-        else ``chunk()`` (default: ``key`` itself) compressed now."""
+        ``key``, the few numbers the chunk is made of, equals the last one's (a comparison of
+        bytes, microseconds), else ``chunk()`` compressed now."""
+        key_bytes = key.dtype.str.encode() + key.tobytes()
         last = self._last.get(name)
-        if last is None or last[0].shape != key.shape or not np.array_equal(last[0], key):
-            raw = np.ascontiguousarray(key if chunk is None else chunk())
-            last = self._last[name] = (np.array(key), zlib.compress(raw.view(np.uint8).tobytes(),
-                                                                    REPEAT_DEFLATE))
+        if last is None or last[0] != key_bytes:
+            raw = np.ascontiguousarray(chunk())
+            last = self._last[name] = (key_bytes, zlib.compress(raw.view(np.uint8).tobytes(),
+                                                                REPEAT_DEFLATE))
         return last[1]
 
     # ------------------------------------------------------------------ appends
@@ -856,38 +909,44 @@ class UVH5Writer:
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
-        rows = {
-            "time_array": np.full(b.nbls, jd), "lst_array": np.full(b.nbls, lst),
-            "integration_time": np.full(b.nbls, duration_s),
-            "ant_1_array": b.ant_1, "ant_2_array": b.ant_2, "uvw_array": self._uvw,
-            "phase_center_app_ra": np.full(b.nbls, lst),
-        }
-        rows.update(visdata=self._rows.visdata, flags=self._rows.flags,
-                    nsamples=self._rows.nsamples)
+        cols = self._columns
+        cols["time_array"].fill(jd)
+        cols["lst_array"].fill(lst)
+        cols["phase_center_app_ra"].fill(lst)
+        rows = {**cols, "uvw_array": self._uvw, "visdata": self._rows.visdata,
+                "flags": self._rows.flags, "nsamples": self._rows.nsamples}
+        # Repeated chunks, each told by the few numbers it is made of (not the rows compared).
+        keyed = {"integration_time": (np.array([duration_s]),
+                                      functools.partial(np.full, b.nbls, duration_s)),
+                 "ant_1_array": (np.zeros(0), lambda: b.ant_1),
+                 "ant_2_array": (np.zeros(0), lambda: b.ant_2)}
         try:
-            for name, ds in (*self._blt.items(), *self._data.items()):
+            for name, (dsid, trail, step) in self._layout.items():
                 if name in filled:  # every row the fill value: the extent only
-                    ds.id.set_extent((n1, *ds.shape[1:]))
+                    dsid.set_extent((n1, *trail))
+                    continue
+                if name in keyed:  # deflated, a dump is a chunk
+                    key, make = keyed[name]
+                    _append_chunks(dsid, step, n0, (b.nbls, *trail),
+                                   self._repeated(name, key, make))
                     continue
                 data = np.asarray(rows[name], self._dtypes[name])
                 # the writer's own buffers (not a conversion made here) may be lent
                 lend = self._io if name in _LENT and data is rows[name] else None
                 if name not in self._direct:
-                    _append_rows(ds, n0, data)
+                    _append_rows(dsid, n0, data)
                 elif name not in self._deflated:
-                    _append_chunks(ds, n0, data, lend=lend)
-                elif name in _BLT_HEADER:  # a dump is a chunk
-                    _append_chunks(ds, n0, data, self._repeated(name, data))
+                    _append_chunks(dsid, step, n0, data, lend=lend)
                 elif counts is not None:  # flags, nsamples: the counts say the chunk
                     # (compared: the counts, not the chunk of megabytes they make)
-                    _append_chunks(ds, n0, data, self._repeated(
-                        name, np.append(counts, nspectra),
-                        functools.partial(self._count_chunk, name, counts, nspectra, ds.chunks)))
+                    _append_chunks(dsid, step, n0, data, self._repeated(
+                        name, np.append(counts, nspectra), functools.partial(
+                            self._count_chunk, name, counts, nspectra, (step, *trail))))
                 else:  # stored as it is
-                    _append_chunks(ds, n0, data, filter_mask=1, lend=lend)
+                    _append_chunks(dsid, step, n0, data, filter_mask=1, lend=lend)
             for name, value in (("Nblts", n1), ("Ntimes", self.ndump + 1)):
                 self._counters[name].id.write(h5py.h5s.ALL, h5py.h5s.ALL,
-                                              np.array(value, np.int64))
+                                              np.array(value, np.int64), mtype=self._int64)
             self._commit()
         except BaseException as exc:
             self._failed(exc)

@@ -344,8 +344,12 @@ def split_task(task: RecordingTask, options: ReprocessOptions) -> list[Recording
 
 def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
+    # A reader's part runs frozen too: no pipeline, but the writer's thread and the backend's
+    # share the process with astropy's, h5py's and numba's objects, and a full collection
+    # (one every few files, 25-35 ms of CPU here) stopped both, in the middle of the file.
     if isinstance(task, RecordingTask):
-        return reprocess_recording(task, options)
+        with frozen_heap():
+            return reprocess_recording(task, options)
     # The pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
     # its blocks, rings and threads still refer to each other (Bifrost's ring.owner), and a
     # collection after each file frees them at once (without it the process grew by a few MB a
