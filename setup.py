@@ -72,7 +72,7 @@ native = Extension(
     "xengine_block._native",
     sources=[f"{NATIVE}/{name}.c"
              for name in ("xcorr", "layout", "kern_amx", "kern_amx_emu", "kern_avx512",
-                          "kern_avx2")],
+                          "kern_avx2", "uvh5_rows")],
     # kern_amx_emu.c #includes kern_amx.c over amx_emu.h: the AMX kernel on software tiles
     depends=[f"{NATIVE}/{name}" for name in ("xcorr.h", "amx_emu.h", "kern_amx.c")],
     include_dirs=[NATIVE],

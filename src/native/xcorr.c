@@ -1245,6 +1245,9 @@ static PyObject *py_amx_emu_tdpbssd(PyObject *self, PyObject *args, PyObject *kw
     return result;
 }
 
+/* uvh5_rows.c: the UVH5 writer's row pass. */
+PyObject *xe_py_uvh5_rows(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"isa_status", py_isa_status, METH_NOARGS,
      "isa_status() -> {name: (runnable, reason)} for every name in ISA_NAMES."},
@@ -1253,6 +1256,10 @@ static PyMethodDef methods[] = {
     {"correlate_layout", (PyCFunction)(void (*)(void))py_correlate_layout,
      METH_VARARGS | METH_KEYWORDS, correlate_layout_doc},
     {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},
+    {"uvh5_rows", xe_py_uvh5_rows, METH_VARARGS,
+     "uvh5_rows(tri, index, flip, vis): vis[b, c, p] = tri[c, index[b, p]], the imaginary "
+     "part negated where flip[b, p] (int32/int64 tri [C, nbaseline, 2], int64 index and uint8 "
+     "flip [nbls, npol], int32 vis [nbls, C, npol, 2]); the UVH5 writer's row pass."},
     {"_decide_isas", (PyCFunction)(void (*)(void))py_decide_isas, METH_VARARGS | METH_KEYWORDS,
      decide_isas_doc},
     {"_cpu_facts", py_cpu_facts, METH_NOARGS,

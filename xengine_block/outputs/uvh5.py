@@ -213,9 +213,26 @@ class DumpRows:
         """``tri [C, nbaseline, 2]`` in the UVH5 convention (``visdata[b, c, p]`` is
         ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
         [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
-        fraction of ``nspectra`` (:func:`count_rows`)."""
-        _rows_kernel()(np.ascontiguousarray(tri), valid, self.index, self.flip,
-                       float(nspectra), self._pairs, self.flags, self.nsamples, counts)
+        fraction of ``nspectra`` (:func:`count_rows`). Integer rows without counts (the usual
+        dump) go through the C extension's pass where it is built, else numba's."""
+        tri = np.ascontiguousarray(tri)
+        native = _native_rows()
+        if (native is not None and not counts and self._pairs.dtype == np.int32
+                and tri.dtype in (np.int32, np.int64)):
+            native(tri, self.index, self.flip, self._pairs)
+            return
+        _rows_kernel()(tri, valid, self.index, self.flip, float(nspectra), self._pairs,
+                       self.flags, self.nsamples, counts)
+
+
+@functools.lru_cache(maxsize=1)
+def _native_rows() -> Callable[..., None] | None:
+    """The C extension's row pass (``src/native/uvh5_rows.c``), None where it is not built."""
+    try:
+        from .. import _native
+    except ImportError:
+        return None
+    return getattr(_native, "uvh5_rows", None)
 
 
 @functools.lru_cache(maxsize=1)
