@@ -21,7 +21,8 @@ count S, a recording is written, read once so that it is in the page cache, then
   frame layout (``SampleLayout.packet``): what the recording's layout costs the backend's
   layout pass (1: nothing);
 - ``writer_cpu_s``: the UVH5 appends of the same dumps alone (file made, every dump appended,
-  closed; one thread's CPU seconds): what the output costs, which in ``reprocess`` runs on a
+  closed, as ``reprocess`` writes its .partial files: ``kill_safe=False``; one thread's CPU
+  seconds): what the output costs, which in ``reprocess`` runs on a
   thread of its own beside the backend's on the same cores (``writer_cpu_over_bare``: its share
   of the bare backend's CPU seconds, wall time x threads);
 - ``speedup_vs_blri``: BLRI's ``blri_pycorr`` over ours, wall time, on one file and
@@ -201,7 +202,7 @@ def writer_cpu_seconds(meta: Any, toml: Path, nspec: int, ndump: int, work: Path
     def write() -> float:
         c0 = time.thread_time()
         with UVH5Writer(path, site_info(sub), meta.freqs_hz, meta.chan_bw_hz, nspec,
-                        sample_bits=meta.sample_bits, overwrite=True) as w:
+                        sample_bits=meta.sample_bits, overwrite=True, kill_safe=False) as w:
             for k in range(ndump):
                 w.append(tri, valid, nspec, meta.sync_time + k * nspec / meta.fs_hz,
                          nspec / meta.fs_hz)

@@ -89,10 +89,11 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
                {n: i for i, n in enumerate(names)}, names, freqs=np.array([120, 121]) * 1.28e6)
 
 
-def test_a_reader_task_runs_with_the_heap_frozen(tmp_path, monkeypatch):
+def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
     """A GUPPI file's task runs inside the pipelines' freeze (a full collection of astropy's,
     h5py's and numba's objects stopped the writer and the backend for 25-35 ms, one file in a
-    few) and thaws after it; the file is written as before."""
+    few) and thaws after it; its writer is not kill-safe (its output is the task's .partial
+    file); the file is written as before."""
     import gc
 
     from xengine_block.tools import reprocess as rp
@@ -100,13 +101,19 @@ def test_a_reader_task_runs_with_the_heap_frozen(tmp_path, monkeypatch):
     path = write_guppi(tmp_path / "g.raw", blocks(samples(2, seed=3)), cards())
     arr = tmp_path / "a.toml"
     write_array(arr, NAMES)
-    seen = []
+    from xengine_block.outputs import uvh5
+
+    seen, safe = [], []
     real = rp.reprocess_recording
     monkeypatch.setattr(rp, "reprocess_recording",
                         lambda *a: seen.append(gc.get_freeze_count()) or real(*a))
+    staged = uvh5.StagedFile.__init__
+    monkeypatch.setattr(uvh5.StagedFile, "__init__", lambda self, *a, **k: safe.append(
+        k.get("kill_safe", True)) or staged(self, *a, **k))
     assert gc.get_freeze_count() == 0
     (r,) = reprocess([path], tmp_path / "out", ReprocessOptions(
         array=str(arr), integration_spectra=NTIME), progress=None)
     assert r.ok, r.error
     assert seen and seen[0] > 1000 and gc.get_freeze_count() == 0
+    assert safe == [False]  # the task's .partial file: a rerun removes it, no direct writes
     assert pyuvdata.UVData.from_file(r.task.output).Ntimes == 2

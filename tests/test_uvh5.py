@@ -73,6 +73,30 @@ def test_the_same_dumps_make_the_same_file_bytes(tmp_path):
     assert first.read_bytes() == second.read_bytes()
 
 
+def test_a_writer_not_kill_safe_publishes_buffered_the_same_bytes(tmp_path, monkeypatch):
+    """``kill_safe=False`` (reprocessing's .partial files): the file is never opened for
+    direct writes, and it is byte for byte the kill-safe writer's."""
+    from xengine_block.outputs import uvh5
+
+    direct = []
+    real = uvh5._open_direct
+    monkeypatch.setattr(uvh5, "_open_direct", lambda path: direct.append(path) or real(path))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    safe = write(a)[0]  # as write() below, kill-safe
+    assert direct == [safe]
+    g = Geometry(nstream=8, nchan=9, npacket=2)
+    tri = reference_triangle(frames_to_natural(random_frames(g, 2, seed=3), g))
+    with UVH5Writer(b / "out.uvh5", make_site(4), 1e8 + 1e4 * np.arange(9), 1e4, 960,
+                    kill_safe=False) as w:
+        assert w._io.direct_fd is None
+        for i in range(2):
+            w.append(tri, np.full((1, g.nbaseline), 960), 960, 1.8e9 + i, 1.0)
+    assert direct == [safe]
+    assert (b / "out.uvh5").read_bytes() == safe.read_bytes()
+
+
 def test_lst_clock_follows_astropy_between_anchors():
     """The extrapolated LST stays within 0.1 mas of astropy's (pyuvdata checks 1 mas) for
     dumps each side of an anchor, and a time beyond the anchor's reach asks astropy again."""

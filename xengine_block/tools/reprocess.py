@@ -462,8 +462,11 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
     # first integration, the appends stay in order, one at a time, and the first failure stops
     # the loop and is raised here.
     with ThreadPoolExecutor(1, thread_name_prefix="reprocess-writer") as pool:
+        # kill_safe=False: ``path`` is the task's .partial file, which a rerun removes when a
+        # kill leaves it (tools.tasks), so its publishing writes need not be direct ones.
         made = pool.submit(UVH5Writer, path, site, meta.freqs_hz[chans], meta.chan_bw_hz, nspec,
-                           sample_bits=meta.sample_bits, overwrite=True, **writer)
+                           sample_bits=meta.sample_bits, overwrite=True, kill_safe=False,
+                           **writer)
         pending: Future = made
         try:
             for (t0, _), c in zip(wins, corr.integrations(wins, reuse=True), strict=True):
