@@ -56,7 +56,7 @@ its calls so that the file between any two of them reads as the old one or the n
    write to be had (tmpfs, whose O_DIRECT still copies through its page cache; macOS), it is
    buffered and that window stays open. It is also buffered in a writer made with
    ``kill_safe=False`` (reprocessing's ``.partial`` files, which a rerun removes): the direct
-   write cost a fifth of an append's CPU (the superblock's page, dirtied by step 2, is written
+   write cost ~15 % of an append's CPU (the superblock's page, dirtied by step 2, is written
    back first, and the pages are dropped from the page cache);
 5. the file is cut to HDF5's end if that is smaller.
 
@@ -617,14 +617,13 @@ class StagedFile:
         write, last (:meth:`_in_place`), and from now on keep an image of the pages holding
         them, as written through this object: the publishing write's merge and its pages
         come from it, not from the file, whose pages the previous publication's direct write
-        dropped from the page cache (two reads from the device per dump, a fifth of an
-        append's CPU at S = 256)."""
+        dropped from the page cache (two reads from the device per dump)."""
         self.atomic_below = end
         n = -(-end // _DIRECT_ALIGN) * _DIRECT_ALIGN
         self._image = bytearray(n)
         got = os.pread(self.fd, n, 0)
         self._image[:len(got)] = got
-        self._page_buf = mmap.mmap(-1, n) if n else None
+        self._page_buf = mmap.mmap(-1, n) if n and self.direct_fd is not None else None
 
     def _committed(self, lo: int, hi: int) -> bytes:
         """The file's bytes ``[lo, hi)``: from the image where it holds them."""
@@ -790,7 +789,7 @@ class UVH5Writer:
         geometry's: 8 or 4) it chooses int32 or float64 visdata (:func:`visdata_dtype`).
     float_visdata : float64 visdata whatever the bound (float input, e.g. Bifrost's cf32).
     kill_safe : False gives up the guarantee against a kill while a dump is published (module
-        docstring, step 4: the publishing write is then buffered, a fifth less CPU per
+        docstring, step 4: the publishing write is then buffered, ~15 % less CPU per
         append): for files that a rerun removes if a kill leaves them (reprocessing's
         ``.partial`` outputs). Write errors are handled the same either way.
 
