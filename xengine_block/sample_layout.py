@@ -33,7 +33,7 @@ import dataclasses
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -137,11 +137,20 @@ class SampleLayout:
         """Spectra per time block (``time_block``, or the whole frame)."""
         return self.time_block or self.nspectra
 
+    @cached_property
+    def stream_offsets_i64(self) -> np.ndarray:
+        """``stream_offsets`` as a read-only int64 array (what the native layout pass takes)."""
+        a = np.asarray(self.stream_offsets, np.int64)
+        a.flags.writeable = False
+        return a
+
     @property
     def part_bytes(self) -> int:
         return ENCODING_BYTES[self.encoding]
 
-    @property
+    # (cached: a recording's reader and the backends ask these on every call, 512 times a
+    # second of an MWAX recording's reprocessing at S = 64; a frozen layout never changes)
+    @cached_property
     def last_byte(self) -> int:
         """Largest byte offset within a frame any sample part touches."""
         t = self.nspectra - 1
@@ -155,7 +164,7 @@ class SampleLayout:
         """Bits per part for the int32 bound (ci16 counts as 8: values are int8-range)."""
         return ENCODING_BITS[self.encoding]
 
-    @property
+    @cached_property
     def max_spectra(self) -> int:
         """Most spectra one correlation of this layout may sum and stay exact in int32."""
         return max_spectra_int32(self.sample_bits)

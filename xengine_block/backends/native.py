@@ -230,7 +230,7 @@ class NativeBackend(Backend):
         buf = a.reshape(-1).view(np.uint8)
         n = self.layout_spectra(buf, layout, nframe, out, accumulate) // layout.nspectra
         self.last_cpu_seconds = self._ext.correlate_layout(
-            buf, out, np.asarray(layout.stream_offsets, np.int64), layout.nchan, n,
+            buf, out, layout.stream_offsets_i64, layout.nchan, n,
             layout.nspectra, layout.frame_bytes, layout.chan_stride, layout.time_stride,
             layout.block, layout.block_stride, layout.encoding, layout.im_offset,
             layout.nibble_order, self.isa, self.nthreads, self.chunk_ksteps, mode, accumulate)

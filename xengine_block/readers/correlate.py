@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,11 +41,13 @@ def geometry_for(layout: SampleLayout) -> Geometry:
                     nibble_order=layout.nibble_order)
 
 
-def channel_groups(nstream: int, nchan: int, sample_bits: int = 8) -> list[tuple[int, int]]:
-    """Channel ranges small enough for one backend geometry (its frame size limit)."""
+@lru_cache(maxsize=64)
+def channel_groups(nstream: int, nchan: int, sample_bits: int = 8) -> tuple[tuple[int, int], ...]:
+    """Channel ranges small enough for one backend geometry (its frame size limit); asked
+    once per chunk, made once per shape."""
     per_chan = nstream * 480 * 2 * sample_bits // 8
     most = max(1, MAX_FRAME_BYTES // per_chan)
-    return [(c, min(c + most, nchan)) for c in range(0, nchan, most)]
+    return tuple((c, min(c + most, nchan)) for c in range(0, nchan, most))
 
 
 @dataclass
@@ -100,8 +103,11 @@ class RecordingCorrelator:
             vis = out
         else:
             vis = np.empty(shape, np.int32 if narrow else np.int64)
-        fresh = np.ones(self.nchan, bool)  # channels nothing was written to yet
-        valid = np.zeros(self.nchan, np.int64)
+        # Per channel: nothing written to it yet; spectra correlated. Python lists: a chunk is
+        # often one channel (MWAX: 32 calls an integration), where numpy's small-array calls
+        # cost more than the bookkeeping itself.
+        fresh = [True] * self.nchan
+        valid = [0] * self.nchan
         c0 = self.channels[0]
         for chunk in chunks:
             for a, b in channel_groups(chunk.layout.nstream, chunk.layout.nchan,
@@ -109,25 +115,25 @@ class RecordingCorrelator:
                 layout = chunk.layout if (a, b) == (0, chunk.layout.nchan) else \
                     chunk.layout.select(channels=range(a, b))
                 lo, hi = chunk.chan0 - c0 + a, chunk.chan0 - c0 + b
-                first = fresh[lo:hi]
-                if first.any() and not first.all():  # groups overlapping unevenly
-                    vis[lo:hi][first] = 0
-                    first[...] = False
+                first = all(fresh[lo:hi])
+                if not first and any(fresh[lo:hi]):  # groups overlapping unevenly
+                    vis[lo:hi][np.array(fresh[lo:hi])] = 0
                 backend = self.backend(layout)
                 if narrow:  # in place, exact: this window's sums stay within int32
                     backend.correlate_layout(chunk.data, layout, out=vis[lo:hi],
-                                             nframe=chunk.nframe, accumulate=not first.all())
-                elif first.all():
+                                             nframe=chunk.nframe, accumulate=not first)
+                elif first:
                     vis[lo:hi] = backend.correlate_layout(chunk.data, layout,
                                                           nframe=chunk.nframe)
                 else:
                     vis[lo:hi] += backend.correlate_layout(chunk.data, layout,
                                                            nframe=chunk.nframe)
-                first[...] = False
-                valid[lo:hi] += chunk.nspectra
+                fresh[lo:hi] = [False] * (hi - lo)
+                valid[lo:hi] = [v + chunk.nspectra for v in valid[lo:hi]]
                 self.calls += 1
-        vis[fresh] = 0  # channels no chunk reached (missing data): nothing correlated
-        return Correlated(vis, valid)
+        # channels no chunk reached (missing data): nothing correlated
+        vis[np.array(fresh, bool)] = 0
+        return Correlated(vis, np.array(valid, np.int64))
 
     def integrations(self, wins: Sequence[tuple[int, int]],
                      reuse: bool = False) -> Iterator[Correlated]:
