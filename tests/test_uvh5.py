@@ -34,14 +34,16 @@ def make_site(nant: int) -> SiteInfo:
                     np.arange(nant), ecef - XYZ_from_LatLonAlt(lat, lon, ALT), enu)
 
 
-def write(tmp_path, nant=4, ndump=2, max_spectra=960, valid=None):
+def write(tmp_path, nant=4, ndump=2, max_spectra=960, valid=None, name="out.uvh5",
+          **writer):
     g = Geometry(nstream=2 * nant, nchan=9, npacket=2)
     frames = random_frames(g, 2, seed=3)
     x = frames_to_natural(frames, g)
     tri = reference_triangle(x)
     valid = np.full((1, g.nbaseline), 960) if valid is None else valid
-    path = tmp_path / "out.uvh5"
-    with UVH5Writer(path, make_site(nant), 1e8 + 1e4 * np.arange(9), 1e4, max_spectra) as w:
+    path = tmp_path / name
+    with UVH5Writer(path, make_site(nant), 1e8 + 1e4 * np.arange(9), 1e4, max_spectra,
+                    **writer) as w:
         for i in range(ndump):
             w.append(tri, valid, 960, 1.8e9 + i, 1.0)
     return path, x, g
@@ -64,12 +66,9 @@ def test_the_same_dumps_make_the_same_file_bytes(tmp_path):
     scalars too): the same dumps written a second later are the same bytes."""
     import time
 
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    first = write(a)[0]
+    first = write(tmp_path, name="a.uvh5")[0]
     time.sleep(1.1)  # HDF5's timestamps count seconds
-    second = write(b)[0]
+    second = write(tmp_path, name="b.uvh5")[0]
     assert first.read_bytes() == second.read_bytes()
 
 
@@ -81,20 +80,11 @@ def test_a_writer_not_kill_safe_publishes_buffered_the_same_bytes(tmp_path, monk
     direct = []
     real = uvh5._open_direct
     monkeypatch.setattr(uvh5, "_open_direct", lambda path: direct.append(path) or real(path))
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    safe = write(a)[0]  # as write() below, kill-safe
+    safe = write(tmp_path, name="safe.uvh5")[0]
     assert direct == [safe]
-    g = Geometry(nstream=8, nchan=9, npacket=2)
-    tri = reference_triangle(frames_to_natural(random_frames(g, 2, seed=3), g))
-    with UVH5Writer(b / "out.uvh5", make_site(4), 1e8 + 1e4 * np.arange(9), 1e4, 960,
-                    kill_safe=False) as w:
-        assert w._io.direct_fd is None
-        for i in range(2):
-            w.append(tri, np.full((1, g.nbaseline), 960), 960, 1.8e9 + i, 1.0)
-    assert direct == [safe]
-    assert (b / "out.uvh5").read_bytes() == safe.read_bytes()
+    partial = write(tmp_path, name="partial.uvh5", kill_safe=False)[0]
+    assert direct == [safe]  # the direct fd comes only from _open_direct: none for this one
+    assert partial.read_bytes() == safe.read_bytes()
 
 
 def test_lst_clock_follows_astropy_between_anchors():

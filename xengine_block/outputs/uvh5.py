@@ -132,8 +132,8 @@ FULL_COUNTS = {"flags": False, "nsamples": 1.0}
 #: Rows a dump writes from buffers the writer keeps (the row pass's, the baselines' uvw, the
 #: columns of one value a dump): the staged file holds views of them until the commit
 #: instead of copies.
-_LENT = ("visdata", "flags", "nsamples", "uvw_array", *("time_array", "lst_array",
-                                                        "phase_center_app_ra"))
+_LENT = ("visdata", "flags", "nsamples", "uvw_array", "time_array", "lst_array",
+         "phase_center_app_ra")
 #: zlib level of the repeated chunks (HDF5's deflate filter; level 1 packs them as well).
 REPEAT_DEFLATE = 1
 

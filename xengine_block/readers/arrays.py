@@ -125,18 +125,14 @@ def load_array(path: str | os.PathLike) -> ArrayDescription:
     known = _LOADED.get((yaml_file, raw))
     if known is not None:
         return known  # immutable: tuples and a read-only enu_m
+    if yaml_file:
+        try:
+            import yaml
+        except ImportError:
+            raise ArrayError(f"{path}: reading YAML needs PyYAML (pip install pyyaml, "
+                             f"extra 'recordings')") from None
     try:
-        if yaml_file:
-            try:
-                import yaml
-            except ImportError:
-                raise ArrayError(f"{path}: reading YAML needs PyYAML (pip install pyyaml, "
-                                 f"extra 'recordings')") from None
-            doc = yaml.safe_load(raw.decode())
-        else:
-            doc = parse_array_toml(raw.decode())
-    except ArrayError:
-        raise
+        doc = yaml.safe_load(raw.decode()) if yaml_file else parse_array_toml(raw.decode())
     except Exception as exc:  # noqa: BLE001 - YAML and TOML parsers raise their own types
         raise ArrayError(f"{path}: not valid {path.suffix.lstrip('.') or 'TOML'}: "
                          f"{str(exc).splitlines()[0]}") from None

@@ -347,10 +347,7 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     # A reader's part runs frozen too: no pipeline, but the writer's thread and the backend's
     # share the process with astropy's, h5py's and numba's objects, and a full collection
     # (one every few files, 25-35 ms of CPU here) stopped both, in the middle of the file.
-    if isinstance(task, RecordingTask):
-        with frozen_heap():
-            return reprocess_recording(task, options)
-    # The pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
+    # A pcap's pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
     # its blocks, rings and threads still refer to each other (Bifrost's ring.owner), and a
     # collection after each file frees them at once (without it the process grew by a few MB a
     # file until one of Python's own full collections). The objects that were there before the
@@ -360,6 +357,8 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     # pipeline runs inside it, and concurrent tasks share it until the last ends); a freeze
     # already in place (the caller's) is left alone, and the collection is then a full one.
     with frozen_heap():
+        if isinstance(task, RecordingTask):
+            return reprocess_recording(task, options)
         try:
             return reprocess_file(task, options)
         finally:
