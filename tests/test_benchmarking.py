@@ -180,7 +180,39 @@ def test_machine_identity_names_the_cpu_from_cpuinfo():
              "avx512_vnni amx_bf16 amx_tile amx_int8\n\n")
     cpu = parse_cpuinfo(block.format(n=0) + block.format(n=1).replace("143", "999"))
     assert cpu == {"model_name": "Intel(R) Xeon(R) Platinum 8480+", "family": 6, "model": 143,
-                   "isa_flags": ["avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]}
+                   "isa_flags": ["avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"],
+                   "vendor": "GenuineIntel"}
     assert parse_cpuinfo("")["model_name"] is None
     here = machine_identity()
     assert here["cpus"] == os.cpu_count() and here["kernel"]
+
+
+@pytest.mark.parametrize("vendor, family, model, flags, expected", [
+    ("GenuineIntel", 6, 143, ["avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"],
+     "intel-amx"),
+    ("GenuineIntel", 6, 207, ["avx2", "avx512f", "avx512_vnni", "avx_vnni"], "intel-avx512vnni"),
+    ("AuthenticAMD", 25, 0x01, ["avx2"], "amd-zen3"),           # Milan
+    ("AuthenticAMD", 25, 0x11, ["avx2", "avx512f", "avx512_vnni"], "amd-zen4"),  # Genoa
+    ("AuthenticAMD", 26, 0x02, ["avx2", "avx512f", "avx512_vnni"], "amd-zen5"),  # Turin
+    ("HygonGenuine", 24, 1, ["avx2"], "cpu-avx2"),
+])
+def test_cpu_class_names_the_int8_path_and_microarchitecture(vendor, family, model, flags,
+                                                              expected):
+    from xengine_block.tools.machine_limits import cpu_class, results_path
+
+    cpu = {"vendor": vendor, "family": family, "model": model, "isa_flags": flags}
+    assert cpu_class(cpu) == expected
+    assert results_path("bench_x", cpu, root="r").as_posix() == f"r/{expected}/bench_x.json"
+
+
+def test_write_results_stamps_the_date_and_refuses_a_result_without_its_machine(tmp_path):
+    import json
+
+    from xengine_block.tools.machine_limits import machine_identity, write_results
+
+    with pytest.raises(ValueError, match="machine"):
+        write_results("bench_x", {"msps": 1.0}, root=tmp_path)
+    path = write_results("bench_x", {"msps": 1.0, "machine": machine_identity()}, root=tmp_path)
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "bench_x" and data["msps"] == 1.0
+    assert data["measured_utc"].endswith("Z") and path.parent.parent == tmp_path

@@ -114,7 +114,60 @@ def parse_cpuinfo(text: str) -> dict[str, object]:
         value = fields.get(key)
         out[key.replace("cpu ", "")] = int(value) if value and value.isdigit() else None
     out["isa_flags"] = [f for f in ISA_FLAGS if f in flags]
+    out["vendor"] = fields.get("vendor_id")
     return out
+
+
+#: AMD family 25 (0x19) models of Zen 4 (Genoa, Raphael, Phoenix...); the rest of family 25 is
+#: Zen 3. Family 26 (0x1a) is Zen 5. (AMD's Processor Programming Reference per family.)
+_ZEN4_MODELS_F25 = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))
+
+
+def cpu_class(cpu: dict[str, object]) -> str:
+    """The class of CPU a benchmark result belongs to (the key of
+    ``benchmarks/results/<class>/``), from :func:`parse_cpuinfo`'s fields: the int8 path the
+    CPU offers, which is what sets every correlator figure, with the microarchitecture where
+    the vendor's family/model numbers give it. ``intel-amx``, ``intel-avx512vnni`` (a Xeon
+    whose hypervisor hides AMX), ``amd-zen3``, ``amd-zen4``, ``amd-zen5``; otherwise
+    ``<vendor>-<best int8 flag>``."""
+    flags = set(cpu.get("isa_flags") or ())
+    vendor, family, model = cpu.get("vendor"), cpu.get("family"), cpu.get("model")
+    best = next((f for f in ("amx_int8", "avx512_vnni", "avx_vnni", "avx2") if f in flags),
+                "generic")
+    if vendor == "AuthenticAMD" and family == 26:
+        return "amd-zen5"
+    if vendor == "AuthenticAMD" and family == 25 and isinstance(model, int):
+        return "amd-zen4" if any(model in r for r in _ZEN4_MODELS_F25) else "amd-zen3"
+    name = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(str(vendor), "cpu")
+    return f"{name}-{best.replace('_int8', '').replace('_', '')}"
+
+
+def results_path(benchmark: str, identity: dict[str, object] | None = None,
+                 root: str | os.PathLike | None = None) -> Path:
+    """``benchmarks/results/<cpu class>/<benchmark>.json`` (``root`` replaces
+    ``benchmarks/results``): where a benchmark's JSON for this machine's CPU class is kept,
+    one file per benchmark and class, replaced when re-measured."""
+    identity = identity if identity is not None else machine_identity()
+    base = Path(root) if root is not None else Path("benchmarks") / "results"
+    return base / cpu_class(identity) / f"{benchmark}.json"
+
+
+def write_results(benchmark: str, result: dict, root: str | os.PathLike | None = None) -> Path:
+    """Write ``result`` (which must carry ``machine``, :func:`machine_identity`) to
+    :func:`results_path` with the date of the run added as ``measured_utc``; return the path."""
+    import datetime
+    import json
+
+    if "machine" not in result:
+        raise ValueError(f"{benchmark}: a result needs its 'machine' (machine_identity()) "
+                         "before it is written")
+    path = results_path(benchmark, result["machine"], root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamped = {"benchmark": benchmark, **result,
+               "measured_utc": datetime.datetime.now(datetime.UTC)
+               .strftime("%Y-%m-%dT%H:%M:%SZ")}
+    path.write_text(json.dumps(stamped, indent=2) + "\n")
+    return path
 
 
 def machine_identity() -> dict[str, object]:
