@@ -86,7 +86,7 @@ readbw = Extension(
     sources=["src/readbw/readbw.c"],
     extra_compile_args=["-O2", "-std=gnu11", "-pthread"],
     extra_link_args=["-pthread"],
-    optional=True,  # without it tools.benchmarking measures with numpy and says so
+    optional=True,  # without it bench.correlator measures with numpy and says so
 )
 
 setup(ext_modules=[native, readbw], cmdclass={"build_ext": ProbingBuildExt})

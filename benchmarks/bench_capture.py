@@ -9,7 +9,7 @@ guaranteed reader draining the rings beside it (its CPU not counted). The packet
 beforehand, so what is measured is the capture, not a sender. Per source (``sources``):
 
 - ``buffer`` (the headline): the datagrams back to back in memory, read by spead2's buffer
-  reader in one pass (``capture.sources.BufferSource``): decode, placement, payload copy into
+  reader in one pass (``capture.transports.BufferSource``): decode, placement, payload copy into
   the ring, delivery; nothing of a transport;
 - ``inproc_queue``: spead2's in-process queue, prefilled: the same plus an eventfd and an epoll
   round per packet (that transport's cost, which the earlier figure of ~4 us included);
@@ -21,7 +21,7 @@ beforehand, so what is measured is the capture, not a sender. Per source (``sour
 
 ``input_gbps`` is the payload rate the buffer capture sustained on its two threads, and
 ``machine_read_gbps`` the machine's streaming read bandwidth on as many cores measured in the
-same run (``tools.machine_limits``): ``fraction_of_read_bandwidth`` is how close the ingest is
+same run (``bench.machine``): ``fraction_of_read_bandwidth`` is how close the ingest is
 to the memory's limit (each payload byte is read once and written once into the ring).
 ``copy_floor_us_per_heap`` is what one core takes just to copy the same packets, in one
 streaming pass, into faulted-in memory (libc's memcpy: non-temporal stores at this size, as
@@ -68,6 +68,7 @@ from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
 from xengine_block.array import default_array
+from xengine_block.bench.machine import machine_identity, machine_read_gbps
 from xengine_block.capture.meerkat import (
     CAPTURE_FORMATS,
     DEFAULT_SPECTRA_PER_HEAP,
@@ -75,7 +76,6 @@ from xengine_block.capture.meerkat import (
 )
 from xengine_block.capture.placement import CaptureLayout
 from xengine_block.capture.receive import CaptureBlock
-from xengine_block.capture.sources import BufferSource, InprocSource, PcapSource, UdpSource
 from xengine_block.capture.spead import (
     FREQUENCY,
     STREAM_ID,
@@ -84,13 +84,13 @@ from xengine_block.capture.spead import (
     frame_datagrams,
     udp_sender,
 )
+from xengine_block.capture.transports import BufferSource, InprocSource, PcapSource, UdpSource
+from xengine_block.console.argtypes import sample_bits
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.memory import host_buffer
 from xengine_block.runtime.pipeline import Pipeline
 from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
 from xengine_block.sim.meerkat import MeerkatFEngines
-from xengine_block.tools.argtypes import sample_bits
-from xengine_block.tools.machine_limits import machine_identity, machine_read_gbps
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 #: The goal of issue 26 at 8640-byte heaps.

@@ -13,8 +13,8 @@ an absent one is reported as skipped, with the reason.
 import argparse
 import json
 
-from xengine_block.tools import benchmarking
-from xengine_block.tools.argtypes import sample_bits
+from xengine_block.bench import correlator as benchmarking
+from xengine_block.console.argtypes import sample_bits
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ one JSON object.
     python benchmarks/bench_pipeline.py [--transport both] [--nstream 256] [--dumps 8]
 
 Per transport (``inproc``: every datagram built beforehand and read from memory by spead2's
-buffer reader (``capture.sources.BufferSource``: no wakeup per packet, unlike spead2's
+buffer reader (``capture.transports.BufferSource``: no wakeup per packet, unlike spead2's
 in-process queue, whose eventfd and epoll round per packet cost ~3 us a heap), so the chain
 takes them as fast as it can and no sender competes for a core; ``udp``: loopback, paced, the
 sender running alongside): ``sustained_msps`` (samples
@@ -48,14 +48,14 @@ import numpy as np
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
+from xengine_block.bench.machine import machine_identity, machine_read_gbps
+from xengine_block.blocks.chain import correlator_chain
 from xengine_block.capture.receive import Capture, CaptureBlock
-from xengine_block.capture.sources import BufferSource, UdpSource
 from xengine_block.capture.spead import FrameSender, repeated_frame_datagrams, udp_sender
-from xengine_block.chain import correlator_chain
+from xengine_block.capture.transports import BufferSource, UdpSource
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.affinity import format_cores, pinned, usable_cores
 from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
-from xengine_block.tools.machine_limits import machine_identity, machine_read_gbps
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 

@@ -10,7 +10,7 @@ recording was before (``--replay``), is timed in the same rounds: ``replay_msps`
 Per format (``FORMATS``: one entry per format; another format is one more entry) and stream
 count S, a recording is written, read once so that it is in the page cache, then:
 
-- ``msps``: ``xengine_block.tools.reprocess.reprocess`` on it, the library call the command
+- ``msps``: ``xengine_block.reprocess.jobs.reprocess`` on it, the library call the command
   makes (headers indexed, every integration correlated from the memory map, UVH5 written),
   wall time; samples of every channel per second (DESIGN.md 9: C x spectra / s);
 - ``bare_backend_msps``: the same backend's ``correlate_layout`` on the same chunks (same
@@ -52,15 +52,15 @@ from typing import Any
 import numpy as np
 
 from xengine_block.array import ArrayDescription
+from xengine_block.bench.machine import interleaved_best, machine_identity
 from xengine_block.blocks.writer import site_info
 from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.readers import open_recording
 from xengine_block.readers.arrays import load_array, match_antennas
-from xengine_block.readers.correlate import RecordingCorrelator
 from xengine_block.readers.guppi import antenna_cards, write_guppi
+from xengine_block.reprocess.jobs import ReprocessOptions, reprocess
+from xengine_block.reprocess.recording_correlator import RecordingCorrelator
 from xengine_block.sample_layout import SampleLayout, to_packet_frames
-from xengine_block.tools.machine_limits import interleaved_best, machine_identity
-from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 
 #: GUPPI cases: S -> (antennas, channels per antenna, NTIME, blocks); integrations of two
 #: blocks. 256 MB each (32 blocks: 16 / 32 integrations): a file of a few integrations times

@@ -43,10 +43,10 @@ import numpy as np
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
+from xengine_block.bench.machine import machine_identity
+from xengine_block.frames import natural_to_frames, pack_ci4
 from xengine_block.geometry import Geometry
 from xengine_block.integration import Integrator, valid_counts
-from xengine_block.layout import natural_to_frames, pack_ci4
-from xengine_block.tools.machine_limits import machine_identity
 
 
 def header(g: Geometry) -> list[dict[str, Any]]:

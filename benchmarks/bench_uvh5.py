@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from xengine_block.array import default_array
+from xengine_block.bench.machine import machine_identity
 from xengine_block.blocks.writer import site_info
 from xengine_block.outputs.uvh5 import StagedFile, UVH5Writer
-from xengine_block.tools.machine_limits import machine_identity
 
 
 def hdf5_order(self: StagedFile, old: int) -> list[tuple[int, bytes]]:

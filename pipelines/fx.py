@@ -33,6 +33,7 @@ from typing import Any
 
 from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
+from xengine_block.blocks.chain import RUNTIMES, correlator_chain, runtime
 from xengine_block.capture.meerkat import (
     CAPTURE_FORMATS,
     DEFAULT_SPECTRA_PER_HEAP,
@@ -40,17 +41,16 @@ from xengine_block.capture.meerkat import (
     MeerkatFormat,
 )
 from xengine_block.capture.recording import finish_metadata, write_metadata
-from xengine_block.capture.sources import InprocSource, PcapSource, Source, UdpSource
 from xengine_block.capture.spead import inproc_sender, pcap_sender, udp_sender
-from xengine_block.chain import RUNTIMES, correlator_chain, runtime
+from xengine_block.capture.transports import InprocSource, PcapSource, Source, UdpSource
+from xengine_block.console import argtypes as at
+from xengine_block.console.argtypes import UsageError, usage_errors
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.pipeline import PipelineError
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
 from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.sim.meerkat import FramesToHeaps, MeerkatFEngines
-from xengine_block.tools import argtypes as at
-from xengine_block.tools.argtypes import UsageError, usage_errors
 
 log = logging.getLogger("fx")
 

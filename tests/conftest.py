@@ -79,8 +79,8 @@ def blri_or_skip():
 
 @pytest.fixture(params=["ours", "bifrost"])
 def rt(request):
-    """Each runtime in turn (tests/runtimes.py); Bifrost skipped with the reason where it does
-    not import."""
-    from .runtimes import OURS, bifrost_runtime
+    """Each runtime in turn (tests/helpers/runtimes.py); Bifrost skipped with the reason where it
+    does not import."""
+    from tests.helpers.runtimes import OURS, bifrost_runtime
 
     return OURS if request.param == "ours" else bifrost_runtime()

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from xengine_block.backends import make_backend
+from xengine_block.frames import frames_to_natural, natural_to_frames, pack_ci4
 from xengine_block.geometry import Geometry
-from xengine_block.layout import frames_to_natural, natural_to_frames, pack_ci4
 from xengine_block.reference import reference_triangle
 from xengine_block.sample_layout import LayoutError, SampleLayout, to_packet_frames
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .frames import frames_to_natural
 from .geometry import Geometry
-from .layout import frames_to_natural
 from .triangle import pack_triangle
 
 

@@ -380,7 +380,7 @@ class SampleLayout:
         if n == 0:
             return out
         if self.encoding == "ci4":
-            from .layout import unpack_ci4_planes
+            from .frames import unpack_ci4_planes
             unpack_ci4_planes(self._part(b, n, 0, np.int8), out[..., 0], out[..., 1],
                               self.nibble_order)
         else:
@@ -514,7 +514,7 @@ def to_packet_frames(data: np.ndarray, layout: SampleLayout, g: Geometry,
     spectra they hold). The spectra are zero-padded to whole packets (zeros add nothing); ``g``
     must have the layout's streams and channels. An 8-bit ``g`` gets int8 frames in one
     :func:`gather` pass; a ci4 ``g`` ci4 frames (through the natural reading and a repack)."""
-    from .layout import natural_to_frames
+    from .frames import natural_to_frames
 
     if (g.nstream, g.nchan) != (layout.nstream, layout.nchan):
         raise GeometryError(f"geometry has {g.nstream} streams x {g.nchan} channels, the "

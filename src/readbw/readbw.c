@@ -1,6 +1,6 @@
 /* xengine_block._readbw: the machine's streaming read bandwidth, measured in the calling run.
  *
- * The memory side of the correlator's roofline (tools/benchmarking.py: machine_read_gbps): each
+ * The memory side of the correlator's roofline (bench/correlator.py: machine_read_gbps): each
  * of nthreads threads reads its own slice of one buffer (first touched by that thread, so its
  * pages sit on the thread's NUMA node) with the widest loads the CPU has (AVX-512 zmm, else AVX2
  * ymm, else SSE2 xmm), summing them into 8 independent accumulators so that the loads, not the

@@ -19,8 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..frames import as_frames, unpack_frames
 from ..geometry import Geometry, max_spectra_int32
-from ..layout import as_frames, unpack_frames
 from ..sample_layout import SampleLayout, to_packet_frames
 
 
@@ -148,7 +148,7 @@ def device_geometry(g: Geometry) -> Geometry:
 class HostUnpack(Backend):
     """ci4 input for a backend whose device reads int8 frames only (NPU, emulator).
 
-    Each call's frames are unpacked on the host (:func:`~xengine_block.layout.unpack_frames`),
+    Each call's frames are unpacked on the host (:func:`~xengine_block.frames.unpack_frames`),
     at most the device's P at a time, into the device's own input buffer when it lends one
     (``input_buffer()``: the NPU's buffer object when frames are its input layout, so the unpack
     is the only pass over the data) or else into one reused scratch buffer; the device correlates

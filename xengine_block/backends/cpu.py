@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..frames import unpack_ci4_planes
 from ..geometry import Geometry
-from ..layout import unpack_ci4_planes
 from ..sample_layout import SampleLayout, gather
 from ..triangle import pack_triangle
 from .base import Backend

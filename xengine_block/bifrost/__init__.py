@@ -15,7 +15,7 @@ from .blocks import (
     UVH5WriterBlock,
     XEngineBlock,
 )
-from .correlate import correlate
+from .correlate_dropin import correlate
 from .runtime import BifrostBlock, Pipeline, as_old_ring, as_ours, as_ring, attach_counters, bf
 
 __all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",

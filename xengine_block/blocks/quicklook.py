@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..array import ArrayDescription
-from ..outputs.quicklook import quicklook_triangle
+from ..outputs.quicklook_png import quicklook_triangle
 from ..runtime.pipeline import Block, SinkBlock
 from ..runtime.ring import Ring
 from .base import BlockLogic

@@ -2,7 +2,7 @@
 integration of N spectra out.
 
 Inputs (lockstep): the data ring, in any layout its header describes
-(:mod:`~xengine_block.blocks.xengine_input`: a ``sample_layout``; a Bifrost ``_tensor`` such as
+(:mod:`~xengine_block.blocks.headers`: a ``sample_layout``; a Bifrost ``_tensor`` such as
 ``ci8 [-1, nchan, nstation, 2]`` labelled ``['time', 'freq', 'station', 'pol']``, ci4 or ci16;
 or, with a ``geometry``, our own frames ``i8 [-1, S, C, coarse, 2, fine]``, ``ci4
 [-1, S, C, coarse, fine]`` or natural ``ci8 [-1, S, C, 480]``), read in place by the backend's
@@ -48,8 +48,8 @@ from .headers import (
     require_keys,
     time_scale,
     visibility_frame_bytes,
+    xengine_input,
 )
-from .xengine_input import xengine_input
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from .placement import (
     chunk_frame,
     sequence_frames,
 )
-from .sources import Source
+from .transports import Source
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from ..array import ArrayDescription
+from ..console.progress import Progress
 from ..geometry import Geometry
-from ..tools.progress import Progress
 from .recording import finish_metadata, write_metadata
 from .spead import DEFAULT_ADDRESS, DEFAULT_PORT, TIMESTAMP, PcapWriter
 

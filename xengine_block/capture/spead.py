@@ -152,7 +152,7 @@ def repeated_frame_datagrams(frame: np.ndarray, g: Geometry, nframe: int, time_t
                              *, chan0: int = 0, cnt0: int = 1) -> np.ndarray:
     """The datagrams of ``nframe`` consecutive frames that all carry ``frame``'s samples, as
     one uint8 array ``[nframe * heaps, packet bytes]`` (back to back: a
-    :class:`~xengine_block.capture.sources.BufferSource` reads its ``tobytes()``). Built from
+    :class:`~xengine_block.capture.transports.BufferSource` reads its ``tobytes()``). Built from
     one frame's datagrams (:func:`frame_datagrams`) with each later frame's heap counters and
     timestamps added to their words, so benchmarks get many frames of packets at memcpy speed
     (the 48-bit immediates are the low bits of big-endian 64-bit item words)."""

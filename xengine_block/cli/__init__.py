@@ -5,8 +5,8 @@ options and registers ``run`` in ``COMMANDS`` (name -> (help, add_arguments, run
 ``@command``; the library never imports this package (the command line sits on top of the
 layers, not inside them). A module whose optional dependency is missing only hides its
 subcommand. Options are checked with the shared argparse types of
-:mod:`~xengine_block.tools.argtypes`; a check that needs several options raises
-:class:`~xengine_block.tools.argtypes.UsageError` from ``run``, which ``main`` reports like
+:mod:`~xengine_block.console.argtypes`; a check that needs several options raises
+:class:`~xengine_block.console.argtypes.UsageError` from ``run``, which ``main`` reports like
 argparse (one line naming the option, exit status 2) before the command has done anything.
 """
 
@@ -18,7 +18,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from ..tools import argtypes
+from ..console import argtypes
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: dict[str, Command] = {}

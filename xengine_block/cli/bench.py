@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..tools import argtypes
-from ..tools.argtypes import UsageError
+from ..console import argtypes
+from ..console.argtypes import UsageError
 from . import command
 
 
@@ -23,14 +23,14 @@ def _args(p: argparse.ArgumentParser) -> None:
 @command("bench", "measure a correlator backend against the roofline and peers (JSON)", _args)
 def run(a: argparse.Namespace) -> int:
     from ..backends import BackendUnavailable, choose_backend
-    from ..tools import benchmarking
+    from ..bench import correlator
     g = argtypes.geometry({"nstream": "--nstream", "nchan": "--nchan", "npacket": "--npacket"},
                           nstream=a.nstream, nchan=a.nchan, npacket=a.npacket)
     try:
         choose_backend(a.backend, g)
     except BackendUnavailable as exc:
         raise UsageError("--backend", str(exc)) from None
-    result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
+    result = correlator.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
                               with_scaling=False)  # the sweep: benchmarks/bench_correlator.py
     print(json.dumps(result, indent=2))
     return 0 if result["exact"] else 1

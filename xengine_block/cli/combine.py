@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..tools import argtypes
+from ..console import argtypes
 from . import command
 
 

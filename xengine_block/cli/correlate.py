@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..console import argtypes
 from ..service.config import KEYS, add_flags
-from ..tools import argtypes
 from . import command
 
 
@@ -21,7 +21,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from ..runtime.pipeline import PipelineError
     from ..service.config import ConfigError, load_config
-    from ..service.correlate import CorrelatorService, ServiceError
+    from ..service.live import CorrelatorService, ServiceError
 
     where = f"{a.config}: " if a.config else ""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..tools import argtypes
+from ..console import argtypes
 from . import command
 
 
@@ -16,7 +16,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 @command("quicklook", "write a quick-look PNG of a UVH5 file's last integration", _args)
 def run(a: argparse.Namespace) -> int:
-    from ..outputs.quicklook import quicklook_uvh5
+    from ..outputs.quicklook_png import quicklook_uvh5
 
     png = a.output or a.file.with_suffix(".png")
     if png.resolve() == a.file.resolve():

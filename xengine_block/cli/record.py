@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..capture.spead import DEFAULT_ADDRESS, DEFAULT_PORT
-from ..tools import argtypes
-from ..tools.argtypes import UsageError
-from ..tools.progress import Progress
+from ..console import argtypes
+from ..console.argtypes import UsageError
+from ..console.progress import Progress
 from . import command
 
 

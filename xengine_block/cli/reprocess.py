@@ -7,10 +7,10 @@ import argparse
 import socket
 
 from ..array import ArrayError
+from ..console import argtypes
 from ..readers import ALL_FORMATS
-from ..tools import argtypes
-from ..tools.reprocess import ReprocessOptions, parse_channels, plan_tasks, reprocess
-from ..tools.tasks import summarise
+from ..reprocess.jobs import ReprocessOptions, parse_channels, plan_tasks, reprocess
+from ..reprocess.tasks import summarise
 from . import command
 
 

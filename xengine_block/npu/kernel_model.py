@@ -13,7 +13,7 @@ per t, exact, see :func:`_pair_products`), combines them with the kernel's mac/m
 adds the T terms into the int32 accumulators. The kernel adds them one after another instead;
 integer addition modulo 2^32 is associative, so both orders give the same bits (and the
 geometry's P bound rules out wrapping anyway).
-``tests/test_kernel.py`` checks this model against the compiled kernel source bit for bit.
+``tests/npu/test_kernel.py`` checks this model against the compiled kernel source bit for bit.
 """
 
 from __future__ import annotations

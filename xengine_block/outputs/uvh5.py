@@ -12,7 +12,7 @@ Conventions, written down once:
   sky's phase (rawspec conjugates such GUPPI input: ``input_conjugated = obsbw < 0``). The
   frequency axis is written as recorded (``freq_array`` descending, ``channel_width``
   negative) and the visibilities are conjugated, so the file holds ``conj(x[ant_1]) x[ant_2]``
-  of the sky signal like any other (tests/test_reprocess_physics.py phases a point source).
+  of the sky signal like any other (tests/reprocess/test_physics.py phases a point source).
 - Phase centre "unprojected" (zenith drift): uvw = ENU(ant_2) - ENU(ant_1), metres.
 - Time is the JD of the integration midpoint; LST from astropy at the site.
 
@@ -60,10 +60,10 @@ its calls so that the file between any two of them reads as the old one or the n
    back first, and the pages are dropped from the page cache);
 5. the file is cut to HDF5's end if that is smaller.
 
-``tests/test_uvh5.py`` records the calls of every commit and reads the file as it is after each
-of them (dumps across chunks and B-tree node splits included), and after the publishing write
-cut at each of its pages (which a reader refuses: why it is one direct write). The file format
-is HDF5's earliest, whose superblock has no "open for write" mark.
+``tests/outputs/test_uvh5.py`` records the calls of every commit and reads the file as it is
+after each of them (dumps across chunks and B-tree node splits included), and after the
+publishing write cut at each of its pages (which a reader refuses: why it is one direct
+write). The file format is HDF5's earliest, whose superblock has no "open for write" mark.
 
 Write failures (full disk, quota, EIO): HDF5 never sees them. ``commit`` writes new space first
 (the only writes a full disk refuses); when a write fails the file is cut back to its old end and

@@ -484,7 +484,7 @@ def write_guppi(path: str | Path, blocks: Iterable[np.ndarray], cards: Mapping[s
     the sizes (NANTS, OBSNCHAN, NPOL, NBITS, BLOCSIZE, PKTIDX, PIPERBLK, DIRECTIO: from the
     data). ``pktidx``: each block's PKTIDX (default: ``i * piperblk``, piperblk default NTIME).
     For tests and benchmarks: the layout a reader must understand, written independently."""
-    from ..layout import pack_ci4
+    from ..frames import pack_ci4
 
     path = Path(path)
     idx = iter(pktidx) if pktidx is not None else None

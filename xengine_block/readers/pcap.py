@@ -1,7 +1,7 @@
 """Our own pcap recordings read in place, where they are clean.
 
 A recording of our F-engine heaps (:mod:`~xengine_block.capture.recording`) is correlated
-again by replaying it through the capture (:func:`~xengine_block.tools.reprocess.
+again by replaying it through the capture (:func:`~xengine_block.reprocess.jobs.
 reprocess_file`), which copes with anything a network delivers: loss, reordering, duplicates,
 time jumps, foreign packets. Most recordings hold none of that: every frame whole, in one order,
 each heap one record of one size. Their samples then lie at fixed strides in the file, which a
@@ -18,7 +18,7 @@ dumps are the pipeline's (:func:`pipeline_dumps`): the capture starts at the fir
 is a multiple of P frames, X-engine integrations and dumps are aligned to absolute spectrum
 counts, a first dump that starts before the data is written with its valid counts, and the last
 is written only if the data reach its last X-engine integration (a short one included), as the
-integrator does. ``tests/test_reprocess_in_place.py`` compares the two paths.
+integrator does. ``tests/reprocess/test_in_place.py`` compares the two paths.
 """
 
 from __future__ import annotations

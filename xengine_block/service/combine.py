@@ -19,7 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..tools.progress import Progress
+from ..console.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
 from ..capture.meerkat import CAPTURE_FORMATS, DEFAULT_SPECTRA_PER_HEAP, FormatError, MeerkatFormat
+from ..console.argtypes import directory_problem, sample_bits
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
 from ..runtime.affinity import cores_from_text, parse_cores
-from ..tools.argtypes import directory_problem, sample_bits
 
 
 class ConfigError(ValueError):
@@ -456,7 +456,7 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | 
 def _check_integration(v: dict[str, Any], heap_spectra: int, bits: int, what: str) -> int | None:
     """The X-engine's integration in spectra for ``correlator.integration_spectra`` (whole
     heaps), via the chain's split; None when not given."""
-    from ..chain import split_integration
+    from ..blocks.chain import split_integration
 
     n = v["integration_spectra"]
     if n is None:
@@ -469,7 +469,7 @@ def _check_integration(v: dict[str, Any], heap_spectra: int, bits: int, what: st
 
 def _meerkat(v: dict[str, Any], array: ArrayDescription) -> tuple[MeerkatFormat, Geometry]:
     """``capture.format = "meerkat"``: the F-engine heaps and the backend geometry for them."""
-    from ..blocks.xengine_input import layout_geometry
+    from ..blocks.headers import layout_geometry
 
     if v["sample_bits"] != 8:
         raise ConfigError("capture.sample_bits", "format meerkat carries 8-bit samples "

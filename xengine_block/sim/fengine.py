@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..array import ArrayDescription
+from ..frames import natural_to_frames
 from ..geometry import Geometry
-from ..layout import natural_to_frames
 
 #: Speed of light in vacuum, m/s.
 C_LIGHT = 299792458.0

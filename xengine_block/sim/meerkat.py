@@ -31,8 +31,8 @@ from ..capture.meerkat import (
     PACKET_PAYLOAD_BYTES,
     TIMESTAMP,
 )
+from ..frames import frames_to_natural
 from ..geometry import Geometry
-from ..layout import frames_to_natural
 
 _IMMEDIATE = [("u", MEERKAT_FLAVOUR.heap_address_bits)]
 

@@ -1,0 +1,45 @@
+"""Configs for ``xengine correlate`` tests (instances run via the library's CorrelateProcess)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from xengine_block.service.instances import CorrelateProcess as Instance  # noqa: F401
+from xengine_block.service.instances import toml_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "nant": 8,
+    "band": {"sync_time": 1.7e9, "fs_hz": 40e3, "freq0_hz": 150e6},
+    "capture": {"sources": ["udp://127.0.0.1:0"], "nchan": 9, "npacket": 4},
+    "correlator": {"backend": "cpu", "ninteg": 2},
+    "output": {"directory": "out"},
+    "monitor": {"like_top_s": 0, "metrics_port": 0},
+}
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(toml_text(config))
+    return path
+
+
+def merged(base: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    """``base`` with tables updated, top-level keys set, or removed (None)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for name, table in sections.items():
+        if isinstance(table, dict):
+            out.setdefault(name, {}).update(table)
+        elif table is None:
+            out.pop(name, None)
+        else:
+            out[name] = table
+    return out
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    return e

@@ -1,0 +1,428 @@
+"""Full disk and other write failures (issue 12 item 2): the UVH5 writer raises one error naming
+the file and errno, the file keeps every dump completed before and reads with pyuvdata, the
+pipeline and ``fx.py`` stop with one line and a non-zero exit (no segfault), and reprocessing
+never gives a failed output its final name.
+
+Three ways to fail writes, none needing root except the last:
+- in process, a disk of ``limit`` bytes: ``StagedFile``'s writes past it fail with ENOSPC;
+- a subprocess with ``RLIMIT_FSIZE``: the kernel refuses writes past N bytes (EFBIG), the same
+  for the old code, which lost data and segfaulted;
+- a real tmpfs of a few hundred KiB (``mount -t tmpfs``), where root and mount are available.
+Expected visibilities come from the int64 reference of the recorded frames.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import random_frames
+from xengine_block.array import default_array
+from xengine_block.blocks.chain import correlator_chain
+from xengine_block.blocks.writer import site_info
+from xengine_block.capture.receive import CaptureBlock
+from xengine_block.capture.recording import write_metadata
+from xengine_block.capture.spead import pcap_sender
+from xengine_block.capture.transports import PcapSource
+from xengine_block.frames import frames_to_natural
+from xengine_block.geometry import Geometry
+from xengine_block.outputs.uvh5 import StagedFile, UVH5WriteError, UVH5Writer
+from xengine_block.reference import reference_full, reference_triangle
+from xengine_block.reprocess.jobs import ReprocessOptions, reprocess
+from xengine_block.reprocess.tasks import summarise
+from xengine_block.runtime.pipeline import Pipeline, PipelineError
+from xengine_block.sim.fengine import FEngineSimulator, PointSource
+
+pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the files")
+ROOT = Path(__file__).resolve().parents[2]
+SKY = {"sync_time": 1780272000.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
+NANT, NPACKET, NDUMP = 4, 4, 6
+
+
+# ---------------------------------------------------------------------------- fault injection
+def full_disk(monkeypatch, limit: int) -> None:
+    """Every StagedFile lives on a disk of ``limit`` bytes: writes past it fail with ENOSPC
+    after writing what fits (as write(2) does), growing truncations too."""
+    pwrite, ftruncate = StagedFile._pwrite, StagedFile._ftruncate
+
+    def limited_pwrite(self, data, offset):
+        if offset + len(data) > limit:
+            if offset < limit:
+                pwrite(self, data[:limit - offset], offset)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        pwrite(self, data, offset)
+
+    def limited_ftruncate(self, size):
+        if size > limit:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        ftruncate(self, size)
+
+    monkeypatch.setattr(StagedFile, "_pwrite", limited_pwrite)
+    monkeypatch.setattr(StagedFile, "_ftruncate", limited_ftruncate)
+
+
+def fsize_limit(nbytes: int):
+    """preexec_fn: the child may not write files past ``nbytes`` (EFBIG, SIGXFSZ ignored)."""
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, resource.RLIM_INFINITY))
+    return apply
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess, path_part: str, code: str) -> None:
+    """Non-zero exit without a signal, one line naming the file and errno, no tracebacks."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode > 0, (proc.returncode, text[-3000:])
+    assert "Traceback" not in text and "Exception ignored" not in text, text[-3000:]
+    lines = [ln for ln in text.splitlines() if code in ln]
+    assert len(lines) == 1 and path_part in lines[0], text[-3000:]
+
+
+# ---------------------------------------------------------------------------- the writer
+def writer_inputs(nant: int = NANT):
+    array = default_array(nant)
+    g = Geometry(nstream=array.nstream, nchan=9, npacket=2)
+    x = frames_to_natural(random_frames(g, 2, seed=5), g)
+    return site_info(array), g, x
+
+
+def write_dumps(path: Path, n: int) -> tuple[UVH5Writer, list[int]]:
+    """Append up to ``n`` dumps (dump i = the reference triangle times i + 1) until one fails;
+    returns the writer and the committed file size after creation and after each dump."""
+    site, g, x = writer_inputs()
+    tri = reference_triangle(x)
+    w = UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
+    sizes = [w._io.size]
+    for i in range(n):
+        w.append(tri * (i + 1), np.full((1, g.nbaseline), 960), 960, 1.8e9 + i, 1.0)
+        sizes.append(w._io.size)
+    return w, sizes
+
+
+def assert_file_holds(path: Path, ndump: int) -> None:
+    """pyuvdata reads it (strict checks) with exactly ``ndump`` dumps of the right values."""
+    _, _, x = writer_inputs()
+    re, im = reference_full(x)
+    uv = pyuvdata.UVData.from_file(path)
+    uv.check(strict_uvw_antpos_check=True)
+    assert uv.Ntimes == ndump and uv.Nblts == ndump * uv.Nbls
+    for d in range(ndump):
+        assert np.array_equal(uv.get_data(0, 1, "xx")[d], (d + 1) * (re - 1j * im)[:, 0, 2])
+        assert np.array_equal(uv.get_data(1, 3, "yx")[d], (d + 1) * (re - 1j * im)[:, 3, 6])
+
+
+@pytest.fixture(scope="module")
+def sizes(tmp_path_factory) -> list[int]:
+    w, sizes = write_dumps(tmp_path_factory.mktemp("ok") / "ok.uvh5", 4)
+    w.close()
+    return sizes
+
+
+def test_writer_on_a_full_disk_raises_and_keeps_every_completed_dump(tmp_path, monkeypatch,
+                                                                      sizes, capfd):
+    # disks ending inside each dump's growth (and just before/after a dump's end)
+    limits = []
+    for j in range(3):
+        a, b = sizes[j], sizes[j + 1]
+        limits += [(j, a + 1), (j, (a + b) // 2), (j, b - 1)]
+    for keep, limit in limits:
+        path = tmp_path / f"f{limit}.uvh5"
+        with monkeypatch.context() as m:
+            full_disk(m, limit)
+            with pytest.raises(UVH5WriteError) as info:
+                write_dumps(path, 4)
+        err = info.value
+        assert err.errno == errno.ENOSPC and err.filename == str(path)
+        assert str(path) in str(err) and "ENOSPC" in str(err)
+        if keep == 0:  # no complete dump: no file
+            assert err.ndump is None and not path.exists()
+            continue
+        assert err.ndump == keep
+        assert path.stat().st_size == sizes[keep]  # cut back to the last complete dump
+        assert_file_holds(path, keep)
+    assert capfd.readouterr().err == ""  # nothing ignored or printed by h5py
+
+
+def test_writer_refuses_appends_after_a_failure_and_closes_quietly(tmp_path, monkeypatch,
+                                                                   sizes, capfd):
+    site, g, x = writer_inputs()
+    path = tmp_path / "f.uvh5"
+    full_disk(monkeypatch, (sizes[1] + sizes[2]) // 2)
+    w = UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
+    tri, valid = reference_triangle(x), np.full((1, g.nbaseline), 960)
+    w.append(tri, valid, 960, 1.8e9, 1.0)
+    with pytest.raises(UVH5WriteError, match="keeps the 1 dumps"):
+        w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
+    with pytest.raises(UVH5WriteError, match="ENOSPC") as info:
+        w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
+    import pickle  # e.g. a dask worker's error travelling back
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
+    w.close()
+    w.close()
+    assert_file_holds(path, 1)
+    assert capfd.readouterr().err == ""
+
+
+def test_writer_that_cannot_create_the_file_removes_it(tmp_path, monkeypatch, sizes):
+    path = tmp_path / "f.uvh5"
+    full_disk(monkeypatch, sizes[0] // 2)
+    site, _, _ = writer_inputs()
+    with pytest.raises(UVH5WriteError, match="file removed") as info:
+        UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
+    assert info.value.errno == errno.ENOSPC and not path.exists()
+
+
+@pytest.mark.parametrize("which", ["superblock", "publishing"])
+def test_failed_in_place_write_is_undone(tmp_path, monkeypatch, sizes, which):
+    """An in-place metadata write that fails (EIO) is rolled back: the file is the previous
+    dump's (the path a copy-on-write filesystem would take). The superblock is the first one,
+    the object headers that publish the dump the last (after the chunk B-tree nodes)."""
+    pwrite = StagedFile._pwrite
+    state = {"armed": False}
+
+    def hit(self, offset) -> bool:
+        return offset == 0 if which == "superblock" else 0 < offset < self.atomic_below
+
+    def flaky(self, data, offset):
+        if state["armed"] and offset < self.size and hit(self, offset):
+            state["armed"] = False
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        pwrite(self, data, offset)
+
+    monkeypatch.setattr(StagedFile, "_pwrite", flaky)
+    site, g, x = writer_inputs()
+    path = tmp_path / "f.uvh5"
+    w = UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
+    tri, valid = reference_triangle(x), np.full((1, g.nbaseline), 960)
+    for i in range(2):
+        w.append(tri * (i + 1), valid, 960, 1.8e9 + i, 1.0)
+    committed = path.read_bytes()
+    state["armed"] = True
+    with pytest.raises(UVH5WriteError, match="EIO"):
+        w.append(tri * 3, valid, 960, 1.8e9 + 2, 1.0)
+    assert not state["armed"]  # the chosen write was reached, and failed
+    assert path.read_bytes() == committed  # every in-place byte written before it put back
+    w.close()
+    assert path.stat().st_size == sizes[2]
+    assert_file_holds(path, 2)
+
+
+WRITER_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from tests.outputs.test_full_disk import write_dumps
+from pathlib import Path
+try:
+    write_dumps(Path(sys.argv[1]), 40)
+except OSError as exc:
+    print("error:", exc)
+"""
+
+
+def test_writer_past_a_file_size_limit_subprocess(tmp_path, sizes):
+    """Kernel-refused writes (RLIMIT_FSIZE, EFBIG): old code printed hundreds of "Exception
+    ignored" lines, left rows of zeros and counters ahead of the data, then segfaulted."""
+    path = tmp_path / "f.uvh5"
+    proc = subprocess.run([sys.executable, "-c", WRITER_SCRIPT, str(path), str(ROOT)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          preexec_fn=fsize_limit((sizes[2] + sizes[3]) // 2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert proc.stdout.count("EFBIG") == 1 and str(path) in proc.stdout
+    assert_file_holds(path, 2)
+
+
+# ---------------------------------------------------------------------------- pipelines
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> tuple[Path, np.ndarray, Geometry]:
+    array = default_array(NANT)
+    g = Geometry(nstream=array.nstream, nchan=9, npacket=NPACKET)
+    sim = FEngineSimulator(array, g, **SKY, sources=[PointSource.altaz(60, 10, 1.0)], seed=4)
+    frames = sim.frames(0, NDUMP * NPACKET)
+    pcap = tmp_path_factory.mktemp("rec") / "obs.pcap"
+    write_metadata(pcap, array, g, **SKY)
+    with pcap_sender(g, pcap) as s:
+        s.send_frames(frames, 0)
+    return pcap, frames, g
+
+
+def assert_pipeline_file(path: Path, frames: np.ndarray, g: Geometry, ndump: int) -> None:
+    uv = pyuvdata.UVData.from_file(path, file_type="uvh5")  # also NAME.uvh5.partial
+    uv.check(strict_uvw_antpos_check=True)
+    assert uv.Ntimes == ndump
+    for d in range(ndump):
+        re, im = reference_full(frames_to_natural(frames[d * NPACKET:(d + 1) * NPACKET], g))
+        assert np.array_equal(uv.get_data(0, 2, "xy")[d], (re - 1j * im)[:, 0, 5])
+
+
+def run_chain(pcap: Path, out: Path) -> tuple[Pipeline, object]:
+    from xengine_block.capture.recording import read_metadata
+    info = read_metadata(pcap)
+    with Pipeline() as p:
+        capture = CaptureBlock(PcapSource(str(pcap)), info.geometry, info.array, **info.sky)
+        chain = correlator_chain(capture, directory=out, backend="cpu", quicklook=True,
+                                 filename="obs.uvh5", geometry=info.geometry)
+        p.run()
+    return p, chain
+
+
+@pytest.fixture(scope="module")
+def chain_sizes(recording, tmp_path_factory) -> list[int]:
+    """File size after creation and after each dump of an unconstrained chain run."""
+    sizes = []
+    orig = UVH5Writer.append
+
+    def spy(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        sizes.append(self._io.size)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(UVH5Writer, "append", spy)
+    try:
+        run_chain(recording[0], tmp_path_factory.mktemp("full"))
+    finally:
+        mp.undo()
+    assert len(sizes) == NDUMP
+    return sizes
+
+
+def test_pipeline_stops_with_the_writer_error(recording, chain_sizes, tmp_path, monkeypatch,
+                                              caplog):
+    pcap, frames, g = recording
+    full_disk(monkeypatch, (chain_sizes[2] + chain_sizes[3]) // 2)
+    # the quick-look PNG cannot be written either (same full disk)
+    import matplotlib.figure
+
+    def no_space(self, fname, **kwargs):
+        Path(fname).write_bytes(b"")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", no_space)
+    with caplog.at_level(logging.WARNING), pytest.raises(PipelineError) as info:
+        run_chain(pcap, tmp_path)
+    msg = str(info.value)
+    assert info.value.block_name.startswith("UVH5WriterBlock"), msg
+    assert str(tmp_path / "obs.uvh5") in msg and "ENOSPC" in msg and "keeps the 3 dumps" in msg
+    assert_pipeline_file(tmp_path / "obs.uvh5", frames, g, 3)
+    assert not list(tmp_path.glob("*.png"))  # no empty PNG left behind
+    # the quick-look failure is one logged line, not the error reported, and no traceback
+    assert [r.levelno for r in caplog.records if "quick-look" in r.getMessage()] == [
+        logging.ERROR]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_quicklook_failure_alone_is_one_clear_error(recording, tmp_path, monkeypatch):
+    pcap, frames, g = recording
+    import matplotlib.figure
+
+    def no_space(self, fname, **kwargs):
+        Path(fname).write_bytes(b"")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", no_space)
+    _, chain = run_chain(pcap, tmp_path)  # the PNG failing does not stop the pipeline
+    [msg] = chain.quicklook.failures
+    assert "cannot write quick-look" in msg and str(tmp_path) in msg and "No space left" in msg
+    assert not list(tmp_path.glob("*.png"))
+    assert_pipeline_file(tmp_path / "obs.uvh5", frames, g, NDUMP)  # the writer finished
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "replayed"])
+def test_reprocess_onto_a_full_disk_reports_the_file_failed(recording, chain_sizes, tmp_path,
+                                                            monkeypatch, in_place):
+    """Either way of reading a clean recording (in place, or replayed through the capture)."""
+    pcap, frames, g = recording
+    full_disk(monkeypatch, (chain_sizes[1] + chain_sizes[2]) // 2)
+    [result] = reprocess([pcap], tmp_path, ReprocessOptions(backend="cpu", in_place=in_place),
+                         progress=None)
+    assert not result.ok
+    partial = tmp_path / "obs.uvh5.partial"
+    assert str(partial) in result.error and "ENOSPC" in result.error
+    assert not (tmp_path / "obs.uvh5").exists()  # never the final name
+    assert_pipeline_file(partial, frames, g, 2)
+    import io
+    out = io.StringIO()
+    assert summarise([result], out) is False
+    assert out.getvalue().startswith("FAILED") and str(partial) in out.getvalue()
+
+
+def test_fx_past_a_file_size_limit_exits_cleanly(tmp_path):
+    """fx.py in a subprocess whose writes stop at 160 kB (EFBIG): one line, exit 1, the file
+    keeps its complete dumps (old code: "Exception ignored" lines, then exit 139)."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / "fx.py"), "--nant", "8",
+                           "--npacket", "2", "--dumps", "12", "--transport", "inproc",
+                           "--backend", "cpu", "--monitor", "0", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          preexec_fn=fsize_limit(160_000))
+    [uvh5] = out.glob("*.uvh5")
+    assert_clean_failure(proc, str(uvh5), "EFBIG")
+    uv = pyuvdata.UVData.from_file(uvh5)
+    uv.check(strict_uvw_antpos_check=True)
+    assert 1 <= uv.Ntimes < 12 and f"keeps the {uv.Ntimes} dumps" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- real tmpfs
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 128 KiB tmpfs mounted on tmp_path/disk (root and a working mount needed)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.slow  # ~20 s; the fx.py path runs by default under RLIMIT_FSIZE above
+def test_fx_onto_a_full_tmpfs(tmpfs):
+    out = tmpfs / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / "fx.py"), "--nant", "8",
+                           "--npacket", "2", "--dumps", "16", "--transport", "inproc",
+                           "--backend", "cpu", "--monitor", "0", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    [uvh5] = out.glob("*.uvh5")
+    assert_clean_failure(proc, str(uvh5), "ENOSPC")
+    uv = pyuvdata.UVData.from_file(uvh5)
+    uv.check(strict_uvw_antpos_check=True)
+    assert 1 <= uv.Ntimes < 16 and f"keeps the {uv.Ntimes} dumps" in proc.stderr
+
+
+def test_reprocess_onto_a_full_tmpfs(tmpfs, tmp_path):
+    array = default_array(8)
+    g = Geometry(nstream=array.nstream, nchan=9, npacket=2)
+    sim = FEngineSimulator(array, g, **SKY, seed=1)
+    frames = sim.frames(0, 16 * 2)
+    pcap = tmp_path / "big.pcap"
+    write_metadata(pcap, array, g, **SKY)
+    with pcap_sender(g, pcap) as s:
+        s.send_frames(frames, 0)
+    out = tmpfs / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / "reprocess.py"), str(pcap),
+                           "-o", str(out), "--backend", "cpu"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    partial = out / "big.uvh5.partial"
+    assert_clean_failure(proc, str(partial), "ENOSPC")
+    assert "FAILED" in proc.stdout and "ok " not in proc.stdout
+    assert not (out / "big.uvh5").exists()
+    uv = pyuvdata.UVData.from_file(partial, file_type="uvh5")
+    uv.check(strict_uvw_antpos_check=True)
+    assert 1 <= uv.Ntimes < 16
+    for d in range(uv.Ntimes):
+        re, im = reference_full(frames_to_natural(frames[d * 2:(d + 1) * 2], g))
+        assert np.array_equal(uv.get_data(2, 5, "yy")[d], (re - 1j * im)[:, 5, 11])

@@ -1,0 +1,62 @@
+"""Old import paths of modules that moved, kept working for one release with a
+``DeprecationWarning`` naming the new path.
+
+The table is the one record of what moved where; an import of an old name gets the new module
+itself (one module object, so ``isinstance`` checks and module state are shared).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+#: old module name -> new module name (moved in 0.2; the old names go in the release after).
+MOVED: dict[str, str] = {
+    "xengine_block.layout": "xengine_block.frames",
+    "xengine_block.chain": "xengine_block.blocks.chain",
+    "xengine_block.blocks.xengine_input": "xengine_block.blocks.headers",
+    "xengine_block.bifrost.correlate": "xengine_block.bifrost.correlate_dropin",
+    "xengine_block.readers.correlate": "xengine_block.reprocess.recording_correlator",
+    "xengine_block.service.correlate": "xengine_block.service.live",
+    "xengine_block.service.sources": "xengine_block.service.endpoints",
+    "xengine_block.capture.sources": "xengine_block.capture.transports",
+    "xengine_block.outputs.quicklook": "xengine_block.outputs.quicklook_png",
+    "xengine_block.tools": "xengine_block.console",
+    "xengine_block.tools.argtypes": "xengine_block.console.argtypes",
+    "xengine_block.tools.progress": "xengine_block.console.progress",
+    "xengine_block.tools.benchmarking": "xengine_block.bench.correlator",
+    "xengine_block.tools.library_peers": "xengine_block.bench.peers",
+    "xengine_block.tools.machine_limits": "xengine_block.bench.machine",
+    "xengine_block.tools.reprocess": "xengine_block.reprocess.jobs",
+    "xengine_block.tools.tasks": "xengine_block.reprocess.tasks",
+}
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, new: str) -> None:
+        self.new = new
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warnings.warn(f"{spec.name} has moved to {self.new}; the old name will be removed in "
+                      f"the next release", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(self.new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the new module is already imported."""
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path, target=None):
+        new = MOVED.get(fullname)
+        return importlib.util.spec_from_loader(fullname, _Alias(new)) if new else None
+
+
+def install() -> None:
+    """Put the finder of the old names on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())

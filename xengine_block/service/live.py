@@ -1,0 +1,197 @@
+"""``xengine correlate``: the live correlator service of one X-engine instance.
+
+Order of work, so every mistake is reported before anything runs: the configuration is
+validated whole (:mod:`.config`), the output directory is checked writable, the UDP sockets are
+bound and groups joined (:mod:`.sources`), the pipeline is built (backend made), the metrics
+endpoint is bound; only then do threads start. On SIGTERM/SIGINT the source stops: frames under
+construction are delivered, the pipeline drains, the writer closes its file, the summary is
+printed and the process exits 0. A second signal, or a drain longer than ``drain_timeout``,
+stops every block at once (completed dumps are already on disk: each is flushed as written).
+
+Output files are named by their first dump's start time (``{prefix}{unix}.uvh5``) and never
+overwritten, so a restart continues into new files (``{prefix}{unix}-1.uvh5`` where a file of
+that start time exists: a restart on replayed data). One JSON line on stdout says when the
+instance receives (``{"event": "ready", ...}``, with the bound ports) and one when it has
+finished (``{"event": "summary", ...}``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..blocks.chain import CHAIN_BLOCKS, Chain, correlator_chain
+from ..capture.meerkat import MeerkatFormat
+from ..capture.receive import CaptureBlock
+from ..runtime.pipeline import Pipeline
+from .config import ServiceConfig
+from .endpoints import ServiceSource, SourceError
+from .metrics import CorrelatorCollector, MetricsServer, output_bytes
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(RuntimeError):
+    """The service cannot start (port, interface, directory...): one line saying why."""
+
+
+def check_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written there."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".xengine-write-test-"):
+            pass
+    except OSError as exc:
+        raise ServiceError(f"output directory {directory} is not writable: "
+                           f"{exc.strerror or exc}") from None
+
+
+class CorrelatorService:
+    """One instance: build with a validated config, then :meth:`run` until a signal."""
+
+    def __init__(self, config: ServiceConfig, *, stdout: TextIO | None = None,
+                 drain_timeout: float = 10.0) -> None:
+        self.config, self.drain_timeout = config, drain_timeout
+        self.stdout = stdout or sys.stdout
+        v = config.values
+        if v["directory"] is not None:
+            check_writable(v["directory"])
+        self.source = ServiceSource(v["sources"], interface=v["interface"],
+                                    buffer_size=v["buffer_bytes"])
+        try:
+            self.endpoints = self.source.bind()
+        except SourceError as exc:
+            raise ServiceError(str(exc)) from None
+        try:
+            self._build()
+        except BaseException:
+            self.source.close()
+            raise
+
+    def _build(self) -> None:
+        cfg, v = self.config, self.config.values
+        self.pipeline = Pipeline("correlate", monitor_interval=v["like_top_s"] or None)
+        with self.pipeline:
+            meerkat = isinstance(cfg.wire, MeerkatFormat)
+            # MeerKAT: sequences start on a dump boundary, so the first dump is whole.
+            align = cfg.dump_spectra // cfg.wire.spectra_per_heap if meerkat else 0
+            self.capture = CaptureBlock(self.source, cfg.wire, cfg.array, **cfg.sky,
+                                        chan0=v["chan0"], window=v["window"], align=align,
+                                        core=v["capture"])
+            backend, options = cfg.backend_choice
+            spead = None if v["spead"] is None else str(v["spead"])
+            self.chain: Chain = correlator_chain(
+                self.capture, directory=v["directory"], backend=backend,
+                backend_options=options, ninteg=v["ninteg"] or 1,
+                integration_spectra=v["integration_spectra"],
+                prefix=v["prefix"], dumps_per_file=cfg.dumps_per_file,
+                new_name_if_exists=True, quicklook=v["quicklook"],
+                geometry=None if meerkat else cfg.geometry, spead=spead,
+                spead_options={"samples_between_spectra": cfg.samples_between_spectra,
+                               "total_channels": cfg.total_channels,
+                               "rate_factor": v["spead_rate_factor"],
+                               "interface": v["interface"]},
+                cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]})
+        self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
+        self.metrics: MetricsServer | None = None
+        if v["metrics_port"] is not None:
+            try:
+                self.metrics = MetricsServer(self.collector, v["metrics_port"],
+                                             v["metrics_address"])
+            except OSError as exc:
+                raise ServiceError(f"metrics endpoint {v['metrics_address']}:"
+                                   f"{v['metrics_port']}: {exc.strerror or exc}") from None
+
+    def _say(self, event: str, **fields: Any) -> None:
+        print(json.dumps({"event": event, **fields}), file=self.stdout, flush=True)
+
+    def run(self) -> dict[str, Any]:
+        """Run until SIGTERM/SIGINT (from the main thread) or :meth:`stop`; the summary."""
+        errors: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                self.pipeline.run()
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                errors.append(exc)
+
+        self._signals = 0
+        self._stop_requested = threading.Event()
+        runner = threading.Thread(target=body, name="pipeline", daemon=True)
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old[sig] = signal.signal(sig, self._on_signal)
+        t0 = time.monotonic()
+        try:
+            runner.start()
+            self._wait(runner)
+            self.chain.close()  # the visibility stream's stop heap
+            if errors:
+                raise errors[0]
+            # said before the default handlers return, so a late SIGTERM finds it said
+            summary = self.summary(time.monotonic() - t0)
+            self._say("summary", **summary)
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            if self.metrics is not None:
+                self.metrics.close()
+            self.source.close()
+        return summary
+
+    def stop(self) -> None:
+        """Drain and finish (what SIGTERM does); callable from any thread."""
+        self._signals += 1
+        self._stop_requested.set()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop()
+
+    def _wait(self, runner: threading.Thread) -> None:
+        ready_said = False
+        handled = 0
+        deadline = None
+        while runner.is_alive():
+            runner.join(0.05)
+            if not ready_said and self.capture.receiving.is_set():
+                ready_said = True
+                self._say("ready", sources=[str(e) for e in self.endpoints],
+                          metrics_port=self.metrics.port if self.metrics else None,
+                          chan0=self.config.chan0, nchan=self.config.geometry.nchan)
+            if self._signals > handled:
+                handled = self._signals
+                if handled == 1:
+                    log.warning("stopping: draining the pipeline (signal again to stop now)")
+                    self.source.stop()
+                    deadline = time.monotonic() + self.drain_timeout
+                else:
+                    self.pipeline.shutdown()
+            if deadline is not None and time.monotonic() > deadline:
+                log.warning("drain took over %.0f s: stopping every block", self.drain_timeout)
+                self.pipeline.shutdown()
+                deadline = None
+
+    def summary(self, elapsed_s: float) -> dict[str, Any]:
+        w, spead = self.chain.writer, self.chain.spead
+        files = list(w.files) if w is not None else []
+        backend = self.chain.xengine.backend
+        return {
+            "elapsed_s": round(elapsed_s, 3),
+            "backend": backend.name if backend else None,
+            "chan0": self.config.chan0,
+            "dumps_written": w.dumps_written if w is not None else 0,
+            "files": [str(f) for f in files],
+            "bytes_written": output_bytes(files),
+            "spead": spead.spead_counters() if spead is not None else None,
+            "capture": self.collector.capture_counters(),
+            "blocks": {b.name: {k: round(x, 3) for k, x in b.perf.items()}
+                       for b in self.pipeline.blocks},
+        }
