@@ -59,4 +59,5 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Put the finder of the old names on ``sys.meta_path`` (once)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())  # before PathFinder: a stale directory of
+        # an old package (its __pycache__ left by a checkout) must not shadow the alias
