@@ -303,7 +303,7 @@ def _moved(chain: DmaChain) -> set[str]:
     return {bd.buffer for bd in chain.bds if bd.length}
 
 
-def _writers(plan: NpuPlan, chain: DmaChain) -> list[DmaChain]:
+def writers_of(plan: NpuPlan, chain: DmaChain) -> list[DmaChain]:
     """S2MM chains on the same tile that write the buffers ``chain`` reads."""
     return [c for c in plan.chains_of(chain.port.tile)
             if c.port.direction == S2MM and _moved(chain) & _moved(c)]
@@ -334,7 +334,7 @@ def plan_traffic(plan: NpuPlan) -> Traffic:
         for chain in plan.chains:
             if chain.port in known or chain.port.direction != MM2S:
                 continue
-            writers = [w for w in _writers(plan, chain) if w.port in known]
+            writers = [w for w in writers_of(plan, chain) if w.port in known]
             if chain.port.tile.kind == "mem" and writers:
                 laps = known[writers[0].port] / _lap_bytes(plan, writers[0])
                 known[chain.port], changed = round(laps * _lap_bytes(plan, chain)), True
@@ -347,7 +347,7 @@ def plan_traffic(plan: NpuPlan) -> Traffic:
         raise ValueError("the plan's shim tasks and flows do not reach the compute tiles")
     kernel_calls = known[a_port] // a_buf.nbytes
     mem_chain = next(c for c in plan.chains if a_port in dests.get(c.port, ()))
-    fills_per_lap = sum(1 for bd in _writers(plan, mem_chain)[0].bds if bd.length)
+    fills_per_lap = sum(1 for bd in writers_of(plan, mem_chain)[0].bds if bd.length)
     calls_per_lap = sum(1 for bd in mem_chain.bds if bd.length)
     return Traffic(port_bytes=known, inputs=frozenset(inputs), shim_inputs=shim_inputs,
                    n=a_buf.shape[0], m=b_buf.shape[0], t=a_buf.shape[1],
@@ -517,20 +517,9 @@ class Prediction:
         return self.main.plan
 
     @property
-    def traffic(self) -> Traffic:
-        return self.main.traffic
-
-    @property
     def kernel_cycles(self) -> int:
+        """Cycles of one kernel call (the published figure's event0 to event1)."""
         return self.main.kernel
-
-    @property
-    def core_cycles(self) -> int:
-        return self.main.core
-
-    @property
-    def ci4_on_tiles(self) -> bool:
-        return self.main.input_scale != 1.0
 
     @property
     def samples_per_group(self) -> int:
@@ -603,7 +592,8 @@ class Prediction:
         return notes
 
     def to_dict(self) -> dict:
-        g, tr, main = self.plan.geometry, self.traffic, self.main
+        main = self.main
+        g, tr = main.plan.geometry, main.traffic
         macs = 4 * tr.n * tr.m * tr.t
         return {
             "design": self.schedule.name, "device": self.device.name,
@@ -618,8 +608,8 @@ class Prediction:
             "npu_idle_fraction": self.idle_fraction,
             "kernel": {"n": tr.n, "m": tr.m, "t": tr.t, "vector_macs": macs,
                        "cycles": self.kernel_cycles, "mac_efficiency": macs / self.kernel_cycles,
-                       "ci4_unpacked_on_tiles": self.ci4_on_tiles,
-                       "core_cycles_per_call": self.core_cycles},
+                       "ci4_unpacked_on_tiles": main.input_scale != 1.0,
+                       "core_cycles_per_call": main.core},
             "kernel_call_cycles": {k: round(v, 1) for k, v in main.per_call.items()},
             "npu_call_seconds": main.device_s + self.launch_s,
             "launch_thread_seconds_per_call": self.launch_s,
@@ -785,7 +775,7 @@ def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) 
         if pred.msps > base.msps * (1 + MIN_GAIN):
             found.append({"name": change.name, "what": change.what, "status": change.status,
                           "msps": pred.msps, "gain": pred.msps / base.msps,
-                          "bottleneck": pred.bottleneck})
+                          "bottleneck": pred.bottleneck, "caveats": pred.caveats()})
     found.sort(key=lambda c: -c["gain"])
     sched, opts = schedule, {}
     for change in together:
@@ -797,5 +787,5 @@ def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) 
         found.append({"name": "all", "what": "these changes together: "
                       + ", ".join(c.name for c in together), "status": "",
                       "msps": pred.msps, "gain": pred.msps / base.msps,
-                      "bottleneck": pred.bottleneck})
+                      "bottleneck": pred.bottleneck, "caveats": pred.caveats()})
     return found

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .perfmodel import Prediction, figure
+from .perfmodel import Prediction, figure, writers_of
 from .plan import MM2S, S2MM, DmaChain, NpuPlan, Port, Tile
 
 
@@ -44,18 +44,13 @@ class Span:
         return self.start + self.duration
 
 
-def _moved(chain: DmaChain) -> set[str]:
-    return {bd.buffer for bd in chain.bds if bd.length}
-
-
 class _Schedule:
     def __init__(self, pred: Prediction) -> None:
-        self.pred, plan = pred, pred.plan
-        self.plan: NpuPlan = plan
-        tr, dev = pred.traffic, pred.device
-        self.scale = 0.5 if pred.ci4_on_tiles else 1.0
+        self.plan: NpuPlan = pred.plan
+        tr, dev = pred.main.traffic, pred.device
+        self.scale = pred.main.input_scale
         self.dma = dev.dma_bytes_per_cycle
-        self.sources = {d: f.source for f in plan.flows for d in f.dests}
+        self.sources = {d: f.source for f in self.plan.flows for d in f.dests}
         self.spans: list[Span] = []
         self.free: dict[tuple[Tile, str], float] = defaultdict(float)  # track -> free from
         # shim cycles per byte: its own rate, or its share of the shared input rate
@@ -93,13 +88,11 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
     if ncalls < 1:
         raise ValueError(f"ncalls must be >= 1, got {ncalls}")
     s = _Schedule(pred)
-    plan, tr = s.plan, pred.traffic
+    plan, tr = s.plan, pred.main.traffic
     chains = {c.port: c for c in plan.chains}
     mem_sends = [c for c in plan.chains if c.port.tile.kind == "mem" and c.port.direction == MM2S
                  and c.port in tr.inputs]
-    writers = {c.port: [w for w in plan.chains_of(c.port.tile)
-                        if w.port.direction == S2MM and _moved(w) & _moved(c)]
-               for c in mem_sends}
+    writers = {c.port: writers_of(plan, c) for c in mem_sends}
     dests = {f.source: f.dests for f in plan.flows}
     call_bytes = {c.port: tr.per_call(c.port) * s.scale for c in mem_sends}
     fill_of = {w.port: tr.port_bytes[w.port] * s.scale / tr.fills
@@ -134,7 +127,7 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
             ins = [p for p in (Port(core.tile, S2MM, 0), Port(core.tile, S2MM, 1))
                    if p in chains]
             ready = max(arrived[(p, k)] for p in ins)
-            span = s.busy(core.tile, "core", f"kernel {k}", "kernel", ready, pred.core_cycles)
+            span = s.busy(core.tile, "core", f"kernel {k}", "kernel", ready, pred.main.core)
             kernel_end[(core.tile, k)] = span.end
     _drain(s, chains, dests, pred)
     return s.spans
@@ -144,7 +137,7 @@ def _drain(s: _Schedule, chains: dict[Port, DmaChain], dests: dict[Port, tuple[P
            pred: Prediction) -> None:
     """Accumulators out after the last call: core MM2S -> memory tile (join) -> shim; the core
     zeroes them once they have left."""
-    tr = pred.traffic
+    tr = pred.main.traffic
     per_int = tr.kernel_calls // tr.integrations
     joined: dict[Port, float] = defaultdict(float)
     for core in s.plan.cores:
