@@ -235,11 +235,15 @@ def test_trace_tracks_never_overlap(device):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-9, (a, b)
 
 
-def test_trace_steady_state_is_the_model_period(seed_plan, published):
-    spans = perftrace.schedule(published, 40)
+@pytest.mark.parametrize("single_read", [False, True], ids=["as built", "single read"])
+def test_trace_steady_state_is_the_model_period(seed_plan, single_read):
+    pred = perfmodel.predict(seed_plan, XDNA2, host_schedule(SEED), diagonal_plan=(
+        single_read_diagonal(seed_plan) if single_read else None))
+    assert pred.main.limit == ("compute" if single_read else "ddr")
+    spans = perftrace.schedule(pred, 40)
     core = seed_plan.cores[0].tile
     starts = sorted(s.start for s in spans if s.tile == core and s.name.startswith("kernel"))
-    assert (starts[-1] - starts[-21]) / 20 == pytest.approx(published.main.period, rel=0.01)
+    assert (starts[-1] - starts[-21]) / 20 == pytest.approx(pred.main.period, rel=0.01)
 
 
 # ---------------------------------------------------------------------- command line

@@ -5,8 +5,9 @@ published post shows from a hardware trace: per tile and DMA channel, when data 
 the kernel runs and when accumulators go out. It replays the first ``ncalls`` kernel calls of
 one NPU call from an empty array, with the plan's own routes and buffer depths:
 
-- a shim input channel fills its memory-tile buffer (one packet of one channel, ``fill`` bytes)
-  once the memory tile has sent every call out of the fill two before (ping-pong);
+- a shim input channel fills the memory-tile buffers it feeds (one packet of one channel; a
+  fan-out feeds two at once) once they have sent every call out of the fill two before
+  (ping-pong);
 - a memory-tile MM2S sends call k to every compute tile it broadcasts to once all its writers
   have filled that buffer and every destination has freed its buffer k % 2 (kernel k - 2 done);
 - a core runs kernel k once A and B of call k have arrived and kernel k - 1 is done;
@@ -93,10 +94,12 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
     mem_sends = [c for c in plan.chains if c.port.tile.kind == "mem" and c.port.direction == MM2S
                  and c.port in tr.inputs]
     writers = {c.port: writers_of(plan, c) for c in mem_sends}
+    fed: dict[Port, list[tuple[Port, Port]]] = defaultdict(list)  # shim -> (writer, mem send)
+    for src, ws in writers.items():
+        for w in ws:
+            fed[s.sources[w.port]].append((w.port, src))
     dests = {f.source: f.dests for f in plan.flows}
     call_bytes = {c.port: tr.per_call(c.port) * s.scale for c in mem_sends}
-    fill_of = {w.port: tr.port_bytes[w.port] * s.scale / tr.fills
-               for ws in writers.values() for w in ws}
     kernel_end: dict[tuple[Tile, int], float] = {}
     fill_end: dict[tuple[Port, int], float] = {}
     sent_end: dict[tuple[Port, int], float] = {}  # mem MM2S port, call -> end
@@ -104,16 +107,17 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
     per_fill = tr.mem_fill_calls
     for k in range(ncalls):
         f = k // per_fill
+        if k % per_fill == 0:  # each shim stream fills buffer f % 2 of every writer it feeds
+            for shim, targets in fed.items():
+                free_at = max(sent_end.get((src, (f - 1) * per_fill - 1), 0.0)
+                              for _, src in targets)
+                span = s.busy(shim.tile, _track(shim), f"fill {f}", "dma_in", free_at,
+                              tr.port_bytes[shim] * s.scale / tr.fills * s.shim_cpb[shim])
+                for w, _ in targets:
+                    s.mirror(w, span, f"fill {f}")
+                    fill_end[(w, f)] = span.end
         for chain in mem_sends:
             src = chain.port
-            if k % per_fill == 0:  # the writers fill buffer f % 2 (ping-pong)
-                free_at = sent_end.get((src, (f - 1) * per_fill - 1), 0.0)
-                for w in writers[src]:
-                    shim = s.sources[w.port]
-                    span = s.busy(shim.tile, _track(shim), f"fill {f}", "dma_in", free_at,
-                                  fill_of[w.port] * s.shim_cpb[shim])
-                    s.mirror(w.port, span, f"fill {f}")
-                    fill_end[(w.port, f)] = span.end
             ready = max(fill_end[(w.port, f)] for w in writers[src])
             for d in dests[src]:
                 ready = max(ready, kernel_end.get((d.tile, k - 2), 0.0))
