@@ -24,13 +24,15 @@ How a prediction is made, for one channel group (``nchan_pkt`` channels of P pac
    them to leave, then zeroes them), the pipeline fill before the first kernel call and the last
    output drain, plus, on a host-driven device, the launch thread's work between calls (XRT
    launch latency, polling, output sync, output placement), which the NPU waits for.
-5. Per channel group: the NPU calls (one per block pair), against the host's sync thread and
-   fill thread (copy / ci4 unpack), which run beside it; on a PL-fed device (AIE-ML v2) the
-   array holds ``columns // plan columns`` copies of the plan working on different calls, and
-   the wire (external IO) bounds the unique input bytes.
+5. Per channel group: the NPU calls (one per block pair), against what runs beside them: the
+   host's sync thread, fill thread (copy / ci4 unpack), a placement thread, and for a Python
+   loop over pyxrt the syncs and placements taking turns on the GIL; on a PL-fed device
+   (AIE-ML v2) the array holds ``columns // plan columns`` copies of the plan working on
+   different calls, and the wire (external IO) bounds the unique input bytes.
 
 Each term's own limit is reported in Msps (samples per second of all the group's channels,
-the published convention); the lowest names the bottleneck.
+the published convention); :attr:`Prediction.bottleneck` names the one that holds the rate.
+:func:`design_changes` prices the changes that would lift it.
 """
 
 from __future__ import annotations
