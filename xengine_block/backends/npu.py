@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import Geometry
+from ..geometry import SEED, Geometry
 from ..npu import hostio
 from ..npu.artifacts import (
     A_GROUP,
@@ -88,9 +88,11 @@ from ..npu.blockpairs import (
     correlate_layout_calls,
     frames_are_input,
 )
+from ..npu.perfmodel import HostSchedule, Prediction, predict
+from ..npu.plan import build_plan
 from ..runtime.memory import bytes_at
 from ..sample_layout import SampleLayout
-from .base import Backend, BackendUnavailable
+from .base import Backend, BackendUnavailable, device_geometry
 
 PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
               "(mainline Linux 6.14+) and `source /opt/xilinx/xrt/setup.sh` "
@@ -160,6 +162,48 @@ class _HostBo:
     subs: dict[int, Any]  # offset -> sub-buffer of the input size (cached)
 
 
+#: Default sleep between polls of a running kernel's state (``NpuBackend(poll_s=...)``).
+POLL_S = 0.0005
+
+
+def host_schedule(geometry: Geometry) -> HostSchedule:
+    """How this backend drives the NPU for one channel group of ``geometry``, as the
+    performance model (:mod:`xengine_block.npu.perfmodel`) counts it: one NPU call per block
+    pair; the sync thread syncs one input buffer per stream block (diagonal pairs pass it as A
+    and B); the caller's thread copies frames into the buffers unless they are the NPU input
+    layout (zero copy), and for ci4 first unpacks them (``HostUnpack``); the launch thread
+    polls every :data:`POLL_S` and places each output in the triangle before the next run;
+    pyxrt holds the GIL through each sync (module docstring)."""
+    design = design_geometry(device_geometry(geometry))
+    nblock = geometry.npu_nblock
+    fill: list[tuple[str, int]] = []
+    if geometry.ci4:
+        fill.append(("ci4_unpack", geometry.nstream * design.nchan_pkt * design.npacket
+                     * design.nspectra_pkt))
+    if not frames_are_input(geometry):
+        fill.append(("copy", nblock * design.npu_in_bytes))
+    return HostSchedule(name="ours", nstream=geometry.nstream,
+                        sample_bits=geometry.sample_bits,
+                        npu_calls=len(geometry.npu_block_pairs), diagonal_calls=nblock,
+                        sync_bytes=nblock * design.npu_in_bytes, fill=tuple(fill),
+                        place="launch", poll_s=POLL_S, gil=True)
+
+
+def predicted(geometry: Geometry = SEED, device: str = "xdna2") -> Prediction:
+    """This backend's predicted rate for ``geometry`` on ``device`` (modelled, not measured):
+    the plan it would build, driven as :func:`host_schedule` says."""
+    return predict(build_plan(design_geometry(device_geometry(geometry))), device,
+                   host_schedule(geometry))
+
+
+def predicted_rate(geometry: Geometry = SEED, device: str = "xdna2") -> str:
+    """One line quoting :func:`predicted`, marked as predicted, not measured."""
+    p = predicted(geometry, device)
+    return (f"predicted, not measured: {p.msps:.1f} Msps at S = {geometry.nstream} "
+            f"ci{geometry.sample_bits} on {device} (bound by {p.bottleneck}; "
+            f"xengine npu-model)")
+
+
 #: Sub-buffers cached per host BO (offsets repeat lap after lap in a ring of whole gulps).
 MAX_SUB_BOS = 64
 
@@ -196,7 +240,7 @@ class NpuBackend(Backend, BlockPairExecutor):
     def __init__(self, geometry: Geometry, *, xrt: Any = None,
                  build_dir: str | os.PathLike | None = None, nring: int = 4,
                  share_diagonal: bool = True, device_index: int = 0,
-                 timeout_s: float = 60.0, poll_s: float = 0.0005) -> None:
+                 timeout_s: float = 60.0, poll_s: float = POLL_S) -> None:
         super().__init__(geometry)
         self._xrt = import_pyxrt() if xrt is None else xrt
         art, why = find_artifacts(geometry, build_dir)

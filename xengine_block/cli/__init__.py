@@ -22,8 +22,10 @@ from ..console import argtypes
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: dict[str, Command] = {}
-#: The subcommand modules of this package, in the order ``xengine --help`` lists them.
-SUBCOMMANDS = ("bench", "backends", "quicklook", "record", "reprocess", "correlate", "combine")
+#: The subcommands, in the order ``xengine --help`` lists them; each is the module of its name
+#: with ``-`` as ``_`` (``npu-model``: ``cli/npu_model.py``).
+SUBCOMMANDS = ("bench", "backends", "npu-model", "quicklook", "record", "reprocess", "correlate",
+               "combine")
 
 
 def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Import the modules that add subcommands (a missing optional extra only hides its own).
     for module in SUBCOMMANDS:
         try:
-            importlib.import_module(f"{__name__}.{module}")
+            importlib.import_module(f"{__name__}.{module.replace('-', '_')}")
         except ImportError as exc:
             logging.getLogger(__name__).debug("subcommand module %s not loaded: %s", module, exc)
     parser = argtypes.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])

@@ -1,4 +1,5 @@
-"""``xengine backends``: which correlator backends run here, and why."""
+"""``xengine backends``: which correlator backends run here, and why; the NPU's predicted rate
+(the performance model's, since no NPU has measured it)."""
 
 from __future__ import annotations
 
@@ -12,5 +13,8 @@ def run(a: argparse.Namespace) -> int:
     from ..backends import availability, choose_backend
     for name, (ok, reason) in availability().items():
         print(f"{name:10s} {'yes' if ok else 'no ':3s}  {reason}")
+        if name == "npu":
+            from ..backends.npu import predicted_rate
+            print(f"{'':10s} {'':3s}  {predicted_rate()}")
     print("auto ->", *choose_backend("auto"))
     return 0

@@ -688,3 +688,30 @@ def build_plan(g: Geometry, *, validate: bool = True) -> NpuPlan:
     if validate:
         plan.validate()
     return plan
+
+
+def single_read_diagonal(plan: NpuPlan) -> NpuPlan:
+    """The plan for a diagonal block pair (A = B, one input buffer passed twice): host memory
+    read once instead of twice.
+
+    Shim tile k's A task reads streams ``4N k .. 4N (k+1)`` (half of row k // 2's A streams)
+    and column k's B task reads streams ``8M k .. 8M (k+1)`` with the same pattern; when
+    N = 2M and there are twice as many columns as rows these are the same bytes in the same
+    order, and the B memory tile writes them with the same pattern as the A memory tile. So
+    the B tasks go and each A task's flow fans out to the B memory tile of column k as well
+    (a one-to-many static flow); the ``b`` argument is not read. Everything below the memory
+    tiles is unchanged. Not yet built into an xclbin or chosen by the NPU backend: the
+    emulator checks it (``tests/test_npu_perfmodel.py``), the performance model prices it.
+    """
+    g = plan.geometry
+    if g.tile_n != 2 * g.tile_m or g.cols != 2 * g.rows:
+        raise ValueError(f"A and B shim reads coincide only for N = 2M and cols = 2 rows; got "
+                         f"N={g.tile_n}, M={g.tile_m}, {g.rows} x {g.cols}")
+    extra = {Port(b_shim_tile(col), MM2S, SHIM_A_MM2S):
+             Port(b_mem_tile(col), S2MM, b_mem_channel(col)) for col in range(g.cols)}
+    flows = tuple(Flow(f.source, f.dests + (extra[f.source],)) if f.source in extra else f
+                  for f in plan.flows if f.source.channel != SHIM_B_MM2S
+                  or f.source.tile.kind != "shim")
+    tasks = tuple(t for t in plan.tasks if not (t.port.direction == MM2S
+                                                and t.port.channel == SHIM_B_MM2S))
+    return plan.replace(flows=flows, tasks=tasks)
