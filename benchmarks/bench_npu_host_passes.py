@@ -27,11 +27,11 @@ from functools import partial
 
 import numpy as np
 
+from xengine_block.bench.machine import interleaved_best, machine_identity, write_results
+from xengine_block.frames import unpack_frames
 from xengine_block.geometry import SEED
-from xengine_block.layout import unpack_frames
 from xengine_block.npu import hostio
 from xengine_block.npu.blockpairs import BlockPairJob
-from xengine_block.tools.machine_limits import interleaved_best, machine_identity, write_results
 
 
 def passes(npacket: int) -> dict[str, tuple[int, object, int]]:

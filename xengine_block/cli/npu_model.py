@@ -7,8 +7,8 @@ import argparse
 import json
 import sys
 
-from ..tools import argtypes
-from ..tools.argtypes import UsageError
+from ..console import argtypes
+from ..console.argtypes import UsageError
 from . import command
 
 DEVICE_NAMES = ("xdna2", "aie-ml-v2")

@@ -11,17 +11,16 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from tests.conftest import random_frames
 from xengine_block.backends.npu import host_schedule, predicted, predicted_rate
 from xengine_block.cli import main
+from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import SEED, small_test_geometry
-from xengine_block.layout import frames_to_natural
 from xengine_block.npu import hostio, perfmodel, perftrace
 from xengine_block.npu.blockpairs import BlockPairJob
 from xengine_block.npu.emulate import PlanEmulator
 from xengine_block.npu.plan import Port, build_plan, single_read_diagonal
 from xengine_block.reference import reference_triangle
-
-from .conftest import random_frames
 
 XDNA2 = perfmodel.DEVICES["xdna2"]
 VERSAL = perfmodel.DEVICES["aie-ml-v2"]
