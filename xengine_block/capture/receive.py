@@ -225,8 +225,8 @@ class Capture:
         self._pending: deque[spead2.recv.Chunk] = deque()  # handed to spead2, in slot order
         self._fast: tuple[int, int, int, int] | None = None  # (record, frame id, offset, NEPOCH)
         self._area_end = 1 << 62  # the start-up area's end, a chunk id (set at the first one)
-        self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
-                                 0)
+        self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences",
+                                  "restarts"), 0)
         self._stopped = False
         self._started = False
         # stop() ends the stream through this queue: a reader's end makes spead2 flush the
@@ -360,6 +360,7 @@ class Capture:
         lay = self.layout
         k = lay.chunk_frames
         current = -1  # record number of the sequence last delivered
+        end = -1  # the frame after the last one delivered
         area_end = -1  # chunk id after the start-up area (known once a first chunk arrives)
         held: list[spead2.recv.Chunk] = []
         try:
@@ -391,8 +392,12 @@ class Capture:
                     if frame_id is not None:
                         new_sequence = number != current
                         if new_sequence and current >= 0:
-                            log.warning("capture resynchronised: frame %d", frame_id)
-                        current = number
+                            restart = frame_id < end
+                            self._py["restarts"] += restart
+                            log.warning("capture resynchronised %s: frame %d to frame %d%s",
+                                        "back" if restart else "forward", end - 1, frame_id,
+                                        " (the F-engines restarted)" if restart else "")
+                        current, end = number, frame_id + nframe
                         nheap = int(np.count_nonzero(present))
                         if nheap < lay.chunk_heaps:  # zero missing heaps: no stale data
                             data.reshape(lay.chunk_heaps, lay.heap_bytes)[present == 0] = 0
