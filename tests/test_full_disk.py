@@ -41,7 +41,7 @@ from xengine_block.sim.fengine import FEngineSimulator, PointSource
 from xengine_block.tools.reprocess import ReprocessOptions, reprocess
 from xengine_block.tools.tasks import summarise
 
-from .conftest import random_frames
+from .conftest import mounted_tmpfs, random_frames
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the files")
 ROOT = Path(__file__).resolve().parents[1]
@@ -450,18 +450,8 @@ def test_fx_past_a_file_size_limit_exits_cleanly(tmp_path):
 @pytest.fixture
 def tmpfs(tmp_path):
     """A 128 KiB tmpfs mounted on tmp_path/disk (root and a working mount needed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "128k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 @pytest.mark.slow  # ~20 s; the fx.py path runs by default under RLIMIT_FSIZE above

@@ -580,6 +580,15 @@ class CaptureBlock(SourceBlock):
         #: start-up.
         self.receiving = threading.Event()
 
+    def set_sky(self, **fields: float) -> None:
+        """New header fields (``sync_time``...) for the sequences begun from now on (e.g. the
+        F-engines re-armed with a new sync time: their restart begins a sequence); safe while
+        running (the fields are replaced whole, never seen half-changed)."""
+        unknown = sorted(set(fields) - set(self.sky))
+        if unknown:
+            raise ValueError(f"no header field {unknown[0]!r} to set (fields: {sorted(self.sky)})")
+        self.sky = {**self.sky, **{k: float(v) for k, v in fields.items()}}
+
     def capture_counters(self) -> dict[str, int]:
         """Capture counters summed over every source so far (safe while running)."""
         out = dict(self._totals)
