@@ -400,6 +400,16 @@ def test_capture_block_resync_gives_two_sequences():
     assert cap.capture_counters()["sequences"] == 2
 
 
+def test_capture_block_set_sky_replaces_header_fields_and_names_a_wrong_one():
+    with Pipeline():
+        cap = CaptureBlock(InprocSource(spead2.InprocQueue()), G, ARRAY, chan0=CHAN0, **SKY)
+    before = cap.sky
+    cap.set_sky(sync_time=1.9e9)
+    assert cap.sky == {**SKY, "sync_time": 1.9e9} and before["sync_time"] == SKY["sync_time"]
+    with pytest.raises(ValueError, match="no header field 'sync'"):
+        cap.set_sky(sync=1.0)
+
+
 def test_one_forged_start_heap_costs_no_real_data():
     """Issue 22.1: the first heap of a capture (CaptureBlock defaults, no start_timestamp)
     claims a far-future time, then the F-engines send 24 frames. Before, the quorum overruled
