@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,24 @@ def needs_proc_udp() -> None:
 
     if not any(os.path.exists(p) for p in PROC_UDP):
         pytest.skip(f"no {' or '.join(PROC_UDP)}: the kernel's per-socket drops are Linux's")
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``: "128k", "1m") on the new directory ``where``,
+    unmounted afterwards: a disk that really fills. Skips, saying why, unless this runs as
+    root and the mount works (CI and the development machines run as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:

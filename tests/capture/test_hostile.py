@@ -281,6 +281,30 @@ def test_far_future_bursts_midstream_are_not_followed():
                               out_of_window=nfuture)
 
 
+def test_old_heaps_midstream_are_not_followed():
+    """Old heaps vote for a restart as far-future ones vote for a jump (the F-engines re-armed
+    and fell back), and move nothing unless they are the F-engines: a burst of one whole old
+    frame (every stream id), three senders replaying old frames, one forged old heap, and at
+    the end a whole frame re-sent late (its frame is that burst's candidate's too, so two of
+    its frames hold a quorum, but the real streams went on meanwhile): counted, not followed."""
+    frames = make_frames(12, seed=20)
+    dg = heaps(frames)
+    good = list(dg.values())
+    old_frames = make_frames(4, seed=21)
+    burst = list(heaps(old_frames[:1], t0=0, cnt0=8000).values())  # frame 0: before the start
+    few = [pkt for (f, i), pkt in heaps(old_frames, t0=0, cnt0=8100).items() if i in (3, 8, 12)]
+    forged = raw_heap(8200, 1, 5, bytes(PB))
+    late = list(heaps(frames[1:2], t0=T0 + STEP, cnt0=8300).values())  # frame 5, head 15
+    cut = 8 * NHEAP  # the head is frame 11: frames 0-3 are window + more behind it
+    seq = good[:cut] + burst + [forged]
+    seq += [x for pair in zip(few, good[cut:cut + len(few)], strict=True) for x in pair]
+    seq += good[cut + len(few):] + late
+    out, c, _ = capture_udp(seq, len(seq))
+    check_output(out, frames, 4, 15, set(dg))
+    assert c == zero_counters(heaps=12 * NHEAP, frames=12, sequences=1, packets=len(seq),
+                              before_start=len(burst) + len(few) + 1, late=len(late))
+
+
 def test_heaps_aimed_ahead_cost_no_real_data():
     """Correct heaps sent early, 3 and 8 frames ahead, in the middle of a frame. Before: the
     head jumped with them and the frames under construction became late. Now heaps within

@@ -12,7 +12,7 @@ import spead2.send
 
 from tests.conftest import needs_proc_udp
 from xengine_block.array import default_array
-from xengine_block.capture.placement import COUNTERS, CaptureLayout
+from xengine_block.capture.placement import COUNTERS, CaptureLayout, _State
 from xengine_block.capture.receive import Capture, CaptureBlock, capture_frames
 from xengine_block.capture.sockets import socket_drops
 from xengine_block.capture.spead import (
@@ -227,7 +227,79 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
     # of 1002 and all of 1003 are before the new start.
     assert (c["out_of_window"], c["before_start"], c["sequences"]) == (1 + NHEAP + 33,
                                                                       NHEAP - 33 + NHEAP, 2)
-    assert (c["heaps"], c["missing"]) == (5 * NHEAP, 0)
+    assert (c["heaps"], c["missing"], c["restarts"]) == (5 * NHEAP, 0, 0)  # forward: no restart
+
+
+@pytest.mark.parametrize("first", [0, 1000], ids=["back_to_the_start", "back_before_it"])
+def test_restart_back_is_followed_as_a_jump_forward_is(first, caplog):
+    """The F-engines run 40 frames from frame ``first``, re-arm and start again from frame 0
+    (the sync time unchanged). Before, every heap after that was late (or before_start) and
+    nothing more was delivered. Now the old frames vote as far-ahead ones do: once two frames
+    hold a quorum while the old time base is silent, a new sequence begins at the next aligned
+    frame (2), one log line says so and ``restarts`` counts it."""
+    sim = simulator(seed=6)
+    a, b = sim.frames(480 * first, 40), sim.frames(0, 20)
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    for part, t, cnt in ((a, 480 * first, 1), (b, 0, 10 ** 6)):
+        for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=cnt):
+            sink.send(pkt)
+    sink.close()
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0)
+    with caplog.at_level("WARNING"):
+        out = list(cap)
+    assert [f.time_tag // 480 for f in out] == [*range(first, first + 40), *range(2, 20)]
+    assert [f.time_tag // 480 for f in out if f.new_sequence] == [first, 2]
+    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[2:]]))
+    c = cap.counters()
+    # frame 0 and 33 heaps of frame 1 vote (counted where they fell: late within the old
+    # sequence, before_start before it); the rest of frame 1 is before the new start
+    voted = "late" if first == 0 else "before_start"
+    rest = {"late": 0, "before_start": NHEAP - 33}
+    rest[voted] += NHEAP + 33
+    assert c == zero_counters(heaps=58 * NHEAP, frames=58, sequences=2, restarts=1,
+                              packets=60 * NHEAP, **rest)
+    [line] = [r.getMessage() for r in caplog.records if "resynchronised" in r.getMessage()]
+    assert f"back: frame {first + 39} to frame 2" in line and "restarted" in line
+
+
+def test_heaps_just_before_a_new_start_do_not_vote_it_again():
+    """After a jump forward the new sequence starts at the next aligned frame (align 8: 1008
+    after a vote ending at 1002); frames 1003-1007 are before that start, and must not vote for
+    a time base of their own: it would win (the new sequence has nothing yet) and begin the
+    same sequence again, past spead2's window."""
+    sim = simulator(seed=9)
+    a, b = sim.frames(0, 4), sim.frames(480 * 1001, 12)
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    for part, t in ((a, 0), (b, 480 * 1001)):
+        for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=1 + t):
+            sink.send(pkt)
+    sink.close()
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, align=8)
+    out = list(cap)
+    assert [f.time_tag // 480 for f in out] == [0, 1, 2, 3, *range(1008, 1013)]
+    assert np.array_equal(np.stack([f.frame for f in out]), np.concatenate([a, b[7:]]))
+    assert int(cap._state[_State.NEPOCH]) == 2  # two sequences recorded, none begun twice
+    c = cap.counters()
+    assert (c["sequences"], c["restarts"], c["before_start"]) == (2, 0, 6 * NHEAP - 33)
+
+
+def test_explicit_start_is_a_floor_a_restart_never_falls_below():
+    """With ``start_timestamp`` frames before it are before_start for good: F-engines that
+    restart from 0 under a start at frame 1000 are not followed there."""
+    sim = simulator(seed=7)
+    a, b = sim.frames(480 * 1000, 6), sim.frames(0, 6)
+    queue = spead2.InprocQueue()
+    sink = InprocDatagramSink(queue)
+    for part, t, cnt in ((a, 480 * 1000, 1), (b, 0, 10 ** 6)):
+        for *_, pkt in frame_datagrams(part, G, t, chan0=CHAN0, cnt0=cnt):
+            sink.send(pkt)
+    sink.close()
+    cap = capture_frames(InprocSource(queue), G, chan0=CHAN0, start_timestamp=480 * 1000)
+    assert [f.time_tag // 480 for f in cap] == list(range(1000, 1006))
+    c = cap.counters()
+    assert (c["before_start"], c["sequences"], c["restarts"]) == (6 * NHEAP, 1, 0)
 
 
 def test_repeated_frame_datagrams_equal_those_built_one_by_one():
@@ -325,6 +397,16 @@ def test_capture_block_resync_gives_two_sequences():
     assert [h[1]["name"] for h in sink.headers] == ["capture-0.mask", "capture-960960.mask"]
     assert np.array_equal(np.concatenate(sink.frames), np.concatenate([a, b[2:]]))
     assert cap.capture_counters()["sequences"] == 2
+
+
+def test_capture_block_set_sky_replaces_header_fields_and_names_a_wrong_one():
+    with Pipeline():
+        cap = CaptureBlock(InprocSource(spead2.InprocQueue()), G, ARRAY, chan0=CHAN0, **SKY)
+    before = cap.sky
+    cap.set_sky(sync_time=1.9e9)
+    assert cap.sky == {**SKY, "sync_time": 1.9e9} and before["sync_time"] == SKY["sync_time"]
+    with pytest.raises(ValueError, match="no header field 'sync'"):
+        cap.set_sky(sync=1.0)
 
 
 def test_one_forged_start_heap_costs_no_real_data():

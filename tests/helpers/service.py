@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from xengine_block.capture.spead import frame_datagrams
+from xengine_block.geometry import Geometry
 from xengine_block.service.instances import CorrelateProcess as Instance  # noqa: F401
 from xengine_block.service.instances import toml_text
 
@@ -43,3 +49,19 @@ def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     return e
+
+
+def send(frames: np.ndarray, g: Geometry, port: int, time_tag: int = 0, pace_s: float = 0.002,
+         extra: list[bytes] = ()) -> int:
+    """An independent sender: prebuilt datagrams over a plain socket; returns packets sent.
+
+    ``extra`` datagrams go right after the first frame's (inside the reorder window)."""
+    datagrams = [d for *_, d in frame_datagrams(frames, g, time_tag)]
+    per_frame = g.nstream * g.nchan // g.nchan_pkt
+    datagrams[per_frame:per_frame] = list(extra)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for i, d in enumerate(datagrams):
+            s.sendto(d, ("127.0.0.1", port))
+            if i % per_frame == per_frame - 1:
+                time.sleep(pace_s)
+    return len(datagrams)

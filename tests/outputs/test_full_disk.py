@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import random_frames
+from tests.conftest import mounted_tmpfs, random_frames
 from xengine_block.array import default_array
 from xengine_block.blocks.chain import correlator_chain
-from xengine_block.blocks.writer import site_info
+from xengine_block.blocks.writer import UVH5WriterBlock, site_info
 from xengine_block.capture.receive import CaptureBlock
-from xengine_block.capture.recording import write_metadata
+from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.capture.spead import pcap_sender
 from xengine_block.capture.transports import PcapSource
 from xengine_block.frames import frames_to_natural
@@ -264,13 +264,18 @@ def assert_pipeline_file(path: Path, frames: np.ndarray, g: Geometry, ndump: int
         assert np.array_equal(uv.get_data(0, 2, "xy")[d], (re - 1j * im)[:, 0, 5])
 
 
-def run_chain(pcap: Path, out: Path) -> tuple[Pipeline, object]:
-    from xengine_block.capture.recording import read_metadata
+def run_chain(pcap: Path, out: Path, retry_s: float | None = None,
+              **chain_kw) -> tuple[Pipeline, object]:
+    """The recording through the chain into ``out`` (quick-looks, ``obs.uvh5`` unless
+    ``chain_kw`` says otherwise; ``retry_s``: the writer's)."""
     info = read_metadata(pcap)
+    chain_kw = {"quicklook": True, "filename": "obs.uvh5", **chain_kw}
     with Pipeline() as p:
         capture = CaptureBlock(PcapSource(str(pcap)), info.geometry, info.array, **info.sky)
-        chain = correlator_chain(capture, directory=out, backend="cpu", quicklook=True,
-                                 filename="obs.uvh5", geometry=info.geometry)
+        chain = correlator_chain(capture, directory=out, backend="cpu", geometry=info.geometry,
+                                 **chain_kw)
+        if retry_s is not None:
+            chain.writer.retry_s = retry_s
         p.run()
     return p, chain
 
@@ -336,6 +341,75 @@ def test_quicklook_failure_alone_is_one_clear_error(recording, tmp_path, monkeyp
     assert_pipeline_file(tmp_path / "obs.uvh5", frames, g, NDUMP)  # the writer finished
 
 
+def failing_for_a_while(monkeypatch, code: int, dumps: range) -> dict[str, int]:
+    """The disk refuses writes (errno ``code``) while the writer block handles the dumps in
+    ``dumps`` (by their order, from 0); returns the number of dumps handled and of writes
+    refused so far."""
+    seen = {"dumps": 0, "refused": 0}
+    pwrite, write = StagedFile._pwrite, UVH5WriterBlock._write
+
+    def refusing(self, data, offset):
+        if seen["dumps"] - 1 in dumps:
+            seen["refused"] += 1
+            raise OSError(code, os.strerror(code))
+        pwrite(self, data, offset)
+
+    def counting(self, *args):
+        seen["dumps"] += 1
+        write(self, *args)
+
+    monkeypatch.setattr(StagedFile, "_pwrite", refusing)
+    monkeypatch.setattr(UVH5WriterBlock, "_write", counting)
+    return seen
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.EDQUOT],
+                         ids=errno.errorcode.get)
+def test_writer_that_skips_counts_dumps_and_resumes_into_a_new_file(recording, tmp_path,
+                                                                    monkeypatch, caplog, code):
+    """``on_write_error="skip"`` (the live service's): dumps 2 and 3 cannot be written; the
+    first file keeps dumps 0-1, the failures are counted and logged once, and dump 4 goes into
+    a new file with everything after it, exact. (``"stop"``, the default, is what fx.py and
+    reprocessing keep: test_pipeline_stops_with_the_writer_error and the tests after it.)"""
+    pcap, frames, g = recording
+    seen = failing_for_a_while(monkeypatch, code, range(2, 4))
+    with caplog.at_level(logging.WARNING):  # every dump tries (the service: once a second)
+        _, chain = run_chain(pcap, tmp_path, retry_s=0.0, quicklook=False, filename=None,
+                             on_write_error="skip")
+    w = chain.writer
+    assert w.writer_counters() == {"dumps_written": 4, "dumps_not_written": 2,
+                                   "write_failures": 1}
+    assert w.write_error is None and seen["refused"] == 2  # one attempt per failing dump
+    first, second = w.files
+    assert sorted(tmp_path.glob("*.uvh5")) == sorted(w.files)  # no file of the failed tries
+    assert_pipeline_file(first, frames, g, 2)
+    uv = pyuvdata.UVData.from_file(second)
+    uv.check(strict_uvw_antpos_check=True)
+    assert uv.Ntimes == 2
+    for d in range(2):
+        re, im = reference_full(frames_to_natural(frames[(4 + d) * NPACKET:(5 + d) * NPACKET], g))
+        assert np.array_equal(uv.get_data(0, 2, "xy")[d], (re - 1j * im)[:, 0, 5])
+    name = errno.errorcode[code]
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("blocks.writer")]
+    assert len(lines) == 2, lines  # one line as the episode begins, one as it ends
+    assert name in lines[0] and str(first) in lines[0] and "keeps the 2 dumps" in lines[0]
+    assert str(second) in lines[1] and "after 2 dumps not written" in lines[1]
+
+
+def test_writer_that_skips_tries_again_at_most_every_retry_s(recording, tmp_path, monkeypatch):
+    """While failing, a dump is only tried again ``retry_s`` after the last try (cheap: a
+    disk that stays full costs one refused write per second, not one per dump)."""
+    pcap, _, _ = recording
+    seen = failing_for_a_while(monkeypatch, errno.ENOSPC, range(1, NDUMP))
+    _, chain = run_chain(pcap, tmp_path, retry_s=3600.0, quicklook=False,
+                         on_write_error="skip")
+    assert chain.writer.writer_counters() == {"dumps_written": 1,
+                                              "dumps_not_written": NDUMP - 1,
+                                              "write_failures": 1}
+    assert seen["refused"] == 1 and chain.writer.write_error.errno == errno.ENOSPC
+    assert len(chain.writer.files) == 1
+
+
 @pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "replayed"])
 def test_reprocess_onto_a_full_disk_reports_the_file_failed(recording, chain_sizes, tmp_path,
                                                             monkeypatch, in_place):
@@ -375,18 +449,8 @@ def test_fx_past_a_file_size_limit_exits_cleanly(tmp_path):
 @pytest.fixture
 def tmpfs(tmp_path):
     """A 128 KiB tmpfs mounted on tmp_path/disk (root and a working mount needed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "128k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 @pytest.mark.slow  # ~20 s; the fx.py path runs by default under RLIMIT_FSIZE above

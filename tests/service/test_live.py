@@ -8,7 +8,6 @@ import io
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,22 @@ import pytest
 import pyuvdata
 
 from tests.conftest import random_frames
-from tests.helpers.service import BASE, Instance, env, merged, write_config
+from tests.helpers.service import BASE, Instance, env, merged, send, write_config
 from xengine_block.array import default_array
 from xengine_block.backends import availability
+from xengine_block.blocks.writer import WRITER_COUNTERS
 from xengine_block.capture.spead import frame_datagrams
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_full
-from xengine_block.service.config import KEYS, REQUIRED, ConfigError, add_flags, load_config
+from xengine_block.service.config import (
+    KEYS,
+    RELOAD_RESULTS,
+    REQUIRED,
+    ConfigError,
+    add_flags,
+    load_config,
+)
 
 # ---------------------------------------------------------------------------- validation
 
@@ -208,22 +215,6 @@ def test_startup_errors_are_one_clear_line(tmp_path, problem):
 # ---------------------------------------------------------------------------- live run
 
 
-def send(frames: np.ndarray, g: Geometry, port: int, time_tag: int = 0, pace_s: float = 0.002,
-         extra: list[bytes] = ()) -> int:
-    """An independent sender: prebuilt datagrams over a plain socket; returns packets sent.
-
-    ``extra`` datagrams go right after the first frame's (inside the reorder window)."""
-    datagrams = [d for *_, d in frame_datagrams(frames, g, time_tag)]
-    per_frame = g.nstream * g.nchan // g.nchan_pkt
-    datagrams[per_frame:per_frame] = list(extra)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for i, d in enumerate(datagrams):
-            s.sendto(d, ("127.0.0.1", port))
-            if i % per_frame == per_frame - 1:
-                time.sleep(pace_s)
-    return len(datagrams)
-
-
 def test_live_run_sigterm_every_dump_readable_and_metrics_equal_summary(tmp_path):
     pyuvdata = pytest.importorskip("pyuvdata")
     cfg = write_config(tmp_path / "c.toml", merged(BASE, output={"dumps_per_file": 2},
@@ -309,6 +300,49 @@ def test_restart_on_replayed_data_writes_a_new_file_beside_the_old_one(tmp_path)
         a, b = pyuvdata.UVData.from_file(first), pyuvdata.UVData.from_file(again)
         np.testing.assert_array_equal(a.data_array, b.data_array)
         assert a.Ntimes == b.Ntimes >= 1
+
+
+def test_reloaded_applies_live_keys_keeps_flags_and_names_the_rest(tmp_path):
+    """SIGHUP's re-read (ServiceConfig.reloaded): the keys that can change live take their new
+    values, the flags given at start still override the file, any other changed key is named
+    and keeps its running value; a file that does not load raises, naming why."""
+    path = write_config(tmp_path / "c.toml", BASE)
+    running = load_config(path, {"chan0": 9, "window": None})
+    write_config(path, merged(BASE, band={"sync_time": 1.8e9}, capture={"window": 4},
+                              output={"prefix": "night_", "seconds_per_file": 1.0},
+                              correlator={"backend": "emulator"}))
+    new, applied, refused = running.reloaded()
+    assert applied == {"sync_time": 1.8e9, "prefix": "night_", "seconds_per_file": 1.0}
+    assert refused == ["capture.window", "correlator.backend"]
+    assert (new.sync_time, new.prefix, new.dumps_per_file) == (1.8e9, "night_", round(1 / 0.096))
+    assert (new.window, new.backend, new.chan0) == (8, "cpu", 9)  # running values; the flag
+    assert new.sky["sync_time"] == 1.8e9 and running.sync_time == 1.7e9  # (a new object)
+    write_config(path, merged(BASE, capture={"chan0": 18}))  # overridden by the flag: no change
+    assert running.reloaded()[1:] == ({}, [])
+    path.write_text("[band]\nsync_time = 'soon'\n")
+    with pytest.raises(ConfigError, match="^band.sync_time: "):
+        running.reloaded()
+    with pytest.raises(ConfigError, match="without a configuration file"):
+        load_config(None, {k: v for k, v in running.values.items()
+                           if k in ("sync_time", "fs_hz", "freq0_hz", "sources",
+                                    "directory")}).reloaded()
+
+
+def test_deploy_doc_says_what_the_service_does_through_a_night():
+    """docs/deploy.md's Operations part names every key that can change live, and the
+    metrics that show restarts, write failures and reloads."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    ops = doc[doc.index("## Operations"):doc.index("## Metrics")]
+    for k in KEYS:
+        assert (f"`{k.dotted}`" in ops) == bool(k.live), k.dotted
+    metrics = doc[doc.index("## Metrics"):]
+    assert "xengine_capture_restarts_total" in ops and "sequences, restarts)" in metrics
+    for name in [*(f"xengine_{n}_total" for n in WRITER_COUNTERS),
+                 "xengine_output_write_failing", "xengine_config_reloads_total",
+                 "xengine_sync_time_seconds"]:
+        assert name in ops and name in metrics, name
+    for result in RELOAD_RESULTS:
+        assert f'"{result}"' in ops, result
 
 
 def test_deploy_doc_lists_every_key_with_its_flag():

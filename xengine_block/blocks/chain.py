@@ -88,7 +88,8 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                      backend_options: dict[str, Any] | None = None,
                      spead: str | None = None,
                      spead_options: dict[str, Any] | None = None,
-                     cores: dict[str, CoreSpec] | None = None) -> Chain:
+                     cores: dict[str, CoreSpec] | None = None,
+                     on_write_error: str = "stop") -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
@@ -113,6 +114,9 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``cores``: each block's ``core`` (:mod:`~xengine_block.runtime.affinity`), by its name in
     :class:`Chain` (``xengine``, ``integrate``, ``writer``, ``quicklook``, ``spead``): e.g. the
     X-engine on cores the capture, integrator and writer do not use.
+    ``on_write_error``: the UVH5 writer's answer to a dump it cannot write (full disk, quota,
+    I/O error): ``"stop"`` the pipeline (a job), or ``"skip"`` it, counted, and write again
+    into a new file once that works (a live service; :mod:`~xengine_block.blocks.writer`).
     """
     if directory is None and spead is None:
         raise ValueError("the chain needs an output: a directory for UVH5 files or a SPEAD "
@@ -142,7 +146,7 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                                     dumps_per_file=dumps_per_file, overwrite=overwrite,
                                     new_name_if_exists=new_name_if_exists,
                                     filename=filename, channels=channels,
-                                    core=cores.get("writer"))
+                                    on_write_error=on_write_error, core=cores.get("writer"))
         look = (rt.QuicklookBlock(integ.orings[0], directory=directory,
                                   core=cores.get("quicklook")) if quicklook else None)
     if spead is not None:

@@ -10,6 +10,16 @@ service restarted on data it already wrote, e.g. a replayed recording) writes
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
 
+A dump that cannot be written (a full disk, a quota, an I/O error: any
+:class:`~xengine_block.outputs.uvh5.UVH5WriteError`) leaves the file with every dump completed
+before it (the UVH5 writer's crash guarantee). What follows is the block's ``on_write_error``:
+``"stop"`` (jobs: ``pipelines/fx.py``, reprocessing) raises it and the pipeline stops with that
+one error; ``"skip"`` (the live service, which must keep capturing, correlating and sending its
+SPEAD stream) counts the dump as not written and carries on: one log line when the failures
+begin, then at most one attempt per dump and per ``retry_s`` seconds to write again, each into
+a new file (dumps in between are counted, not written); the first that succeeds ends the
+episode with one more log line. Counters: :data:`WRITER_COUNTERS`.
+
 The visibilities may also come in Bifrost correlate's matrix or the TCC order (our
 ``xengine_block.bifrost.correlate`` outputs, ``cf32`` or ``ci32``: :func:`~xengine_block.
 visibility_orders.as_triangle`), without a valid-counts input (every spectrum counts).
@@ -17,7 +27,9 @@ visibility_orders.as_triangle`), without a valid-counts input (every spectrum co
 
 from __future__ import annotations
 
+import errno
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +38,7 @@ import numpy as np
 from ..array import ArrayDescription
 from ..geometry import Geometry
 from ..integration import counts_per_channel
-from ..outputs.uvh5 import SiteInfo, UVH5Writer, load_time_tables
+from ..outputs.uvh5 import SiteInfo, UVH5WriteError, UVH5Writer, load_time_tables
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
 from ..visibility_orders import TRIANGLE_ORDER, as_triangle, visibility_order
@@ -46,27 +58,50 @@ def site_info(array: ArrayDescription) -> SiteInfo:
 #: Header keys the writer reads (docs/bifrost.md).
 WRITER_KEYS = ("nspectra", "array", "geometry", "sync_time", "fs_hz", "freq0_hz", "chan_bw_hz",
                "nchan")
+#: What a dump that cannot be written does (module docstring): stop the pipeline, or be
+#: counted while the writer carries on and tries again into a new file.
+ON_WRITE_ERROR = ("stop", "skip")
+#: Every writer counter, declared once: name -> description (the service's metrics read them).
+WRITER_COUNTERS: dict[str, str] = {
+    "dumps_written": "dumps appended to UVH5 files",
+    "dumps_not_written": "dumps that could not be written (full disk, quota, I/O error) and "
+                         "were dropped; the files keep every dump written (on_write_error "
+                         "'skip')",
+    "write_failures": "episodes of failing writes, each logged once as it begins and once as "
+                      "a new file takes a dump again",
+}
 
 
 class UVH5WriterLogic(BlockLogic):
-    """Sink of (visibilities, valid counts) writing UVH5 files into ``directory``."""
+    """Sink of (visibilities, valid counts) writing UVH5 files into ``directory``;
+    ``on_write_error`` and ``retry_s``: what a dump that cannot be written does (module
+    docstring)."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
                  overwrite: bool = False, new_name_if_exists: bool = False,
                  filename: str | Path | None = None,
-                 channels: list[int] | None = None, **kwargs: Any) -> None:
+                 channels: list[int] | None = None, on_write_error: str = "stop",
+                 retry_s: float = 1.0, **kwargs: Any) -> None:
         super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
         self.orings = []
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
+        if on_write_error not in ON_WRITE_ERROR:
+            raise ValueError(f"on_write_error must be one of {ON_WRITE_ERROR}, "
+                             f"got {on_write_error!r}")
+        self.on_write_error, self.retry_s = on_write_error, retry_s
         self.directory = Path(directory)
         self.prefix, self.dumps_per_file, self.overwrite = prefix, dumps_per_file, overwrite
         self.new_name_if_exists = new_name_if_exists
         self.filename = Path(filename) if filename is not None else None
         self.channels = None if channels is None else np.asarray(channels, np.intp)
         self.files: list[Path] = []
-        self.dumps_written = 0
+        self.dumps_written = self.dumps_not_written = self.write_failures = 0
+        #: The error that began the current episode of failing writes (None: writing).
+        self.write_error: UVH5WriteError | None = None
+        self._retry_at = 0.0  # monotonic time of the next attempt while failing
+        self._failed_from = 0  # dumps_not_written when the episode began
         self._writer: UVH5Writer | None = None
         load_time_tables()
 
@@ -147,8 +182,6 @@ class UVH5WriterLogic(BlockLogic):
         for f in range(max(lo, self._next), hi):
             self._next = f + 1
             time_tag = self.t0 + f * self.nspectra
-            if self._writer is None:
-                self._writer = self._open(time_tag)
             vis = self._triangle(vis_in[f - ispans[0].frame_offset])
             valid = self._valid(ispans, f)
             if not self.guarantee:  # copy, then check the writer did not come back meanwhile
@@ -162,12 +195,7 @@ class UVH5WriterLogic(BlockLogic):
             if self.channels is not None:
                 vis = vis[self.channels]
                 valid = valid[self.channels] if valid.shape[0] > 1 else valid
-            self._writer.append(vis, valid, self.nspectra,
-                                frame_start_unix(self.hdr, time_tag),
-                                self.nspectra / self.hdr["fs_hz"])
-            self.dumps_written += 1
-            if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
-                self._close()
+            self._write(vis, valid, time_tag)
         return []
 
     def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
@@ -176,26 +204,72 @@ class UVH5WriterLogic(BlockLogic):
             if frame < self._next:  # already written (lost on another input too)
                 continue
             self._next = frame + 1
-            time_tag = self.t0 + frame * self.nspectra
-            if self._writer is None:
-                self._writer = self._open(time_tag)
             vis = np.zeros((self.freqs.size, self.geometry.nbaseline, 2), np.int64)
             valid = np.zeros((self.freqs.size, self.geometry.nbaseline), np.int64)
-            self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
-                                self.nspectra / self.hdr["fs_hz"])
-            self.dumps_written += 1
+            self._write(vis, valid, self.t0 + frame * self.nspectra)
             self.nodata_outputs += 1
-            if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
-                self._close()
         return []
 
+    def _write(self, vis: np.ndarray, valid: np.ndarray, time_tag: int) -> None:
+        """Append one dump, into a new file if none is open; a write that fails is
+        ``on_write_error``'s (module docstring)."""
+        if self.write_error is not None and time.monotonic() < self._retry_at:
+            self.dumps_not_written += 1  # failing: not yet time to try again
+            return
+        try:
+            if self._writer is None:
+                self._writer = self._open(time_tag)
+            self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
+                                self.nspectra / self.hdr["fs_hz"])
+        except UVH5WriteError as exc:
+            self._failed(exc)
+            self.dumps_not_written += 1
+            return
+        self.dumps_written += 1
+        if self.write_error is not None:
+            log.warning("%s: writing again, into %s, after %d dumps not written (%s)",
+                        self.name, self._writer.path, self.dumps_not_written - self._failed_from,
+                        errno_name(self.write_error))
+            self.write_error = None
+        if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
+            self._close()
+
+    def _failed(self, exc: UVH5WriteError) -> None:
+        """A write failed: raise it (``"stop"``), or drop the file (it keeps every dump
+        completed before) and go on failing until ``retry_s`` from now (``"skip"``)."""
+        if self.on_write_error == "stop":
+            raise exc
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # after a failure: closed without writing anything more
+        if exc.ndump is None and self.files and str(self.files[-1]) == exc.filename:
+            self.files.pop()  # removed: no dump of it was complete
+        self._retry_at = time.monotonic() + self.retry_s
+        if self.write_error is None:
+            self.write_error, self._failed_from = exc, self.dumps_not_written
+            self.write_failures += 1
+            log.error("%s: %s; dumps are counted, not written, until a new file takes one "
+                      "(tried at most every %g s)", self.name, exc, self.retry_s)
+
+    def writer_counters(self) -> dict[str, int]:
+        """The :data:`WRITER_COUNTERS` (safe to read while running)."""
+        return {name: getattr(self, name) for name in WRITER_COUNTERS}
+
     def _close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except UVH5WriteError as exc:  # its last bytes: the file keeps its dumps
+                self._failed(exc)
 
     def on_sequence_end(self, iseqs: list) -> None:
         self._close()
+
+
+def errno_name(exc: OSError) -> str:
+    """``ENOSPC``, ``EIO``...: the symbol of an OSError's errno."""
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
 
 
 class UVH5WriterBlock(UVH5WriterLogic, MultiTransformBlock):

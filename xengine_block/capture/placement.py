@@ -45,6 +45,12 @@ the time policy:
   appeared (the F-engines really moved on). Votes are distinct (frame, heap) pairs; a heap that
   matches neither sequence nor candidate takes a vote away, and the candidate is replaced when
   its votes reach zero (majority voting), so sparse junk never accumulates.
+- **Restarts.** Heaps behind what the sequence places vote the same way (F-engines that
+  re-armed fall back in time): those ``window`` frames or more behind the head, and those
+  before the start (only more than ``align + window + max_ahead`` frames before it while the
+  sequence holds no quorum frame, so the gap before a new aligned start never votes it again),
+  never those before an explicit start (``FLOOR``). The jump back is a new sequence as above;
+  the consumer counts it in ``restarts``.
 
 Slots: a heap whose first packet carries all of it (the format: one heap = one packet) claims
 its slot for good; a partial heap claims it only tentatively, so a later complete heap still
@@ -115,6 +121,8 @@ COUNTERS: dict[str, str] = {
                     "network); 0 for pcap and in-process sources",
     "frames": "frames delivered",
     "sequences": "sequences begun (the first, then one per resynchronisation)",
+    "restarts": "resynchronisations back to an earlier time (the F-engines restarted and "
+                "their timestamps fell back; each also begins a sequence)",
 }
 
 
@@ -189,7 +197,8 @@ class _State(IntEnum):
     PRE_FRAMES = 30  # frames start .. start + PRE_FRAMES - 1 are at chunk PRE_CHUNK0 + ...
     PRE_CHUNK0 = 31  # ... (the current sequence's lane; 0 frames for later sequences)
     KFRAMES = 32  # frames per spead2 chunk (parameter: CaptureLayout.chunk_frames)
-    LANE_BASE = 33  # first frame of each lane (_MAX_LANES slots)
+    FLOOR = 33  # heaps of earlier frames never vote (an explicit start; else 0: none)
+    LANE_BASE = 34  # first frame of each lane (_MAX_LANES slots)
 
 
 class _Epoch(IntEnum):
@@ -485,8 +494,8 @@ class CaptureLayout:
             start = -(-first // self.align_frames) * self.align_frames
             h = self.offsets.history
             state[h:h + 4] = (0, -start, -1, _Epoch.CONFIRMED)  # chunk ids from 0
-            state[[_State.NEPOCH, _State.STATUS, _State.START, _State.HEAD, _State.OFFSET]] = (
-                1, _Epoch.CONFIRMED, start, start - 1, -start)
+            state[[_State.NEPOCH, _State.STATUS, _State.START, _State.HEAD, _State.OFFSET,
+                   _State.FLOOR]] = (1, _Epoch.CONFIRMED, start, start - 1, -start, start)
         return state
 
     @staticmethod
@@ -582,6 +591,7 @@ _I_PRE_FRAMES = int(_State.PRE_FRAMES)
 _I_PRE_CHUNK0 = int(_State.PRE_CHUNK0)
 _I_LANE_BASE = int(_State.LANE_BASE)
 _I_KFRAMES = int(_State.KFRAMES)
+_I_FLOOR = int(_State.FLOOR)
 _PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
 _HIST = _NSCALAR
 _NSTAT = len(_Stat)
@@ -819,11 +829,17 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
             return
     if chunk < 0:
         if state[_I_STATUS] != _PROVISIONAL:
-            if frame < start:
-                stats[base + 7] += 1  # BEFORE_START
-                return
-            if frame <= head - window:
-                stats[base + 9] += 1  # LATE
+            before = frame < start
+            if before or frame <= head - window:
+                # Behind what the sequence can place: the F-engines may have restarted
+                # (timestamps fell back), so it votes, as heaps far ahead do. Not the heaps
+                # just before a new start (the gap up to its aligned first frame): before
+                # the sequence holds a quorum frame only heaps further back than that vote.
+                if frame >= state[_I_FLOOR] and (
+                        frame <= head - window if head >= start
+                        else frame < start - align - nchunks):
+                    _vote(state, frame, index, nheap)
+                stats[base + (7 if before else 9)] += 1  # BEFORE_START / LATE
                 return
         if frame > head + ahead:
             stats[base + 8] += 1  # OUT_OF_WINDOW (near a provisional start: no vote)

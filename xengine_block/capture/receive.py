@@ -225,8 +225,8 @@ class Capture:
         self._pending: deque[spead2.recv.Chunk] = deque()  # handed to spead2, in slot order
         self._fast: tuple[int, int, int, int] | None = None  # (record, frame id, offset, NEPOCH)
         self._area_end = 1 << 62  # the start-up area's end, a chunk id (set at the first one)
-        self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences"),
-                                 0)
+        self._py = dict.fromkeys(("heaps", "missing", "start_rejected", "frames", "sequences",
+                                  "restarts"), 0)
         self._stopped = False
         self._started = False
         # stop() ends the stream through this queue: a reader's end makes spead2 flush the
@@ -360,6 +360,7 @@ class Capture:
         lay = self.layout
         k = lay.chunk_frames
         current = -1  # record number of the sequence last delivered
+        end = -1  # the frame after the last one delivered
         area_end = -1  # chunk id after the start-up area (known once a first chunk arrives)
         held: list[spead2.recv.Chunk] = []
         try:
@@ -391,8 +392,12 @@ class Capture:
                     if frame_id is not None:
                         new_sequence = number != current
                         if new_sequence and current >= 0:
-                            log.warning("capture resynchronised: frame %d", frame_id)
-                        current = number
+                            restart = frame_id < end
+                            self._py["restarts"] += restart
+                            log.warning("capture resynchronised %s: frame %d to frame %d%s",
+                                        "back" if restart else "forward", end - 1, frame_id,
+                                        " (the F-engines restarted)" if restart else "")
+                        current, end = number, frame_id + nframe
                         nheap = int(np.count_nonzero(present))
                         if nheap < lay.chunk_heaps:  # zero missing heaps: no stale data
                             data.reshape(lay.chunk_heaps, lay.heap_bytes)[present == 0] = 0
@@ -574,6 +579,15 @@ class CaptureBlock(SourceBlock):
         #: and its socket read): senders in the same process wait on it so nothing is lost to
         #: start-up.
         self.receiving = threading.Event()
+
+    def set_sky(self, **fields: float) -> None:
+        """New header fields (``sync_time``...) for the sequences begun from now on (e.g. the
+        F-engines re-armed with a new sync time: their restart begins a sequence); safe while
+        running (the fields are replaced whole, never seen half-changed)."""
+        unknown = sorted(set(fields) - set(self.sky))
+        if unknown:
+            raise ValueError(f"no header field {unknown[0]!r} to set (fields: {sorted(self.sky)})")
+        self.sky = {**self.sky, **{k: float(v) for k, v in fields.items()}}
 
     def capture_counters(self) -> dict[str, int]:
         """Capture counters summed over every source so far (safe while running)."""

@@ -14,7 +14,7 @@ import argparse
 import ipaddress
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,15 @@ def udp_endpoints(value: Any) -> tuple[UdpEndpoint, ...]:
 
 REQUIRED = object()
 
+#: Outcomes of re-reading the file while running (SIGHUP, :meth:`ServiceConfig.reloaded`),
+#: declared once (``xengine_config_reloads_total{result}``).
+RELOAD_RESULTS: dict[str, str] = {
+    "applied": "the file re-read and every change in it applied (or none to apply)",
+    "refused": "keys that cannot change while running were refused (one log line names them; "
+               "their running values stay); the live keys' changes applied",
+    "invalid": "the file did not load (unreadable, not TOML, a bad key): nothing applied",
+}
+
 
 @dataclass(frozen=True)
 class Key:
@@ -179,6 +188,7 @@ class Key:
     default: Any
     help: str
     flag_name: str | None = None  # the flag, where the key's name alone would be unclear
+    live: str | None = None  # when a new value re-read on SIGHUP applies; None: restart only
 
     @property
     def dotted(self) -> str:
@@ -192,7 +202,8 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("", "array", path, None, "array TOML file (docs/capture.md); default: the MWA layout"),
     Key("", "nant", int_at_least(1, 128), None, "without 'array': the first NANT MWA tiles"),
-    Key("band", "sync_time", non_negative_float, REQUIRED, "F-engine sync time, unix seconds"),
+    Key("band", "sync_time", non_negative_float, REQUIRED, "F-engine sync time, unix seconds",
+        live="from the next sequence"),
     Key("band", "fs_hz", positive_float, REQUIRED, "spectra per second per channel"),
     Key("band", "freq0_hz", positive_float, REQUIRED, "centre frequency of the band's channel 0"),
     Key("band", "chan_bw_hz", positive_float, None, "channel width (default: fs_hz)"),
@@ -243,10 +254,12 @@ KEYS: tuple[Key, ...] = (
         "spead-out"),
     Key("output", "spead_rate_factor", non_negative_float, 1.1,
         "send a dump's heap in 1/factor of a dump's duration (0: unpaced)"),
-    Key("output", "prefix", text, "xengine_", "file name prefix"),
-    Key("output", "dumps_per_file", int_at_least(1), None, "start a new file every N dumps"),
+    Key("output", "prefix", text, "xengine_", "file name prefix", live="from the next file"),
+    Key("output", "dumps_per_file", int_at_least(1), None, "start a new file every N dumps",
+        live="from the next dump"),
     Key("output", "seconds_per_file", positive_float, None,
-        "start a new file every S seconds of data (rounded to whole dumps)"),
+        "start a new file every S seconds of data (rounded to whole dumps)",
+        live="from the next dump"),
     Key("output", "quicklook", boolean, False, "also write a quick-look PNG per dump"),
     Key("monitor", "metrics_port", int_at_least(0, 65535), None,
         "Prometheus endpoint port (0: any free port; absent: off)"),
@@ -268,6 +281,7 @@ class ServiceConfig:
     geometry: Geometry  # the backend's
     wire: Geometry | MeerkatFormat  # what the capture receives
     source_file: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # the flags given, by key name
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -321,6 +335,19 @@ class ServiceConfig:
         if v["seconds_per_file"] is not None:
             return max(1, round(v["seconds_per_file"] / self.dump_seconds))
         return v["dumps_per_file"]
+
+    def reloaded(self) -> tuple[ServiceConfig, dict[str, Any], list[str]]:
+        """The configuration file re-read (SIGHUP), with the same flags overriding it: (the
+        running configuration with the new values of the keys that can change live, those
+        keys -> new value, the dotted names of the other keys that changed: refused, their
+        running values stay). Raises as :func:`load_config` (nothing applies then)."""
+        if self.source_file is None:
+            raise ConfigError("(file)", "the service was started without a configuration file")
+        new = load_config(self.source_file, self.overrides)
+        changed = [k for k in KEYS if new.values[k.name] != self.values[k.name]]
+        applied = {k.name: new.values[k.name] for k in changed if k.live}
+        refused = [k.dotted for k in changed if not k.live]
+        return replace(self, values={**self.values, **applied}), applied, refused
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -398,7 +425,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         raise ConfigError("output.directory", why)
     if values["chan_bw_hz"] is None:
         values["chan_bw_hz"] = values["fs_hz"]
-    return ServiceConfig(values, *_derived(values), source_file=Path(path) if path else None)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    return ServiceConfig(values, *_derived(values), source_file=Path(path) if path else None,
+                         overrides=given)
 
 
 def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | MeerkatFormat]:

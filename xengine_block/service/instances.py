@@ -51,6 +51,19 @@ def channel_split(nchan: int, nchan_pkt: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
+def scrape(port: int, host: str = "127.0.0.1") -> dict[str, float]:
+    """Every sample of a metrics endpoint: ``name{label=value,...}`` -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read()
+    out = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    return out
+
+
 class CorrelateProcess:
     """A ``xengine correlate CONFIG`` subprocess whose stdout JSON events are collected."""
 
@@ -100,17 +113,8 @@ class CorrelateProcess:
         return int(self.wait_ready()["sources"][0].rpartition(":")[2])
 
     def scrape(self) -> dict[str, float]:
-        """Every sample of the metrics endpoint: ``name{label=value,...}`` -> value."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        port = self.wait_ready()["metrics_port"]
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-        out = {}
-        for fam in text_string_to_metric_families(body.decode()):
-            for s in fam.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-                out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-        return out
+        """Every sample of the metrics endpoint (:func:`scrape`)."""
+        return scrape(self.wait_ready()["metrics_port"])
 
     def wait_packets(self, expected: int, timeout: float = 60, quiet_s: float = 5
                      ) -> dict[str, float]:

@@ -8,6 +8,14 @@ construction are delivered, the pipeline drains, the writer closes its file, the
 printed and the process exits 0. A second signal, or a drain longer than ``drain_timeout``,
 stops every block at once (completed dumps are already on disk: each is flushed as written).
 
+What it rides through (docs/deploy.md, "Operations"): F-engines that restart (the capture
+follows their timestamps back, as it follows a jump forward: a new sequence, a new file,
+``restarts``); a dump that cannot be written (full disk, quota, I/O error: the writer block's
+``on_write_error="skip"``: counted, and written again into a new file once that works, while
+the capture, the correlation and the SPEAD stream go on); SIGHUP, which re-reads the
+configuration file and applies the keys that can change live (:meth:`ServiceConfig.reloaded`),
+refusing the others in one log line; a configuration that does not load is refused whole.
+
 Output files are named by their first dump's start time (``{prefix}{unix}.uvh5``) and never
 overwritten, so a restart continues into new files (``{prefix}{unix}-1.uvh5`` where a file of
 that start time exists: a restart on replayed data). One JSON line on stdout says when the
@@ -28,10 +36,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..blocks.chain import CHAIN_BLOCKS, Chain, correlator_chain
+from ..blocks.writer import WRITER_COUNTERS
 from ..capture.meerkat import MeerkatFormat
 from ..capture.receive import CaptureBlock
 from ..runtime.pipeline import Pipeline
-from .config import ServiceConfig
+from .config import KEYS_BY_NAME, RELOAD_RESULTS, ConfigError, ServiceConfig
 from .endpoints import ServiceSource, SourceError
 from .metrics import CorrelatorCollector, MetricsServer, output_bytes
 
@@ -98,8 +107,11 @@ class CorrelatorService:
                                "total_channels": cfg.total_channels,
                                "rate_factor": v["spead_rate_factor"],
                                "interface": v["interface"]},
-                cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]})
-        self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks)
+                cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]},
+                on_write_error="skip")  # a live service stays up: counted, then a new file
+        self.reloads = dict.fromkeys(RELOAD_RESULTS, 0)
+        self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks,
+                                             self.reloads)
         self.metrics: MetricsServer | None = None
         if v["metrics_port"] is not None:
             try:
@@ -122,13 +134,14 @@ class CorrelatorService:
             except BaseException as exc:  # re-raised below, in the caller's thread
                 errors.append(exc)
 
-        self._signals = 0
+        self._signals = self._hangups = 0
         self._stop_requested = threading.Event()
         runner = threading.Thread(target=body, name="pipeline", daemon=True)
         old = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 old[sig] = signal.signal(sig, self._on_signal)
+            old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         t0 = time.monotonic()
         try:
             runner.start()
@@ -155,9 +168,44 @@ class CorrelatorService:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stop()
 
+    def _on_hangup(self, signum: int, frame: Any) -> None:
+        self._hangups += 1  # re-read by the main loop (_wait), not in the handler
+
+    def reload(self) -> str:
+        """Re-read the configuration file (what SIGHUP does); returns the outcome, one of
+        :data:`RELOAD_RESULTS`. Keys that can change live (``Key.live``) apply as that says;
+        the others that changed are refused in one log line, their running values staying;
+        a file that does not load is refused whole. The service runs on in every case."""
+        where = self.config.source_file
+        try:
+            config, applied, refused = self.config.reloaded()
+        except ConfigError as exc:
+            result = "invalid"
+            log.error("SIGHUP: %s: %s; the running configuration stays", where, exc)
+        except OSError as exc:
+            result = "invalid"
+            log.error("SIGHUP: cannot read %s: %s; the running configuration stays", where,
+                      exc.strerror or exc)
+        else:
+            result = "refused" if refused else "applied"
+            if refused:
+                log.error("SIGHUP: %s: %s cannot change while running (restart to apply); "
+                          "their running values stay", where, ", ".join(refused))
+            self.config = config
+            if "sync_time" in applied:
+                self.capture.set_sky(sync_time=applied["sync_time"])
+            writer = self.chain.writer
+            if writer is not None:
+                writer.prefix, writer.dumps_per_file = config.prefix, config.dumps_per_file
+            changes = ", ".join(f"{KEYS_BY_NAME[k].dotted} = {v} ({KEYS_BY_NAME[k].live})"
+                                for k, v in applied.items())
+            log.warning("SIGHUP: %s re-read: %s", where, changes or "no live key changed")
+        self.reloads[result] += 1
+        return result
+
     def _wait(self, runner: threading.Thread) -> None:
         ready_said = False
-        handled = 0
+        handled = hangups = 0
         deadline = None
         while runner.is_alive():
             runner.join(0.05)
@@ -166,6 +214,9 @@ class CorrelatorService:
                 self._say("ready", sources=[str(e) for e in self.endpoints],
                           metrics_port=self.metrics.port if self.metrics else None,
                           chan0=self.config.chan0, nchan=self.config.geometry.nchan)
+            if self._hangups > hangups:  # several at once: the file is read once
+                hangups = self._hangups
+                self.reload()
             if self._signals > handled:
                 handled = self._signals
                 if handled == 1:
@@ -187,11 +238,12 @@ class CorrelatorService:
             "elapsed_s": round(elapsed_s, 3),
             "backend": backend.name if backend else None,
             "chan0": self.config.chan0,
-            "dumps_written": w.dumps_written if w is not None else 0,
+            **(w.writer_counters() if w is not None else dict.fromkeys(WRITER_COUNTERS, 0)),
             "files": [str(f) for f in files],
             "bytes_written": output_bytes(files),
             "spead": spead.spead_counters() if spead is not None else None,
             "capture": self.collector.capture_counters(),
+            "reloads": dict(self.reloads),
             "blocks": {b.name: {k: round(x, 3) for k, x in b.perf.items()}
                        for b in self.pipeline.blocks},
         }

@@ -11,9 +11,13 @@ Names follow Prometheus conventions (``xengine_<thing>_<unit>_total`` for counte
   the acquire/process/reserve shares. ``xengine_block_frame_rate_hertz`` is the rate since the
   previous scrape, for a quick look without PromQL.
 - ``xengine_ring_fill_ratio{ring=...}``: how full each ring is for its slowest guaranteed reader.
-- ``xengine_dumps_written_total``, ``xengine_output_bytes_written_total``,
-  ``xengine_output_files_total``; ``xengine_backend_info{backend, reason}`` = 1;
-  ``xengine_start_time_seconds``.
+- ``xengine_<name>_total``: every UVH5 writer counter of ``writer.WRITER_COUNTERS``
+  (``dumps_written``, ``dumps_not_written``, ``write_failures``), and
+  ``xengine_output_write_failing`` (1 while dumps cannot be written);
+  ``xengine_output_bytes_written_total``, ``xengine_output_files_total``.
+- ``xengine_config_reloads_total{result}`` (SIGHUP, ``config.RELOAD_RESULTS``) and
+  ``xengine_sync_time_seconds``, the sync time of the sequences begun from now on.
+- ``xengine_backend_info{backend, reason}`` = 1; ``xengine_start_time_seconds``.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..blocks.writer import WRITER_COUNTERS
 from ..capture.placement import COUNTERS as CAPTURE_COUNTERS
 from ..runtime.monitor import BLOCK_COUNTERS
+from .config import RELOAD_RESULTS
 
 NAMESPACE = "xengine"
 
@@ -40,8 +46,10 @@ def metric_name(counter: str) -> str:
 class CorrelatorCollector(Collector):
     """Reads a running service's capture, blocks, rings and writer on each scrape."""
 
-    def __init__(self, capture: Any, chain: Any, blocks: list[Any]) -> None:
+    def __init__(self, capture: Any, chain: Any, blocks: list[Any],
+                 reloads: dict[str, int] | None = None) -> None:
         self.capture, self.chain, self.blocks = capture, chain, blocks
+        self.reloads = reloads  # SIGHUP outcomes -> count (the service's), None: none kept
         self.start_time = time.time()
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, float]] = {}  # block -> (time, frames)
@@ -80,8 +88,14 @@ class CorrelatorCollector(Collector):
         yield fill
 
         writer, spead = self.chain.writer, self.chain.spead
-        m = CounterMetricFamily(f"{NAMESPACE}_dumps_written", "dumps appended to UVH5 files")
-        m.add_metric([], writer.dumps_written if writer is not None else 0)
+        written = writer.writer_counters() if writer is not None else {}
+        for name, help_ in WRITER_COUNTERS.items():
+            m = CounterMetricFamily(f"{NAMESPACE}_{name}", help_)
+            m.add_metric([], written.get(name, 0))
+            yield m
+        m = GaugeMetricFamily(f"{NAMESPACE}_output_write_failing", "1 while UVH5 dumps cannot "
+                              "be written (counted in dumps_not_written), else 0")
+        m.add_metric([], float(writer is not None and writer.write_error is not None))
         yield m
         if spead is not None:
             m = CounterMetricFamily(f"{NAMESPACE}_spead_dumps", "dumps of the SPEAD visibility "
@@ -103,6 +117,20 @@ class CorrelatorCollector(Collector):
                                 "bytes in the UVH5 files written so far")
         m.add_metric([], output_bytes(files))
         yield m
+
+        if self.reloads is not None:
+            m = CounterMetricFamily(f"{NAMESPACE}_config_reloads", "SIGHUPs by outcome: "
+                                    + "; ".join(f"{k}: {v}" for k, v in RELOAD_RESULTS.items()),
+                                    labels=["result"])
+            for result, n in self.reloads.items():
+                m.add_metric([result], n)
+            yield m
+        sky = getattr(self.capture, "sky", None)
+        if sky is not None:
+            m = GaugeMetricFamily(f"{NAMESPACE}_sync_time_seconds", "F-engine sync time (unix) "
+                                  "of the sequences begun from now on (band.sync_time)")
+            m.add_metric([], sky["sync_time"])
+            yield m
 
         backend = self.chain.xengine.backend
         m = GaugeMetricFamily(f"{NAMESPACE}_backend_info", "the correlator backend in use (1)",
