@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import json
 import os
 import threading
 import time
@@ -64,6 +63,7 @@ import scipy
 import spead2
 import spead2.recv
 from numba import types
+from results_file import add_option, emit
 from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
@@ -457,6 +457,7 @@ def main() -> None:
     ap.add_argument("--no-udp", dest="udp", action="store_false")
     ap.add_argument("--frames-per-chunk", type=int, default=0,
                     help="frames per spead2 chunk (0: CaptureLayout's default)")
+    add_option(ap)
     args = ap.parse_args()
     CAPTURE_KW["frames_per_chunk"] = args.frames_per_chunk
     t_start = time.perf_counter()
@@ -481,7 +482,7 @@ def main() -> None:
         out["meerkat_over_xengine"] = ratios
     out.update(load_average_1min=[load0, os.getloadavg()[0]],
                runtime_s=round(time.perf_counter() - t_start, 1))
-    print(json.dumps(out, indent=1))
+    emit("bench_capture", out, args)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ one run; the load average is recorded at both ends.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.array import ArrayDescription
 from xengine_block.bench.machine import interleaved_best, machine_identity
@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blri-all", action="store_true", help="BLRI at S = 256 too (minutes)")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the recordings go (default: a temporary directory)")
+    add_option(p)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_reprocess_", dir=args.workdir))
     result: dict[str, Any] = {"load_average_1min": {"start": os.getloadavg()[0]},
@@ -485,8 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["load_average_1min"]["end"] = os.getloadavg()[0]
-    json.dump(result, sys.stdout, indent=1)
-    print()
+    emit("bench_reprocess", result, args)
     return 0
 
 
