@@ -93,7 +93,7 @@ from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
 from xengine_block.sim.meerkat import MeerkatFEngines
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
-#: The goal of issue 26 at 8640-byte heaps.
+#: The capture's goal at 8640-byte heaps: CPU per heap at most this.
 GOAL_US_PER_HEAP = 1.5
 #: The first frame number the pre-built packets carry (their timestamps start there).
 FIRST_FRAME = 8

@@ -12,7 +12,7 @@ count S, a recording is written, read once so that it is in the page cache, then
 
 - ``msps``: ``xengine_block.reprocess.jobs.reprocess`` on it, the library call the command
   makes (headers indexed, every integration correlated from the memory map, UVH5 written),
-  wall time; samples of every channel per second (DESIGN.md 9: C x spectra / s);
+  wall time; samples of every channel per second (docs/design.md, "Measuring": C x spectra / s);
 - ``bare_backend_msps``: the same backend's ``correlate_layout`` on the same chunks (same
   layouts, same calls) copied into memory beforehand, correlation time only;
 - ``ratio`` = msps / bare_backend_msps: what reading, indexing and writing cost (goal >= 0.8:
@@ -309,7 +309,7 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             t = blri_seconds(small, telinfo_of(toml), nspec, work)
             if t is None:
                 entry["speedup_vs_blri"][key] = None
-                entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
+                entry["blri"] = "not installed (MydonSolutions/BLRI; .ci/run installs it)"
             else:
                 ours = reprocess_seconds(
                     small, recording_options("guppi", toml, nspec, args.backend), work,

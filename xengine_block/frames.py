@@ -1,4 +1,5 @@
-"""Conversions between natural samples and the packet / frame layout (DESIGN.md section 2).
+"""Conversions between natural samples and the packet / frame layout (docs/design.md, "Packet and
+frame layouts").
 
 Natural samples are ``x[stream, chan, spectrum, reim]`` int8 (re, im pairs; complex int8 has no
 numpy dtype). A ring frame is one packet time for all streams:

@@ -1,4 +1,4 @@
-"""Hostile and faulty senders against the capture, over loopback UDP (issue 12, items 4-6).
+"""Hostile and faulty senders against the capture, over loopback UDP.
 
 Every case sends crafted SPEAD datagrams (spead2's packet generator for well-formed heaps,
 ``spead.raw_packet`` for what spead2 refuses to make) to a capture bound on 127.0.0.1, and

@@ -1,4 +1,4 @@
-"""katgpucbf's own F-engine simulator, ``fsim``, as a second, independent sender (issue 25).
+"""katgpucbf's own F-engine simulator, ``fsim``, as a second, independent sender.
 
 fsim (``katgpucbf/fsim/main.py``) needs Python >= 3.12 and katgpucbf's dependencies
 (aiokatcp, katsdpservices, katsdptelstate, prometheus-async, numba, spead2). The test runs it

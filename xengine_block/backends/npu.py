@@ -1,6 +1,6 @@
 """NPU backend ("npu"): the xclbin built from the plan, run through pyxrt on a Ryzen AI NPU.
 
-Why it is shaped like this (the seed benchmark's host structure, ``NPU_NOTES.md``): syncing
+Why it is shaped like this (the published design's benchmark host structure): syncing
 hundreds of MiB of input to the device costs about a CPU core at full rate, so it runs in its
 own thread, overlapped with the kernel runs:
 

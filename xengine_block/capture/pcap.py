@@ -146,9 +146,9 @@ def close(mm: mmap.mmap) -> None:
 # ---------------------------------------------------------------------------- clean recordings
 # regular_heaps() results.
 CLEAN, FIRST, RECORD, PAYLOAD_AT, NHEAP, TS0 = range(6)
-#: The items of one of our F-engine heaps (DESIGN.md 6): heap counter, heap size, heap offset,
-#: payload length, timestamp, stream id, frequency, the payload's pointer; ``regular_heaps``
-#: wants each once, in any order, and no other.
+#: The items of one of our F-engine heaps (docs/design.md, "SPEAD items"): heap counter, heap size,
+#: heap offset, payload length, timestamp, stream id, frequency, the payload's pointer;
+#: ``regular_heaps`` wants each once, in any order, and no other.
 _HEAP_ITEMS = np.array([0x1, 0x2, 0x3, 0x4, 0x1600, 0x4101, 0x4103, 0x4300], np.int64)
 
 

@@ -1,4 +1,5 @@
-"""UVH5 visibility files (pyuvdata's HDF5 format), written with h5py (DESIGN.md section 7).
+"""UVH5 visibility files (pyuvdata's HDF5 format), written with h5py
+(docs/design.md, "UVH5 conventions").
 
 Conventions, written down once:
 

@@ -1,4 +1,5 @@
-"""Pipeline and blocks with Bifrost's names and semantics (``bifrost/pipeline.py``, DESIGN.md 4).
+"""Pipeline and blocks with Bifrost's names and semantics (Bifrost's
+``python/bifrost/pipeline.py``; docs/design.md, "Rings and blocks").
 
 A block is a small class with a few hooks; ``Pipeline.run()`` runs each block in its own thread,
 connected by :mod:`~xengine_block.runtime.ring` rings. Method names and call order are

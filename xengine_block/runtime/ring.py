@@ -1,4 +1,5 @@
-"""Ring buffer of sequences of frames, with the semantics of Bifrost's ``ring2`` (DESIGN.md 4).
+"""Ring buffer of sequences of frames, with the semantics of Bifrost's ``ring2``
+(docs/design.md, "Rings and blocks").
 
 Names and behaviour follow Bifrost (``bifrost/ring2.py`` over ``src/ring_impl.cpp``) so blocks
 port to real Bifrost by changing imports:
