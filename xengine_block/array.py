@@ -152,10 +152,11 @@ def _toml_number(text: str) -> int | float:
 def parse_array_toml(text: str) -> dict[str, Any]:
     """The document of an array file's ``text``: what :func:`tomllib.loads` returns.
 
-    Why: tomllib reads a 128-antenna file in ~2.4 ms, serially before reprocessing's first
+    Why: tomllib reads a 128-antenna file in milliseconds, serially before reprocessing's first
     integration. The form :meth:`ArrayDescription.to_toml` writes (those lines, single spaces,
     strings without escapes, repr's numbers) is matched whole by one regular expression and
-    converted as tomllib converts (``float``/``int`` of the same digits): ~0.3 ms. Any other
+    converted as tomllib converts (``float``/``int`` of the same digits), several times faster.
+    Any other
     text (comments, other spacing or order, escapes, ``inf``) goes to tomllib, whose errors are
     the ones raised."""
     if _CANONICAL.fullmatch(text) is None:

@@ -4,8 +4,8 @@ to the next place where records line up again, SPEAD over Ethernet/IPv4/UDP told
 memory map whose page tables are filled in one call.
 
 Tried and not kept: copying a clean recording's SPEAD packets back to back into memory for
-spead2's buffer reader instead of its libpcap reader: on the development VM the copy into
-fresh memory cost more than libpcap's reads saved (0.21 against 0.15 CPU-s for 35k heaps).
+spead2's buffer reader instead of its libpcap reader: the copy into fresh memory cost more
+than libpcap's reads saved.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def open_pcap(path: str | os.PathLike) -> tuple[np.ndarray, mmap.mmap | None, tu
     header = pcap_header(path)
     with open(path, "rb") as f:
         # MAP_POPULATE: the page tables filled in one call (faulting 4 KiB at a time
-        # while walking cost as much as the walk on the development VM)
+        # while walking can cost as much as the walk)
         mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                        prot=mmap.PROT_READ)
     return np.frombuffer(mm, np.uint8), mm, header

@@ -322,7 +322,7 @@ class CaptureLayout:
         area's lanes begin chunks); every sequence's first frame begins a chunk, whatever the
         alignment (frame ids skip to the next chunk).
         The consumer's Python work is per chunk (a wakeup, two ring slots, spead2's chunk
-        calls: ~0.1 ms on the development VM), so K frames share it; the policy is per frame
+        calls), so K frames share it; the policy is per frame
         whatever K is.
     """
 
