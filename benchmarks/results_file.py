@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,10 @@ def add_option(parser: argparse.ArgumentParser) -> None:
 
 def emit(benchmark: str, result: dict[str, Any], args: argparse.Namespace,
          indent: int | None = 1) -> None:
-    """Print ``result`` as JSON (with the machine it ran on) and, with ``--write-results``,
-    write it to its results file, saying where on stderr."""
+    """Print ``result`` as JSON (with the machine it ran on and the load average at the end)
+    and, with ``--write-results``, write it to its results file, saying where on stderr."""
     result.setdefault("machine", machine_identity())
+    result.setdefault("load_average_1min_end", round(os.getloadavg()[0], 2))
     print(json.dumps(result, indent=indent))
     if args.write_results:
         path = write_results(benchmark, result, RESULTS_ROOT)
