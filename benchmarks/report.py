@@ -349,7 +349,8 @@ def render_readme_table(all_results: dict[str, dict[str, dict]]) -> str:
     for i, (cpu, results) in enumerate(all_results.items(), 1):
         lines.append(f"| `{cpu}`[^{i}] | " + " | ".join(readme_cells(results)) + " |")
         notes.append(f"[^{i}]: {machine_line(results)}; measured {dates(results)}.")
-    return "\n".join([*lines, "", *notes]) + "\n"
+    return "\n".join([*lines, "", f"{DASH}: not measured for that CPU class yet.", "",
+                      *notes]) + "\n"
 
 
 def replace_readme_block(readme: str, block: str) -> str:
