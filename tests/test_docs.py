@@ -65,8 +65,8 @@ ALLOWED = {".ci/run": {"a sibling checkout", "notes outside the repository"}}
 PENDING_SECTIONS = {"docs/native.md": ("Measured", "What limits it")}
 
 SUFFIXES = {".py", ".md", ".c", ".h", ".cc", ".sh", ".cfg", ".toml", ".txt", ".in"}
-SKIP_DIRS = {".git", "build", "dist", "_build", "__pycache__", ".pytest_cache", ".ruff_cache",
-             "results", "fx_out", "out"}
+SKIP_DIRS = {".git", "build", "dist", "_build", "_generated", "__pycache__", ".pytest_cache",
+             ".ruff_cache", "results", "fx_out", "out"}
 
 PATH_RE = re.compile(r"(?<![\w/.$<{-])((?:\.ci|[A-Za-z_][\w-]*)/[\w./*-]*[\w*])")
 #: A docs page followed by one or more quoted section names: ``docs/x.md, "A" and "B"``.
