@@ -6,7 +6,7 @@ calls and models their cost: ``kernel_s`` of device time per run (the device run
 thread from the kernel call) and ``sync_s_per_mib`` of host time per MiB synced, spent holding
 the lock. Two host loops run the same calls in the same run:
 
-- ``blocking_wait``: the launch thread calls ``run.wait()`` (the backend before this change);
+- ``blocking_wait``: the launch thread calls ``run.wait()`` (the plain way to wait);
   the wait holds the lock for the whole run, so the next entry's sync cannot start until the
   run is over: one call costs about sync + kernel;
 - ``polled``: the backend as it is (``run.state()`` polled, sleeping between polls): the sync of

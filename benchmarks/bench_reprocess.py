@@ -3,8 +3,8 @@ against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; 
 Formats: ``guppi`` (GUPPI RAW), ``dada`` (PSRDADA, MeerKAT FBFUSE's ``TAFTP``), ``mwax`` (MWAX
 subfiles, one per coarse channel) and ``pcap`` (our F-engine packets as ``xengine record``
 writes them); the same keys, BLRI for GUPPI only. A clean pcap recording is correlated in place
-(``runs.S*.read``: ``in place``); the same file replayed through the capture, as every pcap
-recording was before (``--replay``), is timed in the same rounds: ``replay_msps``,
+(``runs.S*.read``: ``in place``); the same file replayed through the capture (``--replay``,
+what any other pcap recording takes) is timed in the same rounds: ``replay_msps``,
 ``replay_ratio``.
 
 Per format (``FORMATS``: one entry per format; another format is one more entry) and stream
