@@ -349,8 +349,10 @@ def render_readme_table(all_results: dict[str, dict[str, dict]]) -> str:
     for i, (cpu, results) in enumerate(all_results.items(), 1):
         lines.append(f"| `{cpu}`[^{i}] | " + " | ".join(readme_cells(results)) + " |")
         notes.append(f"[^{i}]: {machine_line(results)}; measured {dates(results)}.")
+    plots = [f"![Roofline of {cpu}](docs/{roofline_name(cpu)})" for cpu, results in
+             all_results.items() if "bench_correlator" in results][:1]
     return "\n".join([*lines, "", f"{DASH}: not measured for that CPU class yet.", "",
-                      *notes]) + "\n"
+                      *notes, *(["", *plots] if plots else [])]) + "\n"
 
 
 def replace_readme_block(readme: str, block: str) -> str:
