@@ -63,7 +63,7 @@ def test_a_changed_result_changes_the_page_and_the_readme_table(report, tmp_path
     row = next(line for line in readme.splitlines() if line.startswith("| `amd-zen4`"))
     assert "| 0.81 | 9.6 (onnxruntime_u8s8) |" in row
     assert "A CPU (family 25, model 17" in readme and "measured 2026-01-02" in readme
-    assert "![Roofline of amd-zen4](docs/roofline-amd-zen4.png)" in readme
+    assert f"![Roofline of amd-zen4](docs/{report.roofline_name('amd-zen4')})" in readme
     assert "## amd-zen4" in page and "![Roofline of amd-zen4](roofline-amd-zen4.png)" in page
     assert "| fraction of the roofline | 0.81 (bound: int8 compute) |" in page
     committed_page, committed_readme = report.render(report.load_results())
