@@ -59,7 +59,7 @@ from xengine_block.npu.hostkernel import KERNEL_SOURCE
 from xengine_block.npu.plan import KERNEL_OBJECT
 
 DESIGN_NAME = "design.mlir"
-#: Peano flags of the seed's build (warnings its headers raise are silenced).
+#: Peano flags of the published design's build (warnings its headers raise are silenced).
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
                "-Wno-parentheses", "-Wno-attributes", "-Wno-macro-redefined",
                "-Wno-empty-body", "-Wno-missing-template-arg-list-after-template-kw")

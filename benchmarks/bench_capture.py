@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import json
 import os
 import threading
 import time
@@ -64,6 +63,7 @@ import scipy
 import spead2
 import spead2.recv
 from numba import types
+from results_file import add_option, emit
 from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
@@ -93,7 +93,7 @@ from xengine_block.runtime.ring import EndOfDataStop, ReadSequence
 from xengine_block.sim.meerkat import MeerkatFEngines
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
-#: The goal of issue 26 at 8640-byte heaps.
+#: The capture's goal at 8640-byte heaps: CPU per heap at most this.
 GOAL_US_PER_HEAP = 1.5
 #: The first frame number the pre-built packets carry (their timestamps start there).
 FIRST_FRAME = 8
@@ -457,6 +457,7 @@ def main() -> None:
     ap.add_argument("--no-udp", dest="udp", action="store_false")
     ap.add_argument("--frames-per-chunk", type=int, default=0,
                     help="frames per spead2 chunk (0: CaptureLayout's default)")
+    add_option(ap)
     args = ap.parse_args()
     CAPTURE_KW["frames_per_chunk"] = args.frames_per_chunk
     t_start = time.perf_counter()
@@ -481,7 +482,7 @@ def main() -> None:
         out["meerkat_over_xengine"] = ratios
     out.update(load_average_1min=[load0, os.getloadavg()[0]],
                runtime_s=round(time.perf_counter() - t_start, 1))
-    print(json.dumps(out, indent=1))
+    emit("bench_capture", out, args)
 
 
 if __name__ == "__main__":

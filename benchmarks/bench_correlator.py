@@ -1,4 +1,4 @@
-"""Correlator throughput at the seed geometry against the machine's roofline (int8 peak and
+"""Correlator throughput at the published geometry against the machine's roofline (int8 peak and
 streaming read bandwidth, measured in the same run) and its peers (onnxruntime MatMulInteger,
 torch._int_mm, numpy), with S and thread scaling; prints one JSON object.
 

@@ -6,7 +6,7 @@ calls and models their cost: ``kernel_s`` of device time per run (the device run
 thread from the kernel call) and ``sync_s_per_mib`` of host time per MiB synced, spent holding
 the lock. Two host loops run the same calls in the same run:
 
-- ``blocking_wait``: the launch thread calls ``run.wait()`` (the backend before this change);
+- ``blocking_wait``: the launch thread calls ``run.wait()`` (the plain way to wait);
   the wait holds the lock for the whole run, so the next entry's sync cannot start until the
   run is over: one call costs about sync + kernel;
 - ``polled``: the backend as it is (``run.state()`` polled, sleeping between polls): the sync of
@@ -22,12 +22,12 @@ numbers need the device. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from typing import Any
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.backends.npu import NpuBackend
 from xengine_block.geometry import small_test_geometry
@@ -67,6 +67,7 @@ def main() -> None:
                     help="modelled host time of one input sync (the small design's input BO)")
     ap.add_argument("--ncalls", type=int, default=12)
     ap.add_argument("--nring", type=int, default=4)
+    add_option(ap)
     a = ap.parse_args()
     g = small_test_geometry()
     sync_s_per_mib = a.sync_ms / 1000 / (g.npu_in_bytes / 2**20)
@@ -82,9 +83,9 @@ def main() -> None:
             serial = base + sync_s + kernel_s
             results[name] = {"seconds_per_call": per_call,
                              "overlap": (serial - per_call) / min(sync_s, kernel_s)}
-    print(json.dumps({"benchmark": "npu_host_loop_simulated", "device": "SIMULATED",
-                      "kernel_s": kernel_s, "input_sync_s": sync_s, "ncalls": a.ncalls,
-                      "nring": a.nring, "results": results}, indent=1))
+    emit("bench_npu_host", {"benchmark": "npu_host_loop_simulated", "device": "SIMULATED",
+                            "kernel_s": kernel_s, "input_sync_s": sync_s, "ncalls": a.ncalls,
+                            "nring": a.nring, "results": results}, a)
 
 
 if __name__ == "__main__":

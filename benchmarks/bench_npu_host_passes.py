@@ -1,5 +1,5 @@
 """The NPU backend's host passes, per core, beside a plain copy of the same bytes in the same
-run; prints one JSON object (``--write``: also to ``benchmarks/results/<cpu class>/``).
+run; prints one JSON object (``--write-results``: also to ``benchmarks/results/<cpu class>/``).
 
 The NPU performance model (``xengine_block/npu/perfmodel.py``) charges the host for three
 passes of our backend that the published design's benchmark did not have; their per-core rates
@@ -21,13 +21,13 @@ pass on one thread.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from functools import partial
 
 import numpy as np
+from results_file import add_option, emit
 
-from xengine_block.bench.machine import interleaved_best, machine_identity, write_results
+from xengine_block.bench.machine import interleaved_best, machine_identity
 from xengine_block.frames import unpack_frames
 from xengine_block.geometry import SEED
 from xengine_block.npu import hostio
@@ -62,8 +62,7 @@ def main() -> None:
     ap.add_argument("--npacket", type=int, default=16,
                     help="packets per buffer (16: 35 MB per S = 256 block, above any LLC)")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--write", action="store_true",
-                    help="also write benchmarks/results/<cpu class>/npu_host_passes.json")
+    add_option(ap)
     a = ap.parse_args()
     result: dict = {"machine": machine_identity(), "load_average_1min": os.getloadavg()[0],
                     "threads": 1, "npacket": a.npacket, "passes": {}}
@@ -75,9 +74,7 @@ def main() -> None:
         result["passes"][name] = {"bytes_per_s": nbytes / ours,
                                   "memcpy_bytes_per_s": peer_bytes / peer,
                                   "ratio_to_memcpy": (nbytes / ours) / (peer_bytes / peer)}
-    if a.write:
-        result["written_to"] = str(write_results("npu_host_passes", result))
-    print(json.dumps(result, indent=2))
+    emit("bench_npu_host_passes", result, a, indent=2)
 
 
 if __name__ == "__main__":

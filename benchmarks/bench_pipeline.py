@@ -37,7 +37,6 @@ rate (paced: its rate there is the feed rate, its loss says whether it keeps up)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import threading
@@ -45,6 +44,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
@@ -381,6 +381,7 @@ def main() -> None:
     p.add_argument("--udp-tries", type=int, default=4, help="rates tried, each 0.7x the last")
     p.add_argument("--no-dedicated", dest="dedicated", action="store_false",
                    help="skip the in-process run with one core kept from the X-engine")
+    add_option(p)
     a = p.parse_args()
     g = Geometry(nstream=a.nstream, nchan=a.nchan, npacket=a.npacket)
     nframe = a.dumps * g.npacket
@@ -444,7 +445,7 @@ def main() -> None:
     result["input_gbps"] = best["input_gbps"]
     result["fraction_of_read_bandwidth"] = best["input_gbps"] / read_gbps
     result["load_average_1min_end"] = os.getloadavg()[0]
-    print(json.dumps(result, indent=2))
+    emit("bench_pipeline", result, a, indent=2)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ against BLRI (COSMIC's correlator of multi-antenna GUPPI RAW) on the same file; 
 Formats: ``guppi`` (GUPPI RAW), ``dada`` (PSRDADA, MeerKAT FBFUSE's ``TAFTP``), ``mwax`` (MWAX
 subfiles, one per coarse channel) and ``pcap`` (our F-engine packets as ``xengine record``
 writes them); the same keys, BLRI for GUPPI only. A clean pcap recording is correlated in place
-(``runs.S*.read``: ``in place``); the same file replayed through the capture, as every pcap
-recording was before (``--replay``), is timed in the same rounds: ``replay_msps``,
+(``runs.S*.read``: ``in place``); the same file replayed through the capture (``--replay``,
+what any other pcap recording takes) is timed in the same rounds: ``replay_msps``,
 ``replay_ratio``.
 
 Per format (``FORMATS``: one entry per format; another format is one more entry) and stream
@@ -12,7 +12,7 @@ count S, a recording is written, read once so that it is in the page cache, then
 
 - ``msps``: ``xengine_block.reprocess.jobs.reprocess`` on it, the library call the command
   makes (headers indexed, every integration correlated from the memory map, UVH5 written),
-  wall time; samples of every channel per second (DESIGN.md 9: C x spectra / s);
+  wall time; samples of every channel per second (docs/design.md, "Measuring": C x spectra / s);
 - ``bare_backend_msps``: the same backend's ``correlate_layout`` on the same chunks (same
   layouts, same calls) copied into memory beforehand, correlation time only;
 - ``ratio`` = msps / bare_backend_msps: what reading, indexing and writing cost (goal >= 0.8:
@@ -39,7 +39,6 @@ one run; the load average is recorded at both ends.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.array import ArrayDescription
 from xengine_block.bench.machine import interleaved_best, machine_identity
@@ -309,7 +309,7 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             t = blri_seconds(small, telinfo_of(toml), nspec, work)
             if t is None:
                 entry["speedup_vs_blri"][key] = None
-                entry["blri"] = "not installed (shared/vendor/install_blri.sh)"
+                entry["blri"] = "not installed (MydonSolutions/BLRI; .ci/run installs it)"
             else:
                 ours = reprocess_seconds(
                     small, recording_options("guppi", toml, nspec, args.backend), work,
@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blri-all", action="store_true", help="BLRI at S = 256 too (minutes)")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the recordings go (default: a temporary directory)")
+    add_option(p)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_reprocess_", dir=args.workdir))
     result: dict[str, Any] = {"load_average_1min": {"start": os.getloadavg()[0]},
@@ -485,8 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["load_average_1min"]["end"] = os.getloadavg()[0]
-    json.dump(result, sys.stdout, indent=1)
-    print()
+    emit("bench_reprocess", result, args)
     return 0
 
 

@@ -12,11 +12,11 @@ so spans do cross the wrap point and the ghost-region copies are included.
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 import time
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.runtime.ring import Ring
 
@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--buffer-nframe", type=int, default=None,
                     help="ring size in frames instead (not a multiple of --gulp: spans wrap)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
+    add_option(ap)
     args = ap.parse_args()
     nframe = args.nframe - args.nframe % args.gulp
     rng = np.random.default_rng(0)
@@ -101,7 +102,7 @@ def main() -> None:
         memcpy_s.append(seconds)
     nbit = nframe * FRAME_NBYTE * 8
     ring_gbps, memcpy_gbps = nbit / min(ring_s) / 1e9, nbit / min(memcpy_s) / 1e9
-    print(json.dumps({
+    emit("bench_ring", {
         "ring_gbps": round(ring_gbps, 2), "memcpy_gbps": round(memcpy_gbps, 2),
         "ratio": round(ring_gbps / memcpy_gbps, 3),
         "frame_nbyte": FRAME_NBYTE, "nframe": nframe, "gulp_nframe": args.gulp,
@@ -109,7 +110,7 @@ def main() -> None:
         "meets_half_memcpy": ring_gbps >= memcpy_gbps / 2,
         "reader": "one thread, uint64 checksum of every byte; peer does copy + checksum",
         "unit": "Gb/s (1e9 bit/s of frame payload)", "best_of": args.repeat,
-    }))
+    }, args, indent=None)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import statistics
 import time
 from typing import Any
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.array import default_array
 from xengine_block.backends import get_backend
@@ -332,6 +332,7 @@ def main() -> None:
                     help="only the input-layout comparison (Bifrost tensor vs our frames)")
     ap.add_argument("--layout-runtime", choices=("ours", "bifrost"), default=None,
                     help="runtime of the layout comparison (default bifrost where it imports)")
+    add_option(ap)
     a = ap.parse_args()
     configs = [("S=32", Geometry(nstream=32, nchan=9, npacket=136), 24, 2),
                # small gulps: the blocks' per-gulp Python cost weighs most here
@@ -373,7 +374,7 @@ def main() -> None:
             "process_overhead_vs_plain": round(min(busy["bifrost"])
                                                / min(busy["bifrost_plain"]) - 1, 3),
         }
-    print(json.dumps(result))
+    emit("bench_runtime", result, a, indent=None)
 
 
 if __name__ == "__main__":

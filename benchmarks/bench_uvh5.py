@@ -16,12 +16,12 @@ and the bytes the commit writes in place per dump.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from results_file import add_option, emit
 
 from xengine_block.array import default_array
 from xengine_block.bench.machine import machine_identity
@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--ndump", type=int, default=30)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None)
+    add_option(ap)
     a = ap.parse_args()
     orders = {"atomic_publish": None, "hdf5_order": hdf5_order}
     times: dict[str, list] = {k: [] for k in orders}
@@ -102,7 +103,7 @@ def main() -> None:
                      "in_place_bytes_per_commit": int(np.median(in_place[name]))}
     out["ratio_median"] = round(out["atomic_publish"]["median_ms_per_append"]
                                 / out["hdf5_order"]["median_ms_per_append"], 3)
-    print(json.dumps(out))
+    emit("bench_uvh5", out, a, indent=None)
 
 
 if __name__ == "__main__":

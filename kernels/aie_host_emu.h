@@ -1,8 +1,8 @@
 // Host emulation of the AIE2P vector types and intrinsics that xcorr.cc uses, so the very same
-// kernel source compiles with g++ and runs under test on x86 (DESIGN.md section 8).
+// kernel source compiles with g++ and runs under test on x86 (docs/design.md, "NPU dataflow plan").
 //
 // Only what the kernel uses is provided, with the semantics of llvm-aie's aie2p headers as
-// recorded in shared/NPU_NOTES.md:
+// recorded in the published design's sources:
 //   v64int8 / v64acc32      64 lanes of int8 / int32 (one 8x8 block, row-major)
 //   v64acc32 x = {}         zero
 //   *p, *p++, p[i] = v      512-bit loads and stores (plain copies here)

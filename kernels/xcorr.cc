@@ -5,7 +5,7 @@
 //   b   : M x T x 2 x 8 x 8 int8      (same layout)
 //   acc : N x M x 2 x 8 x 8 int32     (A block, B block, re/im, [A stream][B stream])
 // For a = z and b = w: re += z_re w_re^T + z_im w_im^T, im += z_im w_re^T - z_re w_im^T,
-// i.e. K[j,k] += x_j conj(x_k) (DESIGN.md section 3). mac_8x8_8x8 multiplies [stream][sample]
+// i.e. K[j,k] += x_j conj(x_k) (docs/design.md, "Sign and conjugation"). mac_8x8_8x8 multiplies [stream][sample]
 // by [sample][stream], so each B block is transposed in-register by shuffle(w, w, T8_8x8); the
 // shuffle issues on a different unit than the MACs and costs no cycles in the inner loop.
 //
@@ -19,7 +19,7 @@
 //           [-DN=8 -DM=4 -DT=15] -c xcorr.cc
 //   host  : g++ -std=c++20 -O2 -DXCORR_HOST_EMU -I kernels [-DN=.. -DM=.. -DT=..]
 //           -shared -fPIC xcorr.cc   (xengine_block/npu/hostkernel.py does this)
-// The defaults are the seed design (N=8, M=4, T=15).
+// The defaults are the published design (N=8, M=4, T=15).
 
 // Capture the dimension macros before any header is included: a macro literally named N, M or
 // T would otherwise rewrite template parameters of the same name inside the toolchain headers.

@@ -4,7 +4,7 @@
 #   scripts/install_bifrost.sh TARBALL_OR_SOURCE_DIR [PREFIX]
 #
 # TARBALL_OR_SOURCE_DIR: a Bifrost source tree or a .tar.gz of one (the project vendors
-#   ../shared/vendor/bifrost-c482892.tar.gz: ledatelescope/bifrost 0.10.0, BSD-3-Clause).
+#   bifrost-c482892.tar.gz, ledatelescope/bifrost 0.10.0, BSD-3-Clause, for CI: .ci/run).
 # PREFIX: where libbifrost goes (PREFIX/lib, PREFIX/include). Default: the environment's own
 #   prefix (python -c 'import sys; print(sys.prefix)'), where xengine_block.bifrost looks for
 #   it, so neither our blocks nor the tests need LD_LIBRARY_PATH. The Python package and

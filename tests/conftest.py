@@ -47,10 +47,10 @@ def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:
 
 @pytest.fixture(autouse=True, scope="session")
 def offline_iers() -> None:
-    """astropy may not download IERS tables here (DESIGN.md 7), and pyuvdata's LST check
-    reads them: set the offline configuration once, for every test. Before, a test reading a
-    file written in a subprocess (the SIGKILL test) got it only from an earlier test whose
-    writer ran in this process, and failed when run alone."""
+    """astropy may not download IERS tables here (docs/design.md, "UVH5 conventions"), and
+    pyuvdata's LST check reads them: set the offline configuration once, for every test. Before, a
+    test reading a file written in a subprocess (the SIGKILL test) got it only from an earlier test
+    whose writer ran in this process, and failed when run alone."""
     from astropy.utils import iers
 
     iers.conf.auto_download = False
@@ -94,7 +94,7 @@ def blri_or_skip():
         if os.environ.get(REQUIRE_BLRI_ENV):
             pytest.fail(f"{REQUIRE_BLRI_ENV} is set but BLRI does not import: {exc}",
                         pytrace=False)
-        pytest.skip(f"BLRI is not installed (shared/vendor/install_blri.sh): {exc}",
+        pytest.skip(f"BLRI is not installed (MydonSolutions/BLRI; .ci/run installs it): {exc}",
                     allow_module_level=True)
     return blri
 

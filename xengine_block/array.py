@@ -1,4 +1,5 @@
-"""The array description: telescope, site and antennas (DESIGN.md sections 2, 5 and 7).
+"""The array description: telescope, site and antennas (docs/design.md, "Geometry", "Ring
+headers" and "UVH5 conventions").
 
 One :class:`ArrayDescription` travels in every capture ring header (``to_dict``) so downstream
 blocks (UVH5 writer, quick-look) need no side channel. It holds what an observatory's array
@@ -9,12 +10,13 @@ Conventions written down once:
 
 - Two streams per antenna: stream ``s = 2 * antenna_index + pol``, pol 0 = X, 1 = Y.
 - ``antenna_positions`` are ECEF positions minus the site's ECEF position, metres (what UVH5
-  stores); the ENU -> ECEF rotation is :attr:`ArrayDescription.enu_to_ecef`.
-- uvw of a baseline (ant_1, ant_2) is ``position(ant_2) - position(ant_1)`` (DESIGN.md 3).
+  stores); the ENU -> ECEF rotation is :attr:`ArrayDescription.enu_to_ecef`. - uvw of a baseline
+  (ant_1, ant_2) is ``position(ant_2) - position(ant_1)``
+  (docs/design.md, "Sign and conjugation").
 
 The default array is the MWA's 128 tiles shipped as pyuvdata package data
 (``pyuvdata/data/mwa128_ant_layouts.npz``: ``ENH`` east/north/height-above-sea offsets and
-``arrcent``, the array centre in ECEF), 256 streams: the seed design's S.
+``arrcent``, the array centre in ECEF), 256 streams: the published design's S.
 
 Array files are TOML (read with :mod:`tomllib`; the exact form :meth:`ArrayDescription.to_toml`
 writes is read by :func:`parse_array_toml` ten times faster, to the same values)::
@@ -150,10 +152,11 @@ def _toml_number(text: str) -> int | float:
 def parse_array_toml(text: str) -> dict[str, Any]:
     """The document of an array file's ``text``: what :func:`tomllib.loads` returns.
 
-    Why: tomllib reads a 128-antenna file in ~2.4 ms, serially before reprocessing's first
+    Why: tomllib reads a 128-antenna file in milliseconds, serially before reprocessing's first
     integration. The form :meth:`ArrayDescription.to_toml` writes (those lines, single spaces,
     strings without escapes, repr's numbers) is matched whole by one regular expression and
-    converted as tomllib converts (``float``/``int`` of the same digits): ~0.3 ms. Any other
+    converted as tomllib converts (``float``/``int`` of the same digits), several times faster.
+    Any other
     text (comments, other spacing or order, escapes, ``inf``) goes to tomllib, whose errors are
     the ones raised."""
     if _CANONICAL.fullmatch(text) is None:
@@ -397,7 +400,7 @@ def _toml_str(s: str) -> str:
 
 
 def mwa128() -> ArrayDescription:
-    """The MWA's 128 tiles from pyuvdata's package data (256 streams: the seed's S).
+    """The MWA's 128 tiles from pyuvdata's package data (256 streams: the published design's S).
 
     Site from ``arrcent`` (ECEF -> WGS84); ENU up = tile height above sea level minus the site
     altitude. Tiles are named ``Tile001``..``Tile128`` and numbered 0..127 in file order

@@ -1,4 +1,5 @@
-"""Conversions between natural samples and the packet / frame layout (DESIGN.md section 2).
+"""Conversions between natural samples and the packet / frame layout (docs/design.md, "Packet and
+frame layouts").
 
 Natural samples are ``x[stream, chan, spectrum, reim]`` int8 (re, im pairs; complex int8 has no
 numpy dtype). A ring frame is one packet time for all streams:
@@ -100,8 +101,8 @@ def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None
     int8, in one pass over the bytes.
 
     ``nfine`` is 8, so each (coarse) row of 8 samples is one uint64 and becomes two (8 real
-    parts, 8 imaginary parts): :func:`_unpack_rows`, measured here at ~5 GB/s of ci4 in, about
-    a plain copy of the unpacked bytes (numpy ufuncs on 8-byte rows ran ~0.1 GB/s). Outputs
+    parts, 8 imaginary parts): :func:`_unpack_rows`, about as fast as a plain copy of the
+    unpacked bytes (numpy ufuncs on 8-byte rows are tens of times slower). Outputs
     that are not contiguous take :func:`unpack_ci4_planes`.
     """
     if not g.ci4:

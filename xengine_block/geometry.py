@@ -1,9 +1,10 @@
 """The one validated description of the correlator's shape.
 
 Every size in the project (packet bytes, ring frames, NPU buffers, output triangle) derives from a
-:class:`Geometry`. Defaults are the seed design (DESIGN.md section 2): 256 streams, 9 channels per
-packet, 480 spectra per packet laid out as 60 coarse x (re, im) x 8 fine, NPU tiles of
-8N x 8M streams with N=8, M=4, T=15 on a 4 x 8 array, P packets per NPU integration.
+:class:`Geometry`. Defaults are the published NPU design's geometry (docs/design.md, "Geometry"):
+256 streams, 9 channels per packet, 480 spectra per packet laid out as 60 coarse x (re, im) x 8
+fine, NPU tiles of 8N x 8M streams with N=8, M=4, T=15 on a 4 x 8 array, P packets per NPU
+integration.
 
 Samples are complex int8 (``sample_bits=8``) or complex int4 (``sample_bits=4``, Bifrost's ``ci4``:
 one byte per complex sample, two two's-complement nibbles in -8..7, real part in the high nibble
@@ -49,10 +50,10 @@ MAX_PAYLOAD_BYTES = 8800
 BLOCK = 8
 
 
-#: Largest ring frame (one packet time of every stream and channel) and X-engine output frame.
-#: Far above any real X-engine's share (the seed's are 2.2 MB and 2.4 MB; 8192 streams x 9
-#: channels: 71 MB and 2.4 GB); a typo such as nchan 9e6 would otherwise ask for hundreds of
-#: GiB before saying anything.
+#: Largest ring frame (one packet time of every stream and channel) and X-engine output frame. Far
+#: above any real X-engine's share (the published design's are 2.2 MB and 2.4 MB; 8192 streams x 9
+#: channels: 71 MB and 2.4 GB); a typo such as nchan 9e6 would otherwise ask for hundreds of GiB
+#: before saying anything.
 MAX_FRAME_BYTES = 1 << 30
 MAX_OUTPUT_BYTES = 1 << 34
 
@@ -169,7 +170,7 @@ class Geometry:
     # ---------------------------------------------------------------- packet / frame
     @property
     def nspectra_pkt(self) -> int:
-        """Spectra per packet (per channel): 480 for the seed."""
+        """Spectra per packet (per channel): 480 for the published design."""
         return self.ncoarse * self.nfine
 
     @property
@@ -247,8 +248,8 @@ class Geometry:
 
     @property
     def max_npacket(self) -> int:
-        """Largest P for which int32 accumulation is exact for every input: 136 for the seed
-        (ci8), 34,952 for ci4 (|x| <= 8: one term's re or im is at most 2*8*8 = 128)."""
+        """Largest P for which int32 accumulation is exact for every input: 136 for the published
+        design (ci8), 34,952 for ci4 (|x| <= 8: one term's re or im is at most 2*8*8 = 128)."""
         return max_spectra_int32(self.sample_bits) // self.nspectra_pkt
 
     # ---------------------------------------------------------------- output
@@ -284,7 +285,8 @@ class Geometry:
 
     @property
     def npu_block(self) -> int:
-        """Streams per NPU block (256 for the seed); larger S is split into such blocks."""
+        """Streams per NPU block (256 for the published design); larger S is split into such
+        blocks."""
         return self.npu_block_a
 
     @property
@@ -300,7 +302,7 @@ class Geometry:
 
     @property
     def npu_ncalls_per_packet(self) -> int:
-        """Kernel calls per packet per channel (4 for the seed)."""
+        """Kernel calls per packet per channel (4 for the published design)."""
         return self.nspectra_pkt // self.kernel_samples
 
     @property
@@ -362,7 +364,7 @@ class Geometry:
         return cls(**fields)
 
 
-#: The seed design: 256 streams, 9 channels, P = 136.
+#: The published design: 256 streams, 9 channels, P = 136.
 SEED = Geometry()
 
 

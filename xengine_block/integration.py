@@ -142,12 +142,12 @@ class Integrator:
     ``ninteg * frame_spectra`` so independent X-engines dump at the same instants. Frames that
     are absent (gaps in time_tag) simply contribute nothing; their spectra are not valid.
 
-    ``reuse``: the sums are kept in int64 buffers made at the first dump and used again and
-    again, instead of a fresh pair per dump, whose pages the kernel can fault in again each time
-    (12 ms for the 4.7 MB of an S = 256 x 9 channel dump on a fresh VM, more than the sum
-    itself). Two pairs, taken in turn, since one ``add`` can finish two dumps; a :class:`Dump`
-    then holds views of them, valid until the next ``add``. With ``ninteg`` 1 a dump holds the
-    frame given, as it is (its dtype): no buffer, no copy. (Made at the first dump rather
+    ``reuse``: the sums are kept in int64 buffers made at the first dump and used again and again,
+    instead of a fresh pair per dump, whose pages the kernel can fault in again each time (on a
+    virtual machine that can cost more than the sum itself). Two pairs, taken in turn, since one
+    ``add`` can finish two dumps; a :class:`Dump` then holds views of them, valid until the next
+    ``add``. With ``ninteg`` 1 a dump holds the frame given, as it is (its dtype): no buffer, no
+    copy. (Made at the first dump rather
     than up front: faulting pages in before the sequence starts would hold up the whole
     pipeline's start, and the first dump writes every byte of them anyway.)
     """

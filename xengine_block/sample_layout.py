@@ -1,8 +1,9 @@
 """Where each complex sample lies in an input buffer: the one description of input layouts.
 
-Our packet/frame layout (DESIGN.md section 2) is one way to hold channelised voltages; the
+Our packet/frame layout (docs/design.md, "Geometry") is one way to hold channelised voltages; the
 world's formats hold the same samples otherwise (Bifrost tensors ``[time, freq, station, pol]``,
-GUPPI RAW ``[ant][chan][time][pol]``, MeerKAT F-engine heaps, MWAX subfiles ...; DESIGN.md 6b).
+GUPPI RAW ``[ant][chan][time][pol]``, MeerKAT F-engine heaps, MWAX subfiles ...; docs/design.md,
+"Formats of the outside world").
 A :class:`SampleLayout` says, for a run of equally sized *frames* in memory, at which byte the
 real and imaginary parts of spectrum ``t`` of channel ``c`` of stream ``s`` lie::
 

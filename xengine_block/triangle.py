@@ -1,4 +1,5 @@
-"""Baseline ordering of the X-engine output: the packed upper triangle (DESIGN.md section 3).
+"""Baseline ordering of the X-engine output: the packed upper triangle
+(docs/design.md, "Packet and frame layouts"; values as in "Sign and conjugation").
 
 For streams j <= k the baseline index is ``b = k*(k+1)//2 + j`` (TCC / xGPU triangular order)
 and the value is ``K[j, k] = sum_n x_j[n] * conj(x_k[n])``. Autocorrelations are included.

@@ -1,4 +1,5 @@
-"""Visibility orders of the outside world, to and from our packed triangle (DESIGN.md 3, 6b).
+"""Visibility orders of the outside world, to and from our packed triangle
+(docs/design.md, "Sign and conjugation" and "Formats of the outside world").
 
 Ours (:mod:`~xengine_block.triangle`): per channel, streams ``j <= k`` at ``b = k*(k+1)//2 + j``,
 value ``K[j, k] = sum x_j conj(x_k)``. Streams are ``s = npol * station + pol`` (``npol`` 2:

@@ -6,7 +6,7 @@
  *      own cache-resident scratch (the layout work: once per gulp, at memory speed);
  *   2. for AMX and VNNI, packs each Y tile into the VNNI "B" layout [K/4][16][4], which is the
  *      4-byte transpose of the tile (for VNNI also biased by +128, see kern_avx512.c); for ci8
- *      frames whose packets hold a multiple of 4 groups (the seed's 60), steps 1 and 2 are one
+ *      frames whose packets hold a multiple of 4 groups (the published design's 60), steps 1 and 2 are one
  *      pass per whole K-step, the tile never leaving registers between them
  *      (xe_build_tiles_avx512; its measured gain is in docs/native.md);
  *   3. runs the ISA kernel over the Hermitian triangle of 16-stream super-block pairs, adding

@@ -1,4 +1,5 @@
-"""Exact CPU backends against the int64 reference, bit for bit (DESIGN.md section 3).
+"""Exact CPU backends against the int64 reference, bit for bit
+(docs/design.md, "Sign and conjugation").
 
 Every exact CPU backend runs the same cases, the native one once per dispatch path (AMX, its
 software-emulated twin, AVX-512 VNNI, AVX2, portable C); a variant this machine cannot run is

@@ -112,7 +112,7 @@ def test_machine_read_gbps_reports_both_ways(monkeypatch):
 
 
 def test_ops_per_input_byte_from_the_geometry():
-    """514 useful ops per ci8 byte at S = 256 (issue 27's figure): 8 * 256*257/2 ops over
+    """514 useful ops per ci8 byte at S = 256: 8 * 256*257/2 ops over
     2 * 256 bytes per sample time; ci4 packs a sample in one byte."""
     assert benchmarking.ops_per_input_byte(256) == 514
     assert benchmarking.ops_per_input_byte(256, 4) == 1028

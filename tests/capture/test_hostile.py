@@ -1,4 +1,4 @@
-"""Hostile and faulty senders against the capture, over loopback UDP (issue 12, items 4-6).
+"""Hostile and faulty senders against the capture, over loopback UDP.
 
 Every case sends crafted SPEAD datagrams (spead2's packet generator for well-formed heaps,
 ``spead.raw_packet`` for what spead2 refuses to make) to a capture bound on 127.0.0.1, and
@@ -218,10 +218,9 @@ def test_stop_heaps_are_counted_not_followed():
 
 
 def test_far_future_first_heap_does_not_hold_the_start():
-    """Before: the first heap fixed the start, so every real heap was before_start. Then an
-    outlier only opened a provisional start that the quorum of real streams overruled, but the
-    real heaps that voted meanwhile were dropped (frames 4-5 lost). Now they wait in a lane of
-    their own, so nothing real is lost: only the outlier is start_rejected."""
+    """A far-future first heap opens only a provisional start, which the quorum of real
+    streams overrules; the real heaps that voted meanwhile wait in a lane of their own, so
+    nothing real is lost (frames 4-5 included): only the outlier is start_rejected."""
     frames = make_frames(8, seed=3)
     dg = heaps(frames)
     outlier = heaps(make_frames(1, seed=9), t0=10 ** 6 * STEP, cnt0=7000)

@@ -1,4 +1,4 @@
-"""MeerKAT F-engine heaps into the capture (issue 25), over loopback UDP.
+"""MeerKAT F-engine heaps into the capture, over loopback UDP.
 
 The sender (``sim/meerkat.py``) is written from the ICD with spead2's own sender and none of
 our capture code; one packet's bytes are checked here against the ICD's layout written out by
@@ -231,7 +231,7 @@ def test_hostile_and_malformed_heaps_are_counted_and_dropped():
 def test_a_far_future_first_heap_does_not_hold_the_start():
     """One heap far in the future arrives first: it opens only a provisional start, which
     the quorum of real F-engines overrules; the real heaps that arrived meanwhile waited in
-    their own start-up lane (issue 22.1), so the real start is the first heap time sent."""
+    their own start-up lane, so the real start is the first heap time sent."""
     x = voltages(6, seed=5)
     dg = heaps(x)
     outlier = _heap(10 ** 7, 2, cnt=10 ** 6 * A + 2)

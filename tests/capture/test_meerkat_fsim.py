@@ -1,4 +1,4 @@
-"""katgpucbf's own F-engine simulator, ``fsim``, as a second, independent sender (issue 25).
+"""katgpucbf's own F-engine simulator, ``fsim``, as a second, independent sender.
 
 fsim (``katgpucbf/fsim/main.py``) needs Python >= 3.12 and katgpucbf's dependencies
 (aiokatcp, katsdpservices, katsdptelstate, prometheus-async, numba, spead2). The test runs it
@@ -7,10 +7,9 @@ in its own interpreter: ``$XENGINE_FSIM_PYTHON`` (a Python >= 3.12 that imports
 path when set), else this interpreter when it qualifies; otherwise it skips, saying why.
 fsim sends 8 F-engines' heaps to our capture over loopback UDP, unpaced to a unicast address;
 the frames are compared with fsim's own payload pattern (its ``make_heap_payload``, computed
-in that interpreter) and every counter is checked. Made real on this machine with a
-Python 3.12 venv (``pip install spead2 numba numpy aiokatcp 'katsdpservices[aiomonitor]'
-katsdptelstate prometheus-async prometheus-client aiohttp``) and katgpucbf's ``src/`` at
-1e38bdc: 140 frames, 1120 heaps, every sample equal, no heap judged bad.
+in that interpreter) and every counter is checked. To run it: a Python 3.12 venv (``pip install
+spead2 numba numpy aiokatcp 'katsdpservices[aiomonitor]' katsdptelstate prometheus-async
+prometheus-client aiohttp``) and katgpucbf's ``src/`` at 1e38bdc.
 """
 
 from __future__ import annotations

@@ -410,7 +410,7 @@ def test_capture_block_set_sky_replaces_header_fields_and_names_a_wrong_one():
 
 
 def test_one_forged_start_heap_costs_no_real_data():
-    """Issue 22.1: the first heap of a capture (CaptureBlock defaults, no start_timestamp)
+    """The first heap of a capture (CaptureBlock defaults, no start_timestamp)
     claims a far-future time, then the F-engines send 24 frames. Before, the quorum overruled
     the forged start after 4 frames: 1280 of the 1536 heaps delivered, the sequence at frame 4.
     Now the heaps that arrive while the start is provisional wait in the reorder window: all

@@ -1,4 +1,4 @@
-"""Damaged recordings and sidecars must not pass as fine (issue 12 item 3).
+"""Damaged recordings and sidecars must not pass as fine.
 
 A recording of 4 dumps is damaged in the ways disks and copies damage files (garbage inserted
 mid-file, cut mid-record, cut at a record boundary, a stray non-SPEAD datagram, a lost packet):

@@ -1,5 +1,5 @@
 """Every bad option of ``pipelines/fx.py`` and of every ``xengine`` subcommand: one line naming
-the option, exit status 2, no traceback, and nothing created (issue 12 item 8).
+the option, exit status 2, no traceback, and nothing created.
 
 The parsers run in this process (fast); a few cases also run as real processes, to cover the
 entry points themselves (``python -m xengine_block.cli`` must know every subcommand).
@@ -263,7 +263,7 @@ def test_argtypes_accept_good_values(tmp_path):
 
 
 # ------------------------------------------------------- unwritable and unreadable paths
-# Issue 22 item 2: every path option fails in one line naming it (exit 2), before anything
+# Every path option fails in one line naming it (exit 2), before anything
 # starts, whatever the kernel's reason, as root too: ENOENT (/proc), a file where a directory
 # belongs, EROFS (a read-only tmpfs, in a mount namespace of its own) and EACCES (as root: a
 # process without CAP_DAC_OVERRIDE, for which permission bits count).
@@ -344,7 +344,7 @@ def in_subprocess(prefix: list[str], cases: list, p: Path, files: Path, work: Pa
 
 
 @pytest.mark.parametrize(("place", "reason"), [
-    ("/proc", "No such file or directory"),  # ENOENT even for root: issue 22's traceback
+    ("/proc", "No such file or directory"),  # ENOENT even for root
     ("{files}/plain.txt", "not a directory"),
 ])
 def test_unwritable_paths_in_process(place, reason, files, tmp_path):

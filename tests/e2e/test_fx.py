@@ -1,7 +1,8 @@
 """pipelines/fx.py end to end, and the full capture -> UVH5 path with lost packets.
 
-Exactness is checked against the reference correlation of the packets actually sent (read back
-from the ``--record`` pcap), with DESIGN.md section 3's sign, order and polarisation rules.
+Exactness is checked against the reference correlation of the packets actually sent (read back from
+the ``--record`` pcap), with the sign, order and polarisation rules of docs/design.md, "Sign and
+conjugation".
 """
 
 import json

@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT end ``pipelines/fx.py`` normally (issue 12 item 8): exit 0 within a few
+"""SIGTERM / SIGINT end ``pipelines/fx.py`` normally: exit 0 within a few
 seconds, the UVH5 file closed and readable by pyuvdata, the summary written and saying which
 signal stopped the run; further Ctrl-Cs print no traceback."""
 

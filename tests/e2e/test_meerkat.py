@@ -1,4 +1,4 @@
-"""MeerKAT end to end (issue 25): simulated F-engines (the ICD sender) -> capture (MeerKAT
+"""MeerKAT end to end: simulated F-engines (the ICD sender) -> capture (MeerKAT
 frames, sample_layout header) -> X-engine -> integrate -> UVH5 files and a MeerKAT visibility
 stream, in both runtimes. The stream is decoded by a spead2 receiver and compared with
 katgpucbf's formula on the samples sent; the UVH5 file (read by pyuvdata) holds the conjugate,

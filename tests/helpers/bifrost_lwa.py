@@ -9,7 +9,7 @@ callback of LWA-SV's ADP (``lwa-project/lwa_sv`` ``scripts/adp_drx.py`` ``Captur
 
 A chips packet carries one spectrum of ``nchan`` channels x 32 inputs (16 stands x 2 pols) of
 one source; the capture writes ``[time][chan][src][32 inputs]``, i.e. ``(time, chan,
-stand*pol)`` with stand = 16 * src + k // 2 (``src/formats/chips.hpp``).
+stand*pol)`` with stand = 16 * src + k // 2 (Bifrost's ``src/formats/chips.hpp``).
 """
 
 from __future__ import annotations

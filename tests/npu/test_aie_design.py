@@ -2,7 +2,7 @@
 
 Without mlir-aie: the recorded calls (the exact mlir-aie API calls the design would make) are
 decoded here, independently of the generator, and compared with the plan the emulator verified
-and with hand-checked seed values from NPU_NOTES.md. With mlir-aie (and the toolchain): the
+and with values hand-checked against the published design. With mlir-aie (and the toolchain): the
 MLIR is generated and the small geometry is built; otherwise those tests skip with the reason.
 """
 

@@ -1,4 +1,5 @@
-"""The NPU dataflow plan: the seed's structure, and every hardware limit enforced by name."""
+"""The NPU dataflow plan: the published design's structure, every hardware limit enforced by
+name."""
 
 import dataclasses
 
@@ -27,7 +28,7 @@ def test_seed_plan_passes_and_reports_memory():
     compute = [u for t, u in report.usage.items() if t.kind == "compute"]
     assert len(compute) == SEED.rows * SEED.cols == 32
     for u in compute:
-        # NPU_NOTES: A 15,360 B x2, B 7,680 B x2, accumulators 16,384 B
+        # the published design: A 15,360 B x2, B 7,680 B x2, accumulators 16,384 B
         assert u.data_bytes == 62_464 == SEED.tile_data_bytes
         assert u.stack_bytes == limits.COMPUTE_TILE_STACK
         assert u.total_bytes <= limits.COMPUTE_TILE_MEMORY
@@ -174,7 +175,7 @@ def test_named_places_in_errors():
 
 # ------------------------------------------------------------------ rules read from mlir-aie
 def test_memory_tile_bds_follow_channel_parity():
-    """isBdChannelAccessible: even channels BDs 0-23, odd channels 24-47 (the seed fits)."""
+    """isBdChannelAccessible: even channels BDs 0-23, odd channels 24-47 (the published fits)."""
     for plan in (SEED_PLAN, SMALL_PLAN):
         for tile in plan.tiles:
             if tile.kind != "mem":

@@ -1,7 +1,7 @@
-"""Antennas numbered other than 0..N-1 (gaps, reversed, large): UVH5 files name each baseline by
-the antennas' numbers (DESIGN.md section 7), in the writer, the quick-look, recordings and
-reprocessing. Expected values come from the int64 reference correlation of the frames, looked
-up by antenna *index* (streams 2 * index + pol), independently of the writer's baseline map."""
+"""Antennas numbered other than 0..N-1 (gaps, reversed, large): UVH5 files name each baseline by the
+antennas' numbers (docs/design.md, "UVH5 conventions"), in the writer, the quick-look, recordings
+and reprocessing. Expected values come from the int64 reference correlation of the frames, looked up
+by antenna *index* (streams 2 * index + pol), independently of the writer's baseline map."""
 
 import warnings
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Full disk and other write failures (issue 12 item 2): the UVH5 writer raises one error naming
+"""Full disk and other write failures: the UVH5 writer raises one error naming
 the file and errno, the file keeps every dump completed before and reads with pyuvdata, the
 pipeline and ``fx.py`` stop with one line and a non-zero exit (no segfault), and reprocessing
 never gives a failed output its final name.

@@ -1,4 +1,4 @@
-"""MeerKAT baseline-correlation-products heaps out (issue 25): order, conjugation, missing
+"""MeerKAT baseline-correlation-products heaps out: order, conjugation, missing
 marker, saturation, and a pipeline whose heaps a spead2 receiver of our own decodes.
 
 Expected values are computed here from the samples with katgpucbf's formula (``xbgpu/
@@ -64,7 +64,8 @@ def test_order_and_conjugation_match_katgpucbf_and_are_uvh5s_conjugate():
     want = meerkat_formula(x)
     assert got.dtype == np.dtype("<i4")
     assert np.array_equal(got, want)
-    # UVH5 (DESIGN.md 3): vis(ant_1 <= ant_2, feeds p1, p2) = conj(x[ant_1,p1]) x[ant_2,p2]:
+    # UVH5 (docs/design.md, "Sign and conjugation"):
+    # vis(ant_1 <= ant_2, feeds p1, p2) = conj(x[ant_1,p1]) x[ant_2,p2]:
     # the conjugate of MeerKAT's product for the same pair.
     a1, a2, p1, p2 = 1, 3, 1, 0
     s1, s2 = 2 * a1 + p1, 2 * a2 + p2

@@ -89,10 +89,10 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
 
 
 def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
-    """A GUPPI file's task runs inside the pipelines' freeze (a full collection of astropy's,
-    h5py's and numba's objects stopped the writer and the backend for 25-35 ms, one file in a
-    few) and thaws after it; its writer is not kill-safe (its output is the task's .partial
-    file); the file is written as before."""
+    """A GUPPI file's task runs inside the pipelines' freeze (a full collection of astropy's, h5py's
+    and numba's objects stopped the writer and the backend for tens of milliseconds, one file in a
+    few) and thaws after it; its writer is not kill-safe (its output is the task's .partial file);
+    the file is written as before."""
     import gc
 
     from xengine_block.reprocess import jobs as rp

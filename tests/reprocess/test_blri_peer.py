@@ -5,8 +5,8 @@ conjugate of ours, value for value (``x[a1] conj(x[a2])``, BLRI src/blri/dsp.py
 ``correlate``); with ``--invert-correlation-conjugation`` its cross-antenna baselines equal
 ours (the flag leaves its autocorrelations, cross-pol ones included, as ``x conj(x)``).
 
-Needs BLRI (``/work/shared/vendor/install_blri.sh``; a benchmark and test peer, never a runtime
-dependency): skipped with the reason where it is not installed.
+Needs BLRI (MydonSolutions/BLRI, which ``.ci/run`` installs; a benchmark and test peer, never a
+runtime dependency): skipped with the reason where it is not installed.
 """
 
 from __future__ import annotations

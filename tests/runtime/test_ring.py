@@ -476,7 +476,7 @@ def test_populate_faults_every_page_in_and_keeps_the_contents():
 
 def test_ring_memory_is_faulted_in_when_it_is_allocated():
     """Frames at line rate from the first one: the ring takes its page faults when sized,
-    not while the capture writes (a fresh page cost ~2.5 s/GiB on the development VM)."""
+    not while the capture writes (a fresh page costs far more than a write to a mapped one)."""
     ring = Ring()
     ring.resize(8 << 20, 24 << 20)
     resident, total = resident_pages(ring._buf)

@@ -352,10 +352,10 @@ def test_deploy_doc_lists_every_key_with_its_flag():
         assert f"| `{k.dotted}` | `{flag}` |" in doc, k.dotted
 
 
-def test_readme_example_config_is_valid(tmp_path):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("# x0.toml\n")
-    text = readme[start:readme.index("```", start)]
+def test_docs_example_config_is_valid(tmp_path):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    start = page.index("# x0.toml\n")
+    text = page[start:page.index("```", start)]
     cfg = load_config(write_text(tmp_path / "x0.toml", text))
     assert cfg.geometry.nchan == 18 and cfg.sources[0].multicast and cfg.dumps_per_file >= 1
 

@@ -1,4 +1,4 @@
-"""``xengine correlate --format meerkat`` (issue 25): the keys' checks (one line naming the
+"""``xengine correlate --format meerkat``: the keys' checks (one line naming the
 key, exit 2, before anything binds) and a live instance fed by simulated MeerKAT F-engines
 over UDP, writing UVH5 files and a visibility stream at once."""
 

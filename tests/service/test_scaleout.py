@@ -58,7 +58,7 @@ def test_ci4_two_instances_combined_equal_one_instance_bit_for_bit(tmp_path):
 def test_n_instances_combined_equal_one_instance_and_their_recording(tmp_path, single, n):
     """N instances combined equal one X-engine bit for bit; with --record their packets are
     one full-band recording, and ``xengine reprocess`` of it gives the live run's combined
-    visibilities bit for bit too (issue 22.3)."""
+    visibilities bit for bit too."""
     from xengine_block.capture.recording import read_metadata
     from xengine_block.cli import main
 

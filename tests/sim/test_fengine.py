@@ -1,4 +1,5 @@
-"""F-engine simulator: the DESIGN.md section 3 sign convention, determinism, quantisation."""
+"""F-engine simulator: the sign convention of docs/design.md, "Sign and conjugation",
+determinism, quantisation."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_point_source_phase_is_2pi_f_tau1_minus_tau2():
     x = to_complex(sim.samples(0, 8 * 480))  # [S, C, n]
     xx = x[0::2]  # X pol of every antenna
     vis = np.einsum("acn,bcn->abc", xx.conj(), xx) / x.shape[2]  # <conj(x_a) x_b>
-    # The expected delays, straight from DESIGN.md 3 (not from the simulator's code).
+    # The expected delays, straight from docs/design.md, "Sign and conjugation" (not from
+    # the simulator's code).
     s = np.array([np.cos(np.radians(alt)) * np.sin(np.radians(az)),
                   np.cos(np.radians(alt)) * np.cos(np.radians(az)), np.sin(np.radians(alt))])
     tau = -(sim.array.enu_m @ s) / C_LIGHT

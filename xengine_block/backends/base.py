@@ -2,8 +2,8 @@
 
 A backend turns up to ``geometry.max_npacket`` ring frames (``[P, S, C, coarse, 2, fine]`` int8,
 or ci4 ``[P, S, C, coarse, fine]`` bytes) into the packed upper triangle ``[C, nbaseline, 2]``
-int32 (DESIGN.md sections 3 and 5). Backends are peers: the X-engine block picks one by name or
-``auto``.
+int32 (docs/design.md, "Sign and conjugation" and "Ring headers"). Backends are peers: the
+X-engine block picks one by name or ``auto``.
 
 ci4: CPU backends read the packed bytes themselves, unpacking inside their own layout pass. A
 backend whose device reads int8 frames only (``unpacks_ci4_on_host``: the NPU, and the emulator

@@ -1,6 +1,6 @@
 """NPU backend ("npu"): the xclbin built from the plan, run through pyxrt on a Ryzen AI NPU.
 
-Why it is shaped like this (the seed benchmark's host structure, ``NPU_NOTES.md``): syncing
+Why it is shaped like this (the published design's benchmark host structure): syncing
 hundreds of MiB of input to the device costs about a CPU core at full rate, so it runs in its
 own thread, overlapped with the kernel runs:
 
@@ -41,10 +41,10 @@ with no timeout able to fire. So the launch thread never blocks in pyxrt: it pol
 ``run.state()`` (a short call) and sleeps ``poll_s`` between polls (sleeping releases the GIL);
 the sync thread's ``sync`` of the next entry then runs while the NPU computes. A run not done
 after ``timeout_s`` fails its job with :class:`NpuTimeout` naming the call, and the backend
-refuses further work (the NPU is presumably hung; recreate the backend after resetting it).
-What cannot overlap in Python is a ``sync`` with any other Python work (the GIL is held
-throughout); the ring loop in native code (``src/native/npu_ring.cpp``, built only where
-XRT's headers exist) is the way round that.
+refuses further work (the NPU is presumably hung; recreate the backend after resetting it). What
+cannot overlap in Python is a ``sync`` with any other Python work (the GIL is held throughout); the
+ring loop in native code (``xengine_block/npu/native/npu_ring.cpp``, built only where XRT's headers
+exist) is the way round that.
 
 ``correlate`` blocks until the triangle is ready; :meth:`NpuBackend.submit` returns the job at
 once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in flight and overlap

@@ -1,4 +1,5 @@
-"""Throughput measurement of correlator backends against peers, in one run (DESIGN.md section 9).
+"""Throughput measurement of correlator backends against peers, in one run
+(docs/design.md, "Measuring").
 
 Rates are Msps = samples per second of the whole block of C channels (B = C * f_s); TOPS in both
 conventions: full matrix 8 S^2 B and triangle 4 S^2 B. Exactness of every result is checked
@@ -91,7 +92,7 @@ def ops_per_input_byte(nstream: int, sample_bits: int = 8) -> float:
     """Useful int8 ops per input byte: 8 * S(S+1)/2 ops per sample time (the module's useful
     triangle convention) over the S * 2 * bits/8 bytes of one sample time of every stream:
     2(S+1) for ci8 (514 at S = 256), 4(S+1) for ci4. Input bytes only: the triangle written
-    once per channel and call is under 1 % of them at the seed's P."""
+    once per channel and call is under 1 % of them at the published design's P."""
     return 8 * nstream * (nstream + 1) / 2 / (nstream * 2 * sample_bits / 8)
 
 

@@ -42,7 +42,7 @@ class BlockLogic:
         """Fault the output rings in now, before data flows, for this block's writes of
         ``reserve`` frames and a reader of one frame a gulp, three deep (the integrator's and
         the writer's reads). Otherwise that reader sizes them as it opens its first sequence,
-        on the run's critical path: a fresh VM faults 10 MB in at tens of ms, and meanwhile
+        on the run's critical path: faulting megabytes in takes milliseconds, and meanwhile
         the kernel's lock on the process's mappings holds up other threads' allocations (the
         X-engine's first call). A reader that wants more grows them as before; rings that
         already hold memory are left alone."""

@@ -1,4 +1,5 @@
-"""UVH5WriterBlock: integrated visibilities + valid counts -> UVH5 files (DESIGN.md section 7).
+"""UVH5WriterBlock: integrated visibilities + valid counts -> UVH5 files
+(docs/design.md, "UVH5 conventions").
 
 A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are named
 ``{prefix}{unix start time}.uvh5``, or ``filename`` for the first file when given (later ones

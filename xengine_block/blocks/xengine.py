@@ -8,8 +8,9 @@ or, with a ``geometry``, our own frames ``i8 [-1, S, C, coarse, 2, fine]``, ``ci
 [-1, S, C, coarse, fine]`` or natural ``ci8 [-1, S, C, 480]``), read in place by the backend's
 layout pass (``Backend.correlate_layout``); and optionally its presence mask ring ``u8 [-1, S]``
 (or ``[-1, S, G]`` per channel group, packet input), per frame and stream; without a mask every
-frame counts as present. Outputs: visibilities ``ci32 [-1, C, nbaseline]`` (DESIGN.md sections 3
-and 5) and the exact valid spectra per baseline ``i64 [-1, G, nbaseline]``.
+frame counts as present. Outputs: visibilities ``ci32 [-1, C, nbaseline]`` and the exact valid
+spectra per baseline ``i64 [-1, G, nbaseline]`` (docs/design.md, "Packet and frame layouts" and
+"Ring headers").
 
 Integrations: N = ``integration_spectra`` spectra per output (default: the header geometry's P
 packets, as before layouts), any whole number of frames, up to the int32 bound; aligned to

@@ -67,7 +67,8 @@ DEFAULT_SPECTRA_PER_HEAP = 256
 DESCRIPTOR_INTERVAL_S = 5.0
 #: Timestamps are 48-bit immediates.
 MAX_TIMESTAMP = (1 << FLAVOUR.heap_address_bits) - 1
-#: The capture formats a capture block understands: ours (DESIGN.md 6) and MeerKAT's.
+#: The capture formats a capture block understands: ours (docs/design.md, "SPEAD items") and
+#: MeerKAT's.
 CAPTURE_FORMATS = ("xengine", "meerkat")
 
 

@@ -4,8 +4,8 @@ to the next place where records line up again, SPEAD over Ethernet/IPv4/UDP told
 memory map whose page tables are filled in one call.
 
 Tried and not kept: copying a clean recording's SPEAD packets back to back into memory for
-spead2's buffer reader instead of its libpcap reader: on the development VM the copy into
-fresh memory cost more than libpcap's reads saved (0.21 against 0.15 CPU-s for 35k heaps).
+spead2's buffer reader instead of its libpcap reader: the copy into fresh memory cost more
+than libpcap's reads saved.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def open_pcap(path: str | os.PathLike) -> tuple[np.ndarray, mmap.mmap | None, tu
     header = pcap_header(path)
     with open(path, "rb") as f:
         # MAP_POPULATE: the page tables filled in one call (faulting 4 KiB at a time
-        # while walking cost as much as the walk on the development VM)
+        # while walking can cost as much as the walk)
         mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                        prot=mmap.PROT_READ)
     return np.frombuffer(mm, np.uint8), mm, header
@@ -146,9 +146,9 @@ def close(mm: mmap.mmap) -> None:
 # ---------------------------------------------------------------------------- clean recordings
 # regular_heaps() results.
 CLEAN, FIRST, RECORD, PAYLOAD_AT, NHEAP, TS0 = range(6)
-#: The items of one of our F-engine heaps (DESIGN.md 6): heap counter, heap size, heap offset,
-#: payload length, timestamp, stream id, frequency, the payload's pointer; ``regular_heaps``
-#: wants each once, in any order, and no other.
+#: The items of one of our F-engine heaps (docs/design.md, "SPEAD items"): heap counter, heap size,
+#: heap offset, payload length, timestamp, stream id, frequency, the payload's pointer;
+#: ``regular_heaps`` wants each once, in any order, and no other.
 _HEAP_ITEMS = np.array([0x1, 0x2, 0x3, 0x4, 0x1600, 0x4101, 0x4103, 0x4300], np.int64)
 
 

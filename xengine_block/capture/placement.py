@@ -4,7 +4,7 @@ spead2 receives in its own C++ thread and places every heap's payload straight i
 through a numba ``cfunc`` placement callback built from the :class:`CaptureLayout`: heap index
 in the frame = ``stream * nchan_group + group``, offset = index * payload_bytes, so a frame is
 exactly a ring frame ``[stream][chan][coarse][reim][fine]``. A spead2 *chunk* is
-``chunk_frames`` consecutive frames (K, 4 for the seed's geometry: the consumer's work is per
+``chunk_frames`` consecutive frames (K, 4 for the published geometry: the consumer's work is per
 chunk, so K frames share it), chunk id = frame id // K, heap index in the chunk = (frame id % K)
 * heaps per frame + the frame's index. Everything below is per frame, as if K were 1: K only
 decides how frames are grouped for delivery (sequence starts and the start-up lanes fall on
@@ -16,12 +16,12 @@ MeerKAT's F-engine heaps (:mod:`.meerkat`, one heap per antenna per heap time, c
 ``[ant][chan][spectra][pol][re, im]``) are the same rule with other numbers, so the checks and
 the time policy below are one compiled callback for both.
 
-Many F-engines feed one X-engine, so no single sender may steer it (DESIGN.md 6). The callback
-judges every heap once (``_Stat``, spead2 custom stream stats), in this order: end-of-stream
-heaps (counted per stream, never followed unless ``stop_on_end_heap``), missing items
+Many F-engines feed one X-engine, so no single sender may steer it (docs/design.md, "SPEAD items").
+The callback judges every heap once (``_Stat``, spead2 custom stream stats), in this order:
+end-of-stream heaps (counted per stream, never followed unless ``stop_on_end_heap``), missing items
 (descriptors, foreign SPEAD), wrong size, item pointers other than one payload at address 0,
-timestamp not a multiple of the frame's step, unknown stream (or feng_id), wrong channel; then
-the time policy:
+timestamp not a multiple of the frame's step, unknown stream (or feng_id), wrong channel; then the
+time policy:
 
 - **Start.** The first well-formed heap opens a *provisional* sequence at its frame (rounded up
   to ``align``); it is confirmed once ``quorum`` distinct heaps of one frame are placed in it.
@@ -62,9 +62,9 @@ frames (the history and the start-up area below count frame ids; the callback's 
 frame id).
 
 Missing heaps are zero-filled when the frame is delivered (chunks are recycled, so this is what
-keeps stale or partial data out); the mask is the per-heap presence, ``[S]`` when a stream has
-one channel group (the seed) and ``[S, G]`` otherwise, so no received heap is ever discarded and
-valid counts stay exact per group.
+keeps stale or partial data out); the mask is the per-heap presence, ``[S]`` when a stream has one
+channel group (published geometry) and ``[S, G]`` otherwise, so no received heap is ever discarded
+and valid counts stay exact per group.
 """
 
 from __future__ import annotations
@@ -279,7 +279,8 @@ class HeapGrid:
 
     @classmethod
     def packet(cls, g: Geometry) -> HeapGrid:
-        """Our format (DESIGN.md 6): one heap per stream and channel group per packet time."""
+        """Our format (docs/design.md, "SPEAD items"): one heap per stream and channel group
+        per packet time."""
         return cls(g.nstream, g.nchan_group, g.nchan_pkt, g.payload_bytes, g.nspectra_pkt,
                    g.nspectra_pkt, 1, g.frame_shape, g.npacket)
 
@@ -330,7 +331,7 @@ class CaptureLayout:
         area's lanes begin chunks); every sequence's first frame begins a chunk, whatever the
         alignment (frame ids skip to the next chunk).
         The consumer's Python work is per chunk (a wakeup, two ring slots, spead2's chunk
-        calls: ~0.1 ms on the development VM), so K frames share it; the policy is per frame
+        calls), so K frames share it; the policy is per frame
         whatever K is.
     """
 

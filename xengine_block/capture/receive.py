@@ -1,4 +1,5 @@
-"""Packet capture and reorder: SPEAD heaps -> ring frames + presence mask (DESIGN.md 5, 6).
+"""Packet capture and reorder: SPEAD heaps -> ring frames + presence mask
+(docs/design.md, "Ring headers" and "SPEAD items").
 
 spead2 receives in its own C++ thread and places every heap's payload straight into its frame
 (a spead2 *chunk*) by the placement callback of :mod:`.placement` (which also holds the time
@@ -457,8 +458,8 @@ def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) ->
 def capture_headers(layout: CaptureLayout, array: ArrayDescription, *, time_tag: int,
                     sync_time: float, fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                     name: str) -> list[dict[str, Any]]:
-    """The two output headers (frames, mask) of a capture sequence (DESIGN.md section 5; a
-    MeerKAT capture's frames ring carries the ``sample_layout`` of the header contract)."""
+    """The two output headers (frames, mask) of a capture sequence (docs/design.md, "Ring headers";
+    a MeerKAT capture's frames ring carries the ``sample_layout`` of the header contract)."""
     grid = layout.grid
     if array.nstream != grid.nstream:
         raise ValueError(f"array has {array.nstream} streams, the capture {grid.nstream}")
@@ -539,7 +540,7 @@ class CaptureBlock(SourceBlock):
     sources : a source or a list of sources (e.g. several pcap files).
     wire, array : the wire format (our correlator Geometry, or a
         :class:`.meerkat.MeerkatFormat` for MeerKAT F-engine heaps) and the array description.
-    sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (DESIGN.md 5).
+    sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (docs/design.md, "Ring headers").
     chan0, window, align, max_ahead, quorum, resync_frames, frames_per_chunk : see
         :class:`CaptureLayout`.
     gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine

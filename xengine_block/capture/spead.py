@@ -1,4 +1,4 @@
-"""F-engine -> X-engine SPEAD heaps and their senders (DESIGN.md section 6).
+"""F-engine -> X-engine SPEAD heaps and their senders (docs/design.md, "SPEAD items").
 
 One heap = one packet = one stream x one channel group x one packet time:
 
@@ -12,7 +12,7 @@ payload      0x4300  ``[chan][coarse][reim][fine]`` int8, ``payload_bytes`` byte
 ===========  ======  ==========================================================
 
 A ci4 geometry (``sample_bits=4``) sends ``[chan][coarse][fine]`` bytes, each one complex sample
-as two two's-complement nibbles (real part high by default): 4320 bytes for the seed's packet.
+as two two's-complement nibbles (real part high by default): 4320 bytes for the published packet.
 
 The three immediates are 48-bit (flavour SPEAD-64-48) and every packet repeats them
 (``repeat_pointers``), so a receiver can place a heap from any of its packets. Packets carry a

@@ -27,15 +27,15 @@ DEFAULT_BUILD_ROOT = Path(__file__).resolve().parents[2] / "aie" / "build"
 XCLBIN_NAME = "xcorr.xclbin"
 INSTS_NAME = "insts.bin"
 MANIFEST_NAME = "build.json"
-#: The xclbin's kernel name (aiecc's default) and how it is called through XRT
-#: (NPU_NOTES.md): ``kernel(OPCODE, instr_bo, n_instr_words, bo_a, bo_b, bo_out)``, the BOs
+#: The xclbin's kernel name (aiecc's default) and how it is called through XRT (the published
+#: design's host code): ``kernel(OPCODE, instr_bo, n_instr_words, bo_a, bo_b, bo_out)``, the BOs
 #: allocated in the memory groups of arguments 1 (instructions), 3, 4 and 5.
 KERNEL_NAME = "MLIR_AIE"
 OPCODE = 3
 INSTR_GROUP, A_GROUP, B_GROUP, OUT_GROUP = 1, 3, 4, 5
 
 
-#: Geometries the build makes by name: the seed design and the small test geometry (32-stream
+#: Geometries the build makes by name: the published design and the small test geometry (32-stream
 #: blocks on a 2 x 4 array), which the tests use and which builds and runs in seconds.
 NAMED_GEOMETRIES = {"seed": SEED, "small": small_test_geometry()}
 

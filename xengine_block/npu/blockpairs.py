@@ -1,4 +1,5 @@
-"""Any S on the NPU: stream blocks, block-pair calls and the packed triangle (DESIGN.md 2).
+"""Any S on the NPU: stream blocks, block-pair calls and the packed triangle
+(docs/design.md, "Geometry").
 
 The NPU computes ``npu_block x npu_block`` products of one channel group per call. For S
 streams, the streams are split into ``npu_nblock`` blocks (the last zero-padded) and every block

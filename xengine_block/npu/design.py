@@ -53,7 +53,8 @@ from .plan import (
     Tile,
 )
 
-#: Iterations of the core's outer loop: "forever" as the seed writes it (a 31-bit count).
+#: Iterations of the core's outer loop: "forever" as the published design writes it (a 31-bit
+#: count).
 FOREVER = 0x7FFFFFFF
 #: Shim BDs take exactly 4 (size, stride) pairs; shorter patterns are padded outside.
 SHIM_DIMS = 4

@@ -1,8 +1,8 @@
 """Hardware limits of the Ryzen AI 300 NPU ("npu2", AIE-ML v2 / AIE2P) that a plan must meet.
 
-Every number the validator checks lives here, once, with where it comes from
-(``shared/NPU_NOTES.md`` unless stated). The names are what :class:`PlanError` reports in
-``err.limit``, so a test or a user can tell which rule a plan broke.
+Every number the validator checks lives here, once, with where it comes from (the published design
+and Xilinx/mlir-aie unless stated). The names are what :class:`PlanError` reports in ``err.limit``,
+so a test or a user can tell which rule a plan broke.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ number for the NPU path. It is built from what the plan says (tiles used, buffer
 DMA channel and shim task moves per kernel call, the kernel's N, M, T) and from the hardware and
 measured figures in :data:`FIGURES`, the one table of every constant, each with its kind and
 source. Nothing is fitted to the answer: the published design's own figures are predicted from
-the same table and compared with what its author measured (``tests/test_npu_perfmodel.py``).
+the same table and compared with what its author measured (``tests/npu/test_perfmodel.py``).
 
 How a prediction is made, for one channel group (``nchan_pkt`` channels of P packets)
 ---------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ POST = "D. Estévez, \"X-engine correlator on a Ryzen NPU\""
 AM027 = "AMD AM027, Versal AIE-ML v2 Architecture Manual"
 TARGET_MODEL = "Xilinx/mlir-aie include/aie/Dialect/AIE/IR/AIETargetModel.h"
 HOST_PASSES = ("benchmarks/bench_npu_host_passes.py, one thread on this project's 2-core Xeon "
-               "CI VM (benchmarks/results/intel-avx512vnni/npu_host_passes.json)")
+               "CI VM (benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json)")
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,9 @@ FIGURES: dict[str, Figure] = {
         f"{POST}: the producer thread at ~100 % of one core syncing A and B (2 x 300,810,240 B) "
         "109.3 times a second; a floor (the thread 'still has a small margin')"),
     "host_launch_s": Figure(45e-6, "s/call", MEASURED,
-                            "Xilinx/mlir-aie issue 2381 (and XRT issue 9018): an empty kernel "
-                            "through XRT kernel() + wait() takes ~45 us"),
+                            "an empty kernel through XRT kernel() + wait() takes ~45 us "
+                            "(github.com/Xilinx/mlir-aie/issues/2381, "
+                            "github.com/Xilinx/XRT/issues/9018)"),
     "host_copy_bytes_per_s": Figure(6.68e9, "B/s/core", MEASURED_HERE,
                                     f"frames regrouped into an input buffer (hostio.npu_input), "
                                     f"bytes written; {HOST_PASSES}"),

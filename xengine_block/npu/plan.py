@@ -1,8 +1,8 @@
-"""The NPU dataflow plan for a :class:`Geometry`, as data (DESIGN.md section 8).
+"""The NPU dataflow plan for a :class:`Geometry`, as data (docs/design.md, "NPU dataflow plan").
 
 The plan is described once and consumed twice: by the mlir-aie design generator (``aie/``) and
-by the bit-exact emulator (``xengine_block/npu/emulate.py``). It follows the seed design
-(``shared/NPU_NOTES.md``) and derives every size from the geometry.
+by the bit-exact emulator (``xengine_block/npu/emulate.py``). It follows the published design
+(docs/design.md, "The published NPU design") and derives every size from the geometry.
 
 Units
 -----
@@ -10,7 +10,7 @@ Offsets, lengths and BD/task dimensions are in **elements of the buffer's dtype*
 int32: 4-byte words), as mlir-aie's ``dma_bd``/``shim_dma_bd`` take them. Dimensions are lists
 of ``Dim(size, stride)``, **outermost first**; an empty list means a contiguous ``length``.
 
-Placement (generalises the seed's 4 x 8 mapping to any rows <= 4, cols <= 8)
+Placement (generalises the published design's 4 x 8 mapping to any rows <= 4, cols <= 8)
 -------------------------------------------------------------------------
 - Compute tile of array (row r, column c): ``Tile(c, 2 + r)``; it owns A streams
   ``8N r .. 8N (r+1)`` and B streams ``8M c .. 8M (c+1)`` of the NPU block.
@@ -22,12 +22,12 @@ Placement (generalises the seed's 4 x 8 mapping to any rows <= 4, cols <= 8)
 - Output: compute MM2S 0 -> memory tile c, S2MM ``2 + r`` (join at offset r * acc words);
   memory tile MM2S 2 -> shim tile c S2MM 0 -> host ``out`` at column c.
 The array spans ``max(cols, 2 rows, 2 ceil(cols / 2))`` columns of shim and memory tiles, so the
-small test geometry (2 x 4) uses columns 0..3 exactly as the seed uses 0..7.
+small test geometry (2 x 4) uses columns 0..3 exactly as the published design uses 0..7.
 
 Host buffers (runtime sequence arguments, in order)
 ---------------------------------------------------
 - ``a``, ``b``: int8 ``[P][npu_block streams][payload]`` with payload
-  ``[nchan_pkt][ncoarse][re, im][8 fine]`` (the seed's DDR layout; see ``hostio.py``).
+  ``[nchan_pkt][ncoarse][re, im][8 fine]`` (the published design's DDR layout; see ``hostio.py``).
 - ``out``: int32 ``[nchan_pkt][cols][rows][N][M][re, im][8][8]``: A stream
   ``8N row + 8n + r2``, B stream ``8M col + 8m + c2``.
 """
@@ -174,7 +174,7 @@ class BufferDescriptor:
     """One BD: move ``length`` elements of ``buffer`` from ``offset`` along ``dims``.
 
     ``acquire`` happens before the transfer, ``release`` after it. A zero ``length`` is the
-    seed's dummy BD that only waits on / releases a lock.
+    published design's dummy BD that only waits on / releases a lock.
     """
 
     name: str
@@ -250,8 +250,8 @@ class ShimTask:
     """A runtime shim DMA task: one BD over host buffer ``host`` (dims up to 4-D).
 
     With 4 dims and an outermost size > 1 the hardware walks the outermost dimension as BD
-    iterations, so ``repeat_count`` must be ``dims[0].size - 1`` (the seed's quirk); the task
-    as a whole moves ``prod(sizes)`` elements once. ``wait``: the sequence awaits this task.
+    iterations, so ``repeat_count`` must be ``dims[0].size - 1`` (the published design's quirk); the
+    task as a whole moves ``prod(sizes)`` elements once. ``wait``: the sequence awaits this task.
     """
 
     name: str
@@ -549,10 +549,11 @@ def _build_b_path(b: _Builder) -> None:
 
 
 def place_compute_buffers(g: Geometry) -> dict[str, int]:
-    """Byte addresses of a compute tile's buffers, as the seed's linker map lays them out.
+    """Byte addresses of a compute tile's buffers, as the published design's linker map lays them
+    out.
 
-    The seed (N=8, M=4, T=15) reached ~75 % MAC efficiency with: stack at 0 (1 KiB), both B
-    buffers right after it in bank 0, the accumulators alone in bank 1, A ping in bank 2 and
+    The published design (N=8, M=4, T=15) reached ~75 % MAC efficiency with: stack at 0 (1 KiB),
+    both B buffers right after it in bank 0, the accumulators alone in bank 1, A ping in bank 2 and
     A pong in bank 3 (banks of 16 KiB). So the kernel's streams (A[k], B[k], acc) never share
     a bank. The same rule for any tiling: B0, B1 after the stack, then acc, A0 and A1 each from
     the next bank boundary. A tiling this cannot fit raises ValueError.
@@ -570,7 +571,7 @@ def place_compute_buffers(g: Geometry) -> dict[str, int]:
     end = addr["a1"] + g.tile_a_bytes
     if end > limits.COMPUTE_TILE_MEMORY:
         raise ValueError(f"tiling N={g.tile_n}, M={g.tile_m}, T={g.tile_t} does not fit the "
-                         f"seed's bank placement: it ends at {end} B of "
+                         f"published design's bank placement: it ends at {end} B of "
                          f"{limits.COMPUTE_TILE_MEMORY}")
     return addr
 
@@ -701,7 +702,7 @@ def single_read_diagonal(plan: NpuPlan) -> NpuPlan:
     the B tasks go and each A task's flow fans out to the B memory tile of column k as well
     (a one-to-many static flow); the ``b`` argument is not read. Everything below the memory
     tiles is unchanged. Not yet built into an xclbin or chosen by the NPU backend: the
-    emulator checks it (``tests/test_npu_perfmodel.py``), the performance model prices it.
+    emulator checks it (``tests/npu/test_perfmodel.py``), the performance model prices it.
     """
     g = plan.geometry
     if g.tile_n != 2 * g.tile_m or g.cols != 2 * g.rows:

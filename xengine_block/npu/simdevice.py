@@ -1,7 +1,7 @@
 """SIMULATION of the pyxrt surface the NPU backend uses, so its host code runs in CI.
 
 This is not a device and not XRT: it is a stand-in with exactly the calls
-``xengine_block/backends/npu.py`` makes (``NPU_NOTES.md``, "Host with pyxrt"), which executes
+``xengine_block/backends/npu.py`` makes (docs/npu_hardware.md, "Host structure"), which executes
 the plan emulator on a device thread from the moment the kernel is called. Pass an instance as
 the backend's ``xrt=``::
 

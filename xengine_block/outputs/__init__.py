@@ -1,2 +1,2 @@
-"""What a run leaves behind: UVH5 visibility files (``uvh5``, DESIGN.md section 7) and the
-quick-look PNG (``quicklook``)."""
+"""What a run leaves behind: UVH5 visibility files (``uvh5``, docs/design.md, "UVH5
+conventions") and the quick-look PNG (``quicklook``)."""

@@ -16,11 +16,11 @@ The format is katgpucbf's X-engine output (github ska-sa/katgpucbf, commit 1e38b
   in all four products; a dump in which every antenna lost data is not sent (katgpucbf's
   ``output_x_skipped_accs``).
 
-Our X-engine's triangle (DESIGN.md 3) holds ``K[j, k] = sum x_j conj(x_k)`` for streams
-``j <= k`` (``s = 2 * antenna + pol``), so MeerKAT's product ``x[a1,p1] conj(x[a2,p2])`` is
-``K[s1, s2]`` with ``s1 = 2 a1 + p1``, ``s2 = 2 a2 + p2`` where ``s1 <= s2``, and its conjugate
-``conj(K[s2, s1])`` in the one case ``s1 > s2`` (``a1 == a2``, ``p1 = 1``, ``p2 = 0``: the
-"ba" product of an autocorrelation). UVH5's ``conj(x[ant_1]) x[ant_2]`` is the conjugate of
+Our X-engine's triangle (docs/design.md, "Sign and conjugation") holds ``K[j, k] = sum x_j
+conj(x_k)`` for streams ``j <= k`` (``s = 2 * antenna + pol``), so MeerKAT's product ``x[a1,p1]
+conj(x[a2,p2])`` is ``K[s1, s2]`` with ``s1 = 2 a1 + p1``, ``s2 = 2 a2 + p2`` where ``s1 <= s2``,
+and its conjugate ``conj(K[s2, s1])`` in the one case ``s1 > s2`` (``a1 == a2``, ``p1 = 1``, ``p2 =
+0``: the "ba" product of an autocorrelation). UVH5's ``conj(x[ant_1]) x[ant_2]`` is the conjugate of
 MeerKAT's for the same pair: :func:`meerkat_order` is the one place that mapping is made.
 """
 

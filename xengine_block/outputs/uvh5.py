@@ -1,4 +1,5 @@
-"""UVH5 visibility files (pyuvdata's HDF5 format), written with h5py (DESIGN.md section 7).
+"""UVH5 visibility files (pyuvdata's HDF5 format), written with h5py
+(docs/design.md, "UVH5 conventions").
 
 Conventions, written down once:
 
@@ -145,8 +146,8 @@ def constant_columns(latitude_deg: float) -> dict[str, float]:
     It is each dataset's HDF5 fill value, and a dump stores no chunk of them, only the
     datasets' new extents (HDF5 reads rows no chunk holds as the fill value; every reader
     does); so too flags and nsamples of a dump with every spectrum (:data:`FULL_COUNTS`). What
-    they cost was a chunk written and indexed each per dump (0.3 ms a dump at S = 256 x 8
-    channels) and the compression of flags and nsamples' first chunks per file (~2 ms)."""
+    they cost was a chunk written and indexed each per dump and the compression of flags and
+    nsamples' first chunks per file."""
     return {"phase_center_id_array": 0, "phase_center_app_dec": float(np.deg2rad(latitude_deg)),
             "phase_center_frame_pa": 0.0}
 
@@ -189,10 +190,9 @@ class DumpRows:
     the GIL, into buffers kept for the writer's life.
 
     Why: the gather and the three arrays were the writer's whole cost per dump (numpy: a
-    fancy-indexed count array, a comparison, a division and a cast, each a fresh array of
-    megabytes whose pages the kernel faults in again: 7-10 ms at S = 256 x 8 channels on
-    Sapphire Rapids, on the core the correlator also wants); HDF5 copies the rows before
-    :meth:`UVH5Writer.append` returns, so the same buffers serve every dump."""
+    fancy-indexed count array, a comparison, a division and a cast, each a fresh array of megabytes
+    whose pages the kernel faults in again, on the core the correlator also wants); HDF5 copies the
+    rows before :meth:`UVH5Writer.append` returns, so the same buffers serve every dump."""
 
     def __init__(self, bmap: BaselineMap, nfreq: int, vis_dtype: np.dtype,
                  conjugate: bool = False) -> None:
@@ -201,7 +201,7 @@ class DumpRows:
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
         # Ring memory (faulted in once per process, reused by the next file's writer once
         # this one is gone), not np.empty: the first dump of every file faulted its
-        # megabytes in again (0.3-0.5 ms of CPU a file at S = 256 x 8 channels).
+        # megabytes in again.
         n = int(np.prod(shape))
         dtypes = (vis_dtype, np.dtype(bool), np.dtype(np.float32))
         raw = host_buffer(sum(n * dt.itemsize for dt in dtypes))
@@ -407,8 +407,8 @@ class LstClock:
 
     astropy's apparent sidereal time costs milliseconds of Python per call, at every dump on
     the writer's thread (and the last dump's on the reprocessing's critical path); between
-    anchors the LST advances at the sidereal rate. Shared: a file of 16 dumps at S = 256
-    cost 3.5 ms of CPU more for its own anchor, 8 % of the writer's while reprocessing."""
+    anchors the LST advances at the sidereal rate. Shared: a file's own anchor would cost a
+    noticeable share of the writer's CPU while reprocessing short files."""
 
     def __init__(self, lat_deg: float, lon_deg: float, alt_m: float) -> None:
         self.site = (lat_deg, lon_deg, alt_m)

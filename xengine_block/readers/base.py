@@ -75,7 +75,7 @@ class Damage:
 
 @dataclass(frozen=True)
 class RecordingMeta:
-    """What a recording says about itself (header contract fields, DESIGN.md 5 / HELPERS.md).
+    """What a recording says about itself (header contract fields, docs/design.md, "Ring headers").
 
     ``chan_bw_hz`` is signed: negative where channels run from high to low frequency (GUPPI
     ``OBSBW`` < 0, DADA ``BW`` < 0), i.e. a spectrally inverted band, whose samples carry the

@@ -7,11 +7,11 @@ time jumps, foreign packets. Most recordings hold none of that: every frame whol
 each heap one record of one size. Their samples then lie at fixed strides in the file, which a
 :class:`~xengine_block.sample_layout.SampleLayout` per channel group describes (frame = the
 records of one packet time, stream ``s`` at its record's payload), and the backends correlate
-them from the memory map as they do GUPPI blocks: no receiver, no copy into a ring. The capture
-costs 2-4 us of CPU per heap; the check that a file is clean, one compiled pass over its record
-headers (:func:`~xengine_block.capture.pcap.regular_heaps`), under 0.1 us (6 ms for the 70k
-heaps of a 610 MB file, which mapping costs another ~47 ms of page tables on the development
-VM: the one mapping serves the check and the correlation).
+them from the memory map as they do GUPPI blocks: no receiver, no copy into a ring. The check that
+a file is clean, one compiled pass over its record headers
+(:func:`~xengine_block.capture.pcap.regular_heaps`), costs a small fraction of what the capture
+spends on a heap; mapping the file (its page tables) costs more than the check, and the one
+mapping serves the check and the correlation.
 
 What comes out must be what the capture pipeline writes, dump for dump and bit for bit, so the
 dumps are the pipeline's (:func:`pipeline_dumps`): the capture starts at the first frame that

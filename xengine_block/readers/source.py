@@ -1,5 +1,5 @@
 """A recording as a pipeline source block: its frames into a data ring (plus a presence-mask
-ring), with the header contract the X-engine reads (HELPERS.md / docs/bifrost.md), so the
+ring), with the header contract the X-engine reads (docs/bifrost.md, "Header contract"), so the
 readers feed the same X-engine -> integrate -> UVH5 writer chain as a live capture, in our
 runtime (:class:`RecordingSource`) and in real Bifrost
 (:class:`~xengine_block.readers.bifrost_source.RecordingSource`).

@@ -346,16 +346,16 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
     # A reader's part runs frozen too: no pipeline, but the writer's thread and the backend's
     # share the process with astropy's, h5py's and numba's objects, and a full collection
-    # (one every few files, 25-35 ms of CPU here) stopped both, in the middle of the file.
+    # (one every few files, tens of milliseconds) stopped both, in the middle of the file.
     # A pcap's pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
     # its blocks, rings and threads still refer to each other (Bifrost's ring.owner), and a
     # collection after each file frees them at once (without it the process grew by a few MB a
     # file until one of Python's own full collections). The objects that were there before the
-    # pipeline (modules, astropy's tables, numba's: what lives as long as the process) are
-    # frozen out of that collection and thawed after it, so it looks at what came since:
-    # 70 ms -> under 1 ms per file. The freeze is the pipelines' own (frozen_heap: the task's
-    # pipeline runs inside it, and concurrent tasks share it until the last ends); a freeze
-    # already in place (the caller's) is left alone, and the collection is then a full one.
+    # pipeline (modules, astropy's tables, numba's: what lives as long as the process) are frozen
+    # out of that collection and thawed after it, so it looks at what came since (a small fraction
+    # of a full collection's time). The freeze is the pipelines' own (frozen_heap: the task's
+    # pipeline runs inside it, and concurrent tasks share it until the last ends); a freeze already
+    # in place (the caller's) is left alone, and the collection is then a full one.
     with frozen_heap():
         if isinstance(task, RecordingTask):
             return reprocess_recording(task, options)
@@ -477,8 +477,8 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
                     meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz)
                 spectra += int(valid.max(initial=0))
                 gaps += bool((valid < nspec).any())
-            # Done with the file while its last dump is written: unmapping it (0.4 ms at
-            # 256 MB) is not left after that append, the one serial part of the run.
+            # Done with the file while its last dump is written: unmapping it is not left
+            # after that append, the one serial part of the run.
             corr.close()
             corr.rec.close()
             pending.result()

@@ -26,20 +26,19 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 def populate(buf: np.ndarray) -> None:
     """Fault every page of ``buf`` in now (contents unchanged where madvise works).
 
-    A fresh buffer's pages are mapped on first touch; on a virtual machine each fault can cost
-    more than the copy that causes it (measured on the development VM: ~2.5 s per GiB faulted
-    in, 60x a write to memory already mapped). Rings and capture chunks are filled at line rate
-    from their first frame, so they take that cost when they are made, not while packets arrive.
+    A fresh buffer's pages are mapped on first touch; on a virtual machine each fault can cost more
+    than the copy that causes it (tens of times a write to memory already mapped). Rings and capture
+    chunks are filled at line rate from their first frame, so they take that cost when they are
+    made, not while packets arrive.
     """
     if not buf.nbytes:
         return
     page = mmap.PAGESIZE
     start, end = buf.ctypes.data, buf.ctypes.data + buf.nbytes
     lo, hi = start - start % page, end - end % page  # whole pages, all mapped (lo's holds buf)
-    # Huge pages where the kernel lends them on request: 512 times fewer faults (populating
-    # 512 MiB took 0.15-0.43 s in 4 KiB pages on the development VM, 0.05 s in 2 MiB ones) and
-    # fewer TLB misses for readers striding through frames. Refused (another allocator's
-    # memory, THP off): 4 KiB pages as before.
+    # Huge pages where the kernel lends them on request: 512 times fewer faults (populating is
+    # several times faster in 2 MiB pages than in 4 KiB ones) and fewer TLB misses for readers
+    # striding through frames. Refused (another allocator's memory, THP off): 4 KiB pages as before.
     hlo, hhi = -(-start // _HUGE) * _HUGE, end - end % _HUGE
     if hhi > hlo:
         _libc.madvise(ctypes.c_void_p(hlo), ctypes.c_size_t(hhi - hlo), _MADV_HUGEPAGE)
@@ -66,11 +65,11 @@ class HostPool:
     """Populated anonymous mappings, given back to the pool when the last numpy view of one
     dies, for the next ring of the same size in this process.
 
-    Faulting memory in is what a fresh pipeline pays before its first frame (on the development
-    VM about 2 ms per MB: 0.6 s for the 300 MB of rings a pcap reprocessing of S = 64 makes,
-    half its run). A process that runs pipeline after pipeline (``xengine reprocess`` of many
-    files, a Dask worker) pays it once per size. A mapping is reused only when nothing can see
-    it any more (the finalizer of the ctypes array every view leads back to), so no reader of
+    Faulting memory in is what a fresh pipeline pays before its first frame (for the rings of a
+    small pcap reprocessing, as much as its correlation). A process that runs pipeline after
+    pipeline (``xengine reprocess`` of many files, a Dask worker) pays it once per size. A mapping
+    is reused only when nothing can see it any more (the finalizer of the ctypes array every view
+    leads back to), so no reader of
     an old pipeline ever sees a new one's data; at most ``limit`` bytes wait in the pool.
     """
 

@@ -1,4 +1,5 @@
-"""Pipeline and blocks with Bifrost's names and semantics (``bifrost/pipeline.py``, DESIGN.md 4).
+"""Pipeline and blocks with Bifrost's names and semantics (Bifrost's
+``python/bifrost/pipeline.py``; docs/design.md, "Rings and blocks").
 
 A block is a small class with a few hooks; ``Pipeline.run()`` runs each block in its own thread,
 connected by :mod:`~xengine_block.runtime.ring` rings. Method names and call order are
@@ -94,11 +95,11 @@ _frozen_lock = threading.Lock()
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
     """While pipelines run, the objects alive when the first began are left out of Python's
-    garbage collection (``gc.freeze``; given back when the last ends). A full collection walks
-    every object of the process, and with astropy, h5py and numba imported one took 15-120 ms,
+    garbage collection (``gc.freeze``; given back when the last ends). A full collection walks every
+    object of the process, and with astropy, h5py and numba imported one takes tens of milliseconds,
     every thread stopped meanwhile: the capture's, the X-engine's. What the blocks make while
-    running is collected as before. A freeze already in place (the caller's, a reprocessing
-    task's) is left as it is, and not thawed here either."""
+    running is collected as before. A freeze already in place (the caller's, a reprocessing task's)
+    is left as it is, and not thawed here either."""
     global _frozen, _we_froze
     with _frozen_lock:
         _frozen += 1
@@ -363,7 +364,7 @@ class Pipeline(RunControl):
         """Writers wait here until every reader of their rings has opened its first sequence
         (and so holds its guarantee): otherwise a fast source could overwrite data a late
         reader must see. Only the rings' own readers: a capture need not wait while blocks
-        further down size their rings (on a fresh VM tens of ms per 10 MB faulted in), which
+        further down size their rings (milliseconds per megabytes faulted in), which
         would hold back the first frames the X-engine could already be correlating."""
         self._block_ready(block)
         outs = {id(r) for r in block.orings}

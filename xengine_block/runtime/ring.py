@@ -1,4 +1,5 @@
-"""Ring buffer of sequences of frames, with the semantics of Bifrost's ``ring2`` (DESIGN.md 4).
+"""Ring buffer of sequences of frames, with the semantics of Bifrost's ``ring2``
+(docs/design.md, "Rings and blocks").
 
 Names and behaviour follow Bifrost (``bifrost/ring2.py`` over ``src/ring_impl.cpp``) so blocks
 port to real Bifrost by changing imports:
@@ -237,8 +238,8 @@ class Ring:
               defer: bool = False) -> None:
         """Note the room asked for and the spans a writer (``reserve``) or reader
         (``acquire``) will take, and grow to cover them all now, so that the first spans
-        find the ring at its final size (each growth is a fresh buffer faulted in: tens of
-        ms per 10 MB on a fresh VM, which would land on the first gulp). ``defer``: a ring
+        find the ring at its final size (each growth is a fresh buffer faulted in, which would
+        land on the first gulp). ``defer``: a ring
         holding no memory yet allocates at its first span instead, so a writer's sequence
         begun before its readers size the ring costs one allocation, not two."""
         self._max_reserve = max(self._max_reserve, reserve)

@@ -211,7 +211,8 @@ KEYS: tuple[Key, ...] = (
         "udp://ADDRESS:PORT, one or more (a multicast group is joined on 'interface')"),
     Key("capture", "interface", ipv4, None, "IPv4 address of the NIC that joins multicast groups"),
     Key("capture", "format", capture_format, "xengine",
-        "F-engine packets: xengine (ours, DESIGN.md 6) or meerkat (MeerKAT CBF feng_raw heaps)"),
+        "F-engine packets: xengine (ours: docs/design.md, 'SPEAD items') or meerkat (MeerKAT "
+        "CBF feng_raw heaps)"),
     Key("capture", "chan0", int_at_least(0), 0, "this instance's first channel in the band"),
     Key("capture", "nchan", int_at_least(1), 9,
         "channels of this instance (xengine: a multiple of 9; meerkat: its substream's)"),

@@ -1,5 +1,6 @@
 """F-engine simulator: channelised complex-int8 (or int4) voltages of every stream for a sky of
-point sources plus receiver noise (DESIGN.md section 3 fixes the signal model).
+point sources plus receiver noise (docs/design.md, "Sign and conjugation" fixes the signal
+model).
 
 Antenna k at ENU position r_k hears a source in direction s (ENU unit vector at that time)
 delayed by ``tau_k = -(r_k . s) / c`` (the nearer antenna hears it first); its channel value at
@@ -65,7 +66,8 @@ def gaussian(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def offline_astropy() -> None:
-    """No IERS downloads (machines here are offline); use the bundled tables (DESIGN.md 7)."""
+    """No IERS downloads (machines here are offline); use the bundled tables
+    (docs/design.md, "UVH5 conventions")."""
     from astropy.utils import iers
     iers.conf.auto_download = False
     iers.conf.auto_max_age = None
@@ -145,7 +147,8 @@ def altaz_to_enu(alt_deg: np.ndarray, az_deg: np.ndarray) -> np.ndarray:
 
 
 def geometric_delays(enu_m: np.ndarray, s_enu: np.ndarray) -> np.ndarray:
-    """``tau[..., ant, src] = -(r_ant . s_src) / c`` seconds (DESIGN.md 3)."""
+    """``tau[..., ant, src] = -(r_ant . s_src) / c`` seconds (docs/design.md, "Sign and
+    conjugation")."""
     return -np.einsum("ad,...kd->...ak", enu_m, s_enu) / C_LIGHT
 
 

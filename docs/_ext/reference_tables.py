@@ -1,0 +1,111 @@
+"""Reference tables generated from the code's own tables at build time (a Sphinx extension).
+
+Each table has one source of truth in the package, and the docs include what this module
+renders from it into ``docs/_generated/`` (ignored by git) when the build starts:
+
+- ``config_keys.md``: ``xengine_block.service.config.KEYS`` (key, flag, default, meaning);
+- ``capture_counters.md``: ``xengine_block.capture.placement.COUNTERS``;
+- ``metrics.md``: the metric families ``CorrelatorCollector.collect`` yields, read from a
+  collection over a stand-in service, so a metric added in code appears here by itself;
+- ``cli.md``: ``xengine --help`` and every subcommand's help, from the argparse parser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+GENERATED = Path(__file__).resolve().parents[1] / "_generated"
+
+
+def cell(text: Any) -> str:
+    """Text for one cell of a Markdown table."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def config_keys() -> str:
+    from xengine_block.service.config import KEYS, REQUIRED
+
+    def default(value: Any) -> str:
+        if value is REQUIRED:
+            return "required"
+        return "" if value is None else f"`{value!r}`"
+
+    rows = [[f"`{k.dotted}`", f"`{k.flag}`", default(k.default), k.help] for k in KEYS]
+    return table(["key", "flag", "default", "meaning"], rows)
+
+
+def capture_counters() -> str:
+    from xengine_block.capture.placement import COUNTERS
+
+    return table(["counter", "meaning"], [[f"`{name}`", text] for name, text in
+                                          COUNTERS.items()])
+
+
+class _StandIn:
+    """Any attribute, call, item or iteration of a service that has done nothing yet."""
+
+    def __getattr__(self, name: str) -> _StandIn:
+        return _StandIn()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _StandIn:
+        return _StandIn()
+
+    def __getitem__(self, key: Any) -> int:
+        return 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+    def __iter__(self):
+        return iter(())
+
+    def __float__(self) -> float:
+        return 0.0
+
+    def __str__(self) -> str:
+        return ""
+
+
+def metrics() -> str:
+    from xengine_block.service.metrics import CorrelatorCollector
+
+    collector = CorrelatorCollector(_StandIn(), _StandIn(), [])
+    rows = []
+    for family in collector.collect():
+        suffix = "_total" if family.type == "counter" else ""
+        labels = ", ".join(getattr(family, "_labelnames", ()) or ())
+        rows.append([f"`{family.name}{suffix}`", family.type, labels, family.documentation])
+    return table(["metric", "type", "labels", "meaning"], rows)
+
+
+def cli_help() -> str:
+    from xengine_block.cli import build_parser
+
+    parser = build_parser()
+    parts = ["## `xengine`\n", "```text\n" + parser.format_help() + "```\n"]
+    for action in parser._subparsers._group_actions:  # argparse keeps subparsers here
+        for name, sub in action.choices.items():
+            parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
+    return "\n".join(parts)
+
+
+def write_tables(app: Any = None) -> None:
+    GENERATED.mkdir(exist_ok=True)
+    for name, render in (("config_keys", config_keys), ("capture_counters", capture_counters),
+                         ("metrics", metrics), ("cli", cli_help)):
+        path = GENERATED / f"{name}.md"
+        text = render()
+        if not path.exists() or path.read_text() != text:  # unchanged: no rebuild
+            path.write_text(text)
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", write_tables)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
