@@ -184,36 +184,6 @@ def test_every_subcommand_is_covered():
     assert set(COMMANDS) - {"backends"} <= covered, set(COMMANDS) - covered
 
 
-def test_no_library_module_imports_the_command_line():
-    """The command line sits on top of the layers: outside ``xengine_block/cli/`` no module
-    imports it (absolutely or relatively), so a library import never drags argparse code in
-    and the package's layers only import downwards."""
-    import ast
-
-    package = ROOT / "xengine_block"
-    offenders = []
-    for path in package.rglob("*.py"):
-        rel = path.relative_to(package)
-        if rel.parts[0] == "cli":
-            continue
-        depth = len(rel.parts) - 1  # how many packages deep the module sits
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level == 0:
-                    names = [node.module or ""]
-                elif node.level == depth + 1:  # relative to the top package
-                    names = [f"xengine_block.{node.module}" if node.module else "xengine_block"]
-                    if not node.module:
-                        names += [f"xengine_block.{a.name}" for a in node.names]
-            if any(n == "xengine_block.cli" or n.startswith("xengine_block.cli.")
-                   for n in names):
-                offenders.append(f"{rel}:{node.lineno}")
-    assert not offenders, f"library modules importing the CLI: {offenders}"
-
-
 @pytest.mark.parametrize("entry", [
     [sys.executable, "-m", "xengine_block.cli"],
     [sys.executable, str(ROOT / "pipelines" / "reprocess.py")],

@@ -194,6 +194,6 @@ def test_pipeline_dumps_arrive_as_meerkat_heaps(rt):
 
 @pytest.mark.parametrize("bad", ["udp://nowhere", "tcp://1.2.3.4:5", "udp://:5"])
 def test_bad_destination_is_one_line(bad):
-    from xengine_block.outputs.spead_block import parse_udp
+    from xengine_block.blocks.spead_output import parse_udp
     with pytest.raises(ValueError, match="udp://ADDRESS:PORT"):
         parse_udp(bad)

@@ -24,7 +24,7 @@ pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads t
 
 def source_for(rt, recs, array):
     if rt.name == "bifrost":
-        from xengine_block.readers.bifrost_source import RecordingSource
+        from xengine_block.bifrost.recording_source import RecordingSource
     else:
         from xengine_block.readers.source import RecordingSource
     return RecordingSource(recs, array=array)
