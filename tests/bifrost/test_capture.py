@@ -265,7 +265,7 @@ def test_capture_metadata_reaches_the_uvh5_file(tmp_path, caplog):
 def test_capture_block_on_bifrost_runs_on_its_core():
     """``core=`` reaches Bifrost's block (it pins the thread that runs the capture; spead2's
     receiver, started there, follows), as our runtime's capture block does."""
-    from tests.runtime.test_affinity import masks_of_threads_named
+    from tests.helpers.threads import masks_of_threads_named
     from xengine_block.capture.spead import repeated_frame_datagrams
     from xengine_block.capture.transports import BufferSource
     from xengine_block.runtime.affinity import usable_cores

@@ -11,19 +11,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.npu import reference
 from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.backends.npu import NpuBackend, probe
-from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import SEED, small_test_geometry
 from xengine_block.npu import artifacts, blockpairs
 from xengine_block.npu.simdevice import SimulatedBo, SimulatedXrt, write_simulated_build
-from xengine_block.reference import reference_triangle
-
-
-def reference(g, frames):
-    return reference_triangle(frames_to_natural(frames, g))
 
 
 @pytest.fixture

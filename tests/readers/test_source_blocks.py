@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.guppi import NAMES, NTIME, blocks, cards, samples
+from tests.helpers.mwax import NTIME as MWAX_NTIME
+from tests.helpers.mwax import TILES, mwax_blocks
 from tests.helpers.recordings import check_file, write_array
-from tests.readers.test_formats import NTIME as MWAX_NTIME
-from tests.readers.test_formats import TILES, mwax_blocks
-from tests.readers.test_guppi import NAMES, NTIME, blocks, cards, samples
 from xengine_block.readers import open_recording
 from xengine_block.readers.arrays import load_array
 from xengine_block.readers.guppi import write_guppi

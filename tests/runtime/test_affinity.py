@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.helpers.threads import cpus_of, masks_of_threads_named
 from xengine_block.array import default_array
 from xengine_block.blocks.chain import correlator_chain
 from xengine_block.capture.receive import CaptureBlock
@@ -33,32 +33,6 @@ pytestmark = [pytest.mark.timeout(60),
 #: The core the tests pin to: the last this process may use, so that on a machine of several
 #: cores a pinned thread's mask differs from the process's.
 CORE = max(usable_cores())
-
-
-def masks_of_threads_named(name: str) -> list[set[int]]:
-    """CPU masks of this process's threads whose OS name is ``name`` (Linux /proc)."""
-    out = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-            status = Path(f"/proc/self/task/{tid}/status").read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        if comm != name:
-            continue
-        cpus = next(line.split(":", 1)[1].strip() for line in status.splitlines()
-                    if line.startswith("Cpus_allowed_list"))
-        out.append(cpus_of(cpus))
-    return out
-
-
-def cpus_of(text: str) -> set[int]:
-    """``0-2,5`` -> {0, 1, 2, 5} (the kernel's CPU list format, read independently)."""
-    cores: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cores.update(range(int(lo), int(hi or lo) + 1))
-    return cores
 
 
 def test_parse_cores_accepts_a_core_or_a_list_and_names_what_is_wrong():
