@@ -10,9 +10,10 @@ import threading
 import numpy as np
 import pytest
 
+from tests.helpers.runtimes import collector
 from tests.helpers.threads import cpus_of, masks_of_threads_named
 from xengine_block.array import default_array
-from xengine_block.blocks.chain import correlator_chain
+from xengine_block.blocks.chain import correlator_chain, runtime
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.spead import repeated_frame_datagrams
 from xengine_block.capture.transports import BufferSource
@@ -144,3 +145,32 @@ def test_chain_blocks_take_their_cores(tmp_path):
                                         "writer": CORE, "quicklook": None})
     assert chain.xengine.core == [CORE] and chain.integrate.core == CORE
     assert chain.writer.core == CORE and chain.quicklook.core is None
+
+
+def test_the_capture_thread_and_its_receiver_run_on_the_capture_core(rt):
+    """``core=`` of the capture block pins the thread that runs it, and spead2's receiver,
+    started there, follows, on our runtime and on real Bifrost's (its block runs our capture
+    through the adapter)."""
+    blocks = runtime(rt.name)
+    core = max(usable_cores())
+    frame = np.random.default_rng(2).integers(-128, 128, (1, *G.frame_shape), dtype=np.int8)
+    nframe = 400  # more than the rings hold: the capture still runs when the sink first looks
+    blob = repeated_frame_datagrams(frame, G, nframe, 0).tobytes()
+    seen: list[list[set[int]]] = []
+    with rt.Pipeline() as p:
+        cap = blocks.CaptureBlock(BufferSource(blob), G, default_array(4), sync_time=0.0,
+                                  fs_hz=40e3, freq0_hz=150e6, chan_bw_hz=40e3,
+                                  start_timestamp=0, core=core)
+        sink = collector(rt, cap)
+        on_data = sink.on_data
+
+        def watch(ispan):
+            if not seen:
+                seen.append(masks_of_threads_named(os_thread_name(cap.name)))
+            on_data(ispan)
+
+        sink.on_data = watch
+        p.run()
+    assert len(sink.out) == nframe and seen
+    assert len(seen[0]) >= 2, "the capture's thread and spead2's receiver were not found"
+    assert all(mask == {core} for mask in seen[0])
