@@ -55,7 +55,7 @@ from xengine_block.capture.spead import FrameSender, repeated_frame_datagrams, u
 from xengine_block.capture.transports import BufferSource, UdpSource
 from xengine_block.geometry import Geometry
 from xengine_block.runtime.affinity import format_cores, pinned, usable_cores
-from xengine_block.runtime.pipeline import Block, Pipeline, os_thread_name
+from xengine_block.runtime.pipeline import Block, Pipeline, frozen_heap, os_thread_name
 
 SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
@@ -253,7 +253,8 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         cpu = CpuByRole({"capture": capture, "xengine": chain.xengine,
                          "integrate": chain.integrate, "writer": chain.writer},
                         exclude=replay.tids | {str(watcher.native_id)})
-        pipeline.run()
+        with frozen_heap():  # as the service runs it (xengine correlate)
+            pipeline.run()
         cpu_s = cpu.stop()
         pipeline_done.set()
         if sender:

@@ -218,7 +218,7 @@ def recording_options(fmt: str, toml: Path, nspec: int, backend: str) -> Reproce
     """What the runs on a reader's recording pass ``reprocess``: the format, the array,
     integrations of ``nspec`` spectra."""
     return ReprocessOptions(format=fmt, array=str(toml), integration_spectra=nspec,
-                            backend=backend)
+                            backend=backend, freeze_gc=True)  # as xengine reprocess runs
 
 
 class ReprocessRuns:
@@ -415,8 +415,10 @@ def pcap_measure(work: Path, s: int, sizes: dict, args: argparse.Namespace) -> d
             sender.send_frames(frames, d * npacket * g.nspectra_pkt)
     page_cache(path)
     backend = get_backend(args.backend, g)
-    runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend), work)
-    replay = ReprocessRuns([path], ReprocessOptions(backend=args.backend, in_place=False), work)
+    # freeze_gc as ``xengine reprocess`` runs its tasks
+    runs = ReprocessRuns([path], ReprocessOptions(backend=args.backend, freeze_gc=True), work)
+    replay = ReprocessRuns([path], ReprocessOptions(backend=args.backend, in_place=False,
+                                                    freeze_gc=True), work)
     try:
         backend.correlate(frames)  # warm-ups
         runs.run()

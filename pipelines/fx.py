@@ -46,7 +46,7 @@ from xengine_block.capture.transports import InprocSource, PcapSource, Source, U
 from xengine_block.console import argtypes as at
 from xengine_block.console.argtypes import UsageError, usage_errors
 from xengine_block.geometry import Geometry
-from xengine_block.runtime.pipeline import PipelineError
+from xengine_block.runtime.pipeline import PipelineError, frozen_heap
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
 from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
@@ -334,7 +334,8 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         failure = None
         if not stop.is_set():
             try:
-                pipeline.run()
+                with frozen_heap():  # fx owns its process: its collector is fx's to freeze
+                    pipeline.run()
             except PipelineError as exc:  # reported in one line once the F-engines are stopped
                 failure = exc
     stop.set()  # the pipeline is done: nothing more to send

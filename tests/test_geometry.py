@@ -1,5 +1,7 @@
 """Geometry: seed values, derived sizes and one error per impossible field."""
 
+import json
+
 import pytest
 
 from xengine_block.geometry import SEED, Geometry, GeometryError, small_test_geometry
@@ -49,3 +51,32 @@ def test_geometry_errors(changes, field, limit):
     with pytest.raises(GeometryError) as exc:
         SEED.replace(**changes)
     assert field in str(exc.value) and limit in str(exc.value)
+
+
+# ------------------------------------------------------------------------------ geometry
+def test_geometry_ci4_sizes_and_int32_bound():
+    g = Geometry(sample_bits=4)
+    assert g.payload_bytes == 4320 and Geometry().payload_bytes == 8640
+    assert g.frame_shape == (256, 9, 60, 8) and g.frame_bytes == 256 * 4320
+    # |x| <= 8: one term's re or im is at most 2 * 8 * 8 = 128
+    assert g.max_npacket == (2**31 - 1) // 128 // 480 == 34952
+    assert Geometry(sample_bits=4, npacket=34952).npacket == 34952
+    with pytest.raises(GeometryError, match="P <= 34952"):
+        Geometry(sample_bits=4, npacket=34953)
+    assert Geometry().max_npacket == 136  # ci8 unchanged
+
+
+@pytest.mark.parametrize("field, value", [("sample_bits", 6), ("sample_bits", "4"),
+                                          ("sample_bits", True), ("sample_bits", 8.0),
+                                          ("nibble_order", "high"), ("nibble_order", 1)])
+def test_geometry_rejects_bad_sample_fields_naming_them(field, value):
+    with pytest.raises(GeometryError, match=f"^{field} must be"):
+        Geometry(**{field: value})
+
+
+def test_geometry_dict_round_trip_and_old_dicts_are_ci8():
+    g = Geometry(sample_bits=4, nibble_order="re_low", nstream=8)
+    assert Geometry.from_dict(json.loads(json.dumps(g.to_dict()))) == g
+    old = {k: v for k, v in Geometry().to_dict().items()
+           if k not in ("sample_bits", "nibble_order")}
+    assert Geometry.from_dict(old).sample_bits == 8

@@ -1,24 +1,29 @@
 """xengine_block: an exact complex-int8 X-engine correlator as Bifrost-style pipeline blocks.
 
 Start with ``pipelines/fx.py`` (end to end) and the README. The tree follows the data, each
-layer importing only those below it:
+layer importing only its own and those below it (``tests/test_layers.py`` checks the table and
+says why each layer sits where it does):
 
 - the model every part derives from: ``geometry``, ``frames`` (our packet/frame format),
   ``sample_layout`` (where the samples of any input lie), ``triangle``, ``array``,
   ``integration``, ``reference`` (the test oracle);
 - ``runtime/``: rings and pipeline with Bifrost's semantics;
 - ``backends/``: cpu, native (C extension in ``src/native``), NPU emulator, NPU; ``npu/``: the
-  NPU dataflow plan, validator and host code;
+  NPU dataflow plan, validator, host code, the AIE kernel source (package data) and its build;
 - ``capture/``: SPEAD packets in, the capture/reorder block, pcap recordings; ``readers/``:
   recorded voltages read in place; ``outputs/``: UVH5 files, SPEAD visibilities, the quick-look
-  PNG; ``sim/``: simulated F-engines;
-- ``blocks/``: X-engine, integrate, UVH5 writer, quick-look, and ``blocks.chain`` assembling
-  them; ``bifrost/``: the same blocks on real Bifrost;
+  PNG; ``sim/``: simulated F-engines; beside them ``console/`` (option checks and progress
+  display shared by every command) and ``bench/`` (the benchmarks' measurements of the machine
+  and the peers; nothing in the library imports it);
+- ``blocks/``: X-engine, integrate, UVH5 writer, quick-look, SPEAD output, and ``blocks.chain``
+  assembling them on either runtime; ``bifrost/``: the same blocks on real Bifrost;
 - ``reprocess/``: recordings to UVH5 again, locally or on Dask; ``service/``: the live
   ``xengine correlate`` and scale-out;
-- ``console/``: option checks and progress display shared by every command; ``bench/``: the
-  benchmarks' measurements of the machine and the peers (nothing in the library imports it);
 - ``cli/``: the ``xengine`` command, one module per subcommand, on top of everything.
+
+Process-wide settings stay the application's: the library never freezes the garbage collector
+(``runtime.pipeline.frozen_heap`` is there for programs that own their process), and build
+outputs go to the user's cache directory (``npu.cache``), never into the installation.
 """
 
 from . import _moved

@@ -34,6 +34,8 @@ MOVED: dict[str, str] = {
     "xengine_block.tools.machine_limits": "xengine_block.bench.machine",
     "xengine_block.tools.reprocess": "xengine_block.reprocess.jobs",
     "xengine_block.tools.tasks": "xengine_block.reprocess.tasks",
+    "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
+    "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
 }
 
 

@@ -8,7 +8,6 @@ and sets XENGINE_REQUIRE_BIFROST, which turns the skip into a failure.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import bifrost_or_skip, random_frames
+from tests.helpers.chain import capture_like, lossy_frames, run_file_chain
 from tests.helpers.runtimes import OURS, array_source, bifrost_runtime, collector
 from xengine_block.array import default_array
 from xengine_block.blocks.chain import correlator_chain, runtime
@@ -30,56 +30,16 @@ from xengine_block.runtime.memory import bytes_at
 
 xb = bifrost_or_skip()
 BF = bifrost_runtime()
-from bifrost.proclog import load_by_pid  # noqa: E402 - Bifrost imports only after the skip
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validates UVH5 files")
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def capture_like(g: Geometry, frames: np.ndarray, mask: np.ndarray) -> list:
-    hdr = {"name": "cap", "time_tag": 0, "sync_time": 1.8e9, "fs_hz": 48000.0, "chan0": 0,
-           "freq0_hz": 150e6, "chan_bw_hz": 10e3, "nchan": g.nchan, "nstream": g.nstream,
-           "geometry": g.to_dict(), "array": default_array(g.nstream // 2).to_dict()}
-    return [(dict(hdr, _tensor={"dtype": "i8", "shape": [-1, *g.frame_shape]}), frames),
-            (dict(hdr, name="cap.mask", _tensor={"dtype": "u8", "shape": [-1, g.nstream]}),
-             mask)]
-
-
-def lossy_frames(g: Geometry, nframe: int) -> tuple[np.ndarray, np.ndarray]:
-    frames = random_frames(g, nframe, seed=11)
-    mask = np.ones((nframe, g.nstream), np.uint8)
-    for f, s in [(0, 3), (2, 0), (3, 0), (5, 7)]:  # lost packets: zero-filled, mask cleared
-        frames[f, s], mask[f, s] = 0, 0
-    return frames, mask
-
-
-def test_xengine_on_bifrost_exact_against_reference():
-    g = Geometry(nstream=8, nchan=9, npacket=2)
-    frames, mask = lossy_frames(g, 8)
-    with BF.Pipeline() as p:
-        x = xb.XEngineBlock(array_source(BF, capture_like(g, frames, mask), g.npacket),
-                            backend="cpu")
-        vis, valid = collector(BF, x.orings[0]), collector(BF, x.orings[1])
-        p.run()
-    assert vis.hdr["_tensor"]["dtype"] == "ci32" and len(vis.out) == 4
-    logs = load_by_pid(os.getpid())  # what Bifrost's like_top.py shows
-    assert logs[x.name.split("/")[-1]]["perf"]["process_time"] > 0
-    assert x.perf["frames"] == 8 and x.perf["process_s"] > 0
-    j, k = np.triu_indices(g.nstream)  # row-major upper triangle: reorder to b = k(k+1)/2 + j
-    order = np.lexsort((j, k))
-    j, k = j[order], k[order]
-    for f, (v, c) in enumerate(zip(vis.out, valid.out, strict=True)):
-        sl = slice(2 * f, 2 * f + 2)
-        assert np.array_equal(v, reference_triangle(frames_to_natural(frames[sl], g)))
-        want = 480 * (mask[sl, j] * mask[sl, k].astype(np.int64)).sum(axis=0)
-        assert np.array_equal(c[0], want)
-
-
 def test_xengine_sizes_and_faults_in_its_bifrost_ring_before_data():
     """With geometry= the data ring is sized in the constructor, its pages resident, and the
     run does not reallocate it (the capture would otherwise fault it in while packets arrive)."""
-    from tests.runtime.test_ring import resident_pages
+    from tests.helpers.rings import resident_pages
     from xengine_block.bifrost.runtime import ring_memory
 
     g = Geometry(nstream=8, nchan=9, npacket=4)
@@ -98,16 +58,6 @@ def test_xengine_sizes_and_faults_in_its_bifrost_ring_before_data():
     for f, v in enumerate(vis.out):
         sl = slice(4 * f, 4 * f + 4)
         assert np.array_equal(v, reference_triangle(frames_to_natural(frames[sl], g)))
-
-
-def run_file_chain(rt, tmp_path: Path, g: Geometry, frames, mask) -> Path:
-    with rt.Pipeline() as p:
-        x = rt.XEngineBlock(array_source(rt, capture_like(g, frames, mask), g.npacket),
-                            backend="cpu")
-        w = rt.UVH5WriterBlock(rt.IntegrateBlock(x, ninteg=2), directory=tmp_path / rt.name)
-        p.run()
-    assert len(w.files) == 1
-    return w.files[0]
 
 
 def assert_same_h5(a: Path, b: Path) -> None:
@@ -163,44 +113,6 @@ def test_capture_to_uvh5_on_bifrost_equals_our_runtime(tmp_path):
         assert chain.writer.dumps_written == 4 and chain.quicklook.images
         files[name] = chain.writer.files[0]
     assert_same_h5(files["ours"], files["bifrost"])
-
-
-class Boom(RuntimeError):
-    pass
-
-
-def test_failing_block_stops_bifrost_pipeline_and_writer_closes_file(tmp_path):
-    g = Geometry(nstream=8, nchan=9, npacket=1)
-    frames, mask = lossy_frames(g, 40)
-
-    class FailingSink(BF.SinkBlock):
-        def on_sequence(self, iseq):
-            self.n = 0
-
-        def on_data(self, ispan):
-            self.n += 1
-            if self.n == 3:
-                raise Boom("third dump")
-
-    with BF.Pipeline() as p:
-        x = xb.XEngineBlock(array_source(BF, capture_like(g, frames, mask), 1), backend="cpu")
-        integ = xb.IntegrateBlock(x, ninteg=1)
-        w = xb.UVH5WriterBlock(integ, directory=tmp_path)
-        FailingSink(integ, name="failing")
-        with pytest.raises(xb.PipelineError, match="failing") as info:
-            p.run()
-    assert isinstance(info.value.__cause__, Boom)
-    assert p.stop_reason and "failing" in p.stop_reason
-    uv = pyuvdata.UVData.from_file(w.files[0])  # closed, every completed dump readable
-    assert uv.Ntimes == w.dumps_written >= 1
-
-
-def test_writer_failure_on_bifrost_raises(tmp_path):
-    g = Geometry(nstream=8, nchan=9, npacket=2)
-    frames, mask = lossy_frames(g, 8)
-    run_file_chain(BF, tmp_path, g, frames, mask)
-    with pytest.raises(xb.PipelineError, match="refusing to overwrite"):
-        run_file_chain(BF, tmp_path, g, frames, mask)
 
 
 def test_bifrost_script_with_failing_block_exits_nonzero(tmp_path):
@@ -326,13 +238,3 @@ print("signal:", p.stop_signal, flush=True)
     assert proc.returncode == 0, err[-2000:]
     assert "stopped: SIGTERM received" in out
     assert f"signal: {int(signal.SIGTERM)}" in out  # as our runtime's (fx.py reads it)
-
-
-def test_fx_runtime_bifrost(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "pipelines" / "fx.py"), "--runtime",
-                        "bifrost", "--nant", "8", "--npacket", "4", "--dumps", "2",
-                        "--transport", "pcap", "--backend", "cpu", "--monitor", "0",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    (f,) = tmp_path.glob("xengine_*.uvh5")
-    assert pyuvdata.UVData.from_file(f).Ntimes == 2

@@ -259,37 +259,3 @@ def test_capture_metadata_reaches_the_uvh5_file(tmp_path, caplog):
         z = x[6].astype(np.int64)
         want = (z[..., 0] ** 2 + z[..., 1] ** 2).reshape(nchan, 2, n).sum(-1).T
         assert np.array_equal(xx.real, want)
-
-
-# ----------------------------------------------------------------------------- core=
-def test_capture_block_on_bifrost_runs_on_its_core():
-    """``core=`` reaches Bifrost's block (it pins the thread that runs the capture; spead2's
-    receiver, started there, follows), as our runtime's capture block does."""
-    from tests.runtime.test_affinity import masks_of_threads_named
-    from xengine_block.capture.spead import repeated_frame_datagrams
-    from xengine_block.capture.transports import BufferSource
-    from xengine_block.runtime.affinity import usable_cores
-    from xengine_block.runtime.pipeline import os_thread_name
-
-    core = max(usable_cores())
-    g = Geometry(nstream=8, nchan=9, npacket=2)
-    frame = np.random.default_rng(2).integers(-128, 128, (1, *g.frame_shape), dtype=np.int8)
-    blob = repeated_frame_datagrams(frame, g, 20, 0).tobytes()
-    seen: list[list[set[int]]] = []
-    with BF.Pipeline() as p:
-        cap = xb.CaptureBlock(BufferSource(blob), g, default_array(4), sync_time=0.0,
-                              fs_hz=40e3, freq0_hz=150e6, chan_bw_hz=40e3, start_timestamp=0,
-                              core=core)
-        sink = collector(BF, cap)
-        on_data = sink.on_data
-
-        def watch(ispan):
-            if not seen:
-                seen.append(masks_of_threads_named(os_thread_name(cap.name)))
-            on_data(ispan)
-
-        sink.on_data = watch
-        p.run()
-    assert len(sink.out) == 20 and seen
-    assert len(seen[0]) >= 2, "the capture's thread and spead2's receiver were not found"
-    assert all(mask == {core} for mask in seen[0])

@@ -20,9 +20,9 @@ from copy import deepcopy
 import numpy as np
 import pytest
 
-from tests.bifrost.test_orders import bifrost_gold, tcc_gold
 from tests.conftest import bifrost_or_skip
 from tests.helpers.bifrost_lwa import ci4_samples, disk_chips_capture
+from tests.helpers.gold import bifrost_gold, tcc_gold
 from tests.helpers.runtimes import bifrost_runtime
 from xengine_block.reference import reference_triangle
 from xengine_block.visibility_orders import triangle_to_bifrost_matrix

@@ -1,53 +1,22 @@
 """X-engine -> integrate -> UVH5 writer / quick-look blocks in a real pipeline, fed by a test
-source with known frames and presence masks: the file must equal the reference bit for bit."""
+source with known frames and presence masks: the file must equal the reference bit for bit.
+The runtime is a parameter where the same check holds on ours and on real Bifrost (``rt``)."""
+
+import os
 
 import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.chain import capture_like, lossy_frames, run_file_chain, run_header
+from tests.helpers.runtimes import array_source, collector
 from xengine_block.array import default_array
-from xengine_block.blocks import IntegrateBlock, QuicklookBlock, UVH5WriterBlock, XEngineBlock
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
-from xengine_block.reference import reference_full
-from xengine_block.runtime.pipeline import Pipeline, SourceBlock
+from xengine_block.reference import reference_full, reference_triangle
+from xengine_block.runtime.pipeline import PipelineError
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validates UVH5 files")
-
-
-class FramesSource(SourceBlock):
-    """Emits given capture frames and presence mask as one sequence (stands in for capture);
-    records where each output span lay (zero-copy tests)."""
-
-    def __init__(self, frames, mask, header, gulp_nframe, time_tag=0):
-        super().__init__(["frames"], gulp_nframe=gulp_nframe)
-        self.orings = [self.create_ring(), self.create_ring()]
-        self.frames, self.mask, self.header, self.time_tag = frames, mask, header, time_tag
-        self.span_addresses: list[int] = []
-
-    def create_reader(self, name):
-        return iter(range(0, len(self.frames), self.gulp_nframe))
-
-    def on_sequence(self, reader, name):
-        g = self.header["geometry"]
-        data = dict(self.header, name="test", time_tag=self.time_tag, _tensor={
-            "dtype": "i8", "shape": [-1, g["nstream"], g["nchan"], 60, 2, 8],
-            "labels": ["time", "stream", "freq", "coarse", "reim", "fine"],
-            "scales": [None] * 6, "units": [None] * 6})
-        mask = dict(self.header, name="test.mask", time_tag=self.time_tag, _tensor={
-            "dtype": "u8", "shape": [-1, g["nstream"]], "labels": ["time", "stream"],
-            "scales": [None, None], "units": [None, None]})
-        return [data, mask]
-
-    def on_data(self, reader, ospans):
-        i = next(reader, None)
-        if i is None:
-            return [0, 0]
-        n = min(self.gulp_nframe, len(self.frames) - i)
-        self.span_addresses.append(ospans[0].data.ctypes.data)
-        ospans[0].data[:n] = self.frames[i:i + n]  # the one copy: capture -> ring
-        ospans[1].data[:n] = self.mask[i:i + n]
-        return [n, n]
 
 
 def run_chain(tmp_path, g, frames, mask, ninteg, time_tag=0, **writer_kw):
@@ -55,24 +24,6 @@ def run_chain(tmp_path, g, frames, mask, ninteg, time_tag=0, **writer_kw):
               "freq0_hz": 150e6, "chan_bw_hz": 10e3, "nstream": g.nstream,
               "geometry": g.to_dict(), "array": default_array(g.nstream // 2).to_dict()}
     return run_header(tmp_path, g, frames, mask, ninteg, header, time_tag, **writer_kw)
-
-
-def run_chain_with_header(tmp_path, g, frames, mask, ninteg, array, **fields):
-    """The chain with a header describing ``array`` and the given sky/time fields."""
-    header = dict(fields, chan0=0, nchan=g.nchan, nstream=g.nstream, geometry=g.to_dict(),
-                  array=array.to_dict())
-    return run_header(tmp_path, g, frames, mask, ninteg, header, 0)[0]
-
-
-def run_header(tmp_path, g, frames, mask, ninteg, header, time_tag, **writer_kw):
-    with Pipeline() as p:
-        src = FramesSource(frames, mask, header, g.npacket, time_tag)
-        x = XEngineBlock(src, backend="cpu")
-        integ = IntegrateBlock(x, ninteg=ninteg)
-        w = UVH5WriterBlock(integ, directory=tmp_path, **writer_kw)
-        q = QuicklookBlock(integ.orings[0], directory=tmp_path)
-        p.run()
-    return w, q, x
 
 
 def test_file_equals_reference_with_lost_packets(tmp_path):
@@ -122,7 +73,6 @@ def test_dumps_per_file_and_no_overwrite(tmp_path):
     mask = np.ones((3, 4), np.uint8)
     w, _, _ = run_chain(tmp_path, g, frames, mask, 1, dumps_per_file=2)
     assert [pyuvdata.UVData.from_file(f).Ntimes for f in w.files] == [2, 1]
-    from xengine_block.runtime.pipeline import PipelineError
     with pytest.raises(PipelineError, match="refusing to overwrite"):
         run_chain(tmp_path, g, frames, mask, 1, dumps_per_file=2)
 
@@ -138,3 +88,70 @@ def test_sequence_without_a_dump_leaves_no_file(tmp_path):
     w, _, _ = run_chain(tmp_path, g, random_frames(g, 4, seed=3), np.ones((4, 4), np.uint8),
                         4, filename="obs.uvh5")
     assert [f.name for f in w.files] == ["obs.uvh5"] and w.dumps_written == 1
+
+
+# ---------------------------------------------------------------- the same on either runtime
+def test_xengine_exact_against_reference_with_lost_packets(rt):
+    """X-engine visibilities and per-baseline valid-sample counts of frames with lost packets
+    (zero-filled, mask cleared), on our runtime and on real Bifrost; Bifrost's proclog sees the
+    block's time (what its like_top.py shows)."""
+    g = Geometry(nstream=8, nchan=9, npacket=2)
+    frames, mask = lossy_frames(g, 8)
+    with rt.Pipeline() as p:
+        x = rt.XEngineBlock(array_source(rt, capture_like(g, frames, mask), g.npacket),
+                            backend="cpu")
+        vis, valid = collector(rt, x.orings[0]), collector(rt, x.orings[1])
+        p.run()
+    assert vis.hdr["_tensor"]["dtype"] == "ci32" and len(vis.out) == 4
+    if rt.name == "bifrost":
+        from bifrost.proclog import load_by_pid
+
+        logs = load_by_pid(os.getpid())
+        assert logs[x.name.split("/")[-1]]["perf"]["process_time"] > 0
+    assert x.perf["frames"] == 8 and x.perf["process_s"] > 0
+    j, k = np.triu_indices(g.nstream)  # row-major upper triangle: reorder to b = k(k+1)/2 + j
+    order = np.lexsort((j, k))
+    j, k = j[order], k[order]
+    for f, (v, c) in enumerate(zip(vis.out, valid.out, strict=True)):
+        sl = slice(2 * f, 2 * f + 2)
+        assert np.array_equal(v, reference_triangle(frames_to_natural(frames[sl], g)))
+        want = 480 * (mask[sl, j] * mask[sl, k].astype(np.int64)).sum(axis=0)
+        assert np.array_equal(c[0], want)
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def test_a_failing_block_stops_the_pipeline_and_the_writer_closes_its_file(rt, tmp_path):
+    g = Geometry(nstream=8, nchan=9, npacket=1)
+    frames, mask = lossy_frames(g, 40)
+
+    class FailingSink(rt.SinkBlock):
+        def on_sequence(self, iseq):
+            self.n = 0
+
+        def on_data(self, ispan):
+            self.n += 1
+            if self.n == 3:
+                raise Boom("third dump")
+
+    with rt.Pipeline() as p:
+        x = rt.XEngineBlock(array_source(rt, capture_like(g, frames, mask), 1), backend="cpu")
+        integ = rt.IntegrateBlock(x, ninteg=1)
+        w = rt.UVH5WriterBlock(integ, directory=tmp_path)
+        FailingSink(integ, name="failing")
+        with pytest.raises(PipelineError, match="failing") as info:
+            p.run()
+    assert isinstance(info.value.__cause__, Boom)
+    assert p.stop_reason and "failing" in p.stop_reason
+    uv = pyuvdata.UVData.from_file(w.files[0])  # closed, every completed dump readable
+    assert uv.Ntimes == w.dumps_written >= 1
+
+
+def test_a_second_run_into_the_same_directory_refuses_to_overwrite(rt, tmp_path):
+    g = Geometry(nstream=8, nchan=9, npacket=2)
+    frames, mask = lossy_frames(g, 8)
+    run_file_chain(rt, tmp_path, g, frames, mask)
+    with pytest.raises(PipelineError, match="refusing to overwrite"):
+        run_file_chain(rt, tmp_path, g, frames, mask)

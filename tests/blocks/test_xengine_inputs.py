@@ -263,7 +263,7 @@ def test_unguaranteed_layout_input_each_integration_once(rt):
     """guarantee=False, gulps of 3 frames, integrations of 10: most input is overwritten while
     the block waits in its first gulp. Every frame is the same, so an output must be n times
     one frame's correlation, n its valid spectra; each integration is output exactly once."""
-    from tests.runtime.test_lost_input import slow_first_gulp
+    from tests.helpers.threads import slow_first_gulp
 
     nt, per = 400, 10
     one = samples(1)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import spead2
 
-from tests.capture.test_receive import SKY, Collect, crafted
+from tests.helpers.capture import SKY, Collect, crafted
 from xengine_block.array import default_array
 from xengine_block.capture.placement import CaptureLayout
 from xengine_block.capture.receive import CaptureBlock, capture_frames

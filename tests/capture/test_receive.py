@@ -11,9 +11,12 @@ import spead2
 import spead2.send
 
 from tests.conftest import needs_proc_udp
+from tests.helpers.capture import CHAN0, SKY, Collect, G, crafted
+from tests.helpers.ci4 import random_ci4_natural
 from xengine_block.array import default_array
 from xengine_block.capture.placement import COUNTERS, CaptureLayout, _State
 from xengine_block.capture.receive import Capture, CaptureBlock, capture_frames
+from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.capture.sockets import socket_drops
 from xengine_block.capture.spead import (
     FLAVOUR,
@@ -24,25 +27,19 @@ from xengine_block.capture.spead import (
     heap_datagrams,
     inproc_sender,
     junk_datagram,
-    make_heap,
-    max_packet_size,
     pcap_sender,
     stop_datagrams,
     truncated,
     udp_sender,
 )
 from xengine_block.capture.transports import InprocSource, PcapSource, UdpSource, parse_source
-from xengine_block.frames import frames_to_natural
+from xengine_block.frames import frames_to_natural, natural_to_frames
 from xengine_block.geometry import Geometry
-from xengine_block.runtime.pipeline import MultiTransformBlock, Pipeline
+from xengine_block.runtime.pipeline import Pipeline
 from xengine_block.sim.fengine import FEngineSimulator, PointSource
 
-#: 32 streams, 2 channel groups of 9 (mask [S, G]), P = 2.
-G = Geometry(nstream=32, nchan=18, npacket=2)
 ARRAY = default_array(16)
-CHAN0 = 18
 NHEAP = G.npackets_per_frame
-SKY = dict(sync_time=1.8e9, fs_hz=48000.0, freq0_hz=150e6, chan_bw_hz=10e3)
 
 
 def simulator(seed: int = 0) -> FEngineSimulator:
@@ -93,14 +90,6 @@ def test_round_trip_equals_simulator(transport, tmp_path):
     assert cap.counters() == zero_counters(heaps=nframe * NHEAP, metadata=1, stop_heaps=1,
                                            frames=nframe, sequences=1,
                                            packets=nframe * NHEAP + 2)
-
-
-def crafted(cnt: int, timestamp: int, stream: int = 0, freq: int = CHAN0,
-            size: int = G.payload_bytes) -> bytes:
-    """One single-packet heap with chosen item values."""
-    (pkt,) = heap_datagrams(make_heap(timestamp, stream, freq, np.ones(size, np.int8)), cnt,
-                            max_packet_size(G) + 64)
-    return pkt
 
 
 def foreign(cnt: int) -> bytes:
@@ -331,29 +320,6 @@ def test_parse_source():
     assert parse_source("x.pcap") == PcapSource("x.pcap")
     with pytest.raises(ValueError, match="udp://"):
         parse_source("tcp://host:1")
-
-
-class Collect(MultiTransformBlock):
-    """Sink of the capture block's two rings: keeps headers, frames and masks."""
-
-    def __init__(self, capture: CaptureBlock) -> None:
-        super().__init__(capture.orings)
-        self.orings = []
-        self.headers: list[list[dict]] = []
-        self.frames: list[np.ndarray] = []
-        self.masks: list[np.ndarray] = []
-
-    def define_output_nframes(self, input_nframes):
-        return []
-
-    def on_sequence(self, iseqs):
-        self.headers.append([s.header for s in iseqs])
-        return []
-
-    def on_data(self, ispans, ospans):
-        self.frames.append(ispans[0].data.copy())
-        self.masks.append(ispans[1].data.copy())
-        return []
 
 
 def test_capture_block_rings_and_headers(tmp_path):
@@ -593,3 +559,38 @@ def test_service_sockets_get_the_buffer_or_say_so(caplog):
         assert all(m.startswith("source udp://127.0.0.1:0: ") for m in warned)
     finally:
         src.close()
+
+
+def test_recording_sidecar_keeps_ci4(tmp_path):
+    from xengine_block.array import default_array
+
+    g = Geometry(nstream=4, nchan=9, npacket=2, sample_bits=4, nibble_order="re_low")
+    write_metadata(tmp_path / "r.pcap", default_array(2), g, sync_time=1.0, fs_hz=1.0,
+                   freq0_hz=1.0, chan_bw_hz=1.0)
+    assert read_metadata(tmp_path / "r.pcap").geometry == g
+
+
+def test_capture_drops_ci8_sized_heaps_on_a_ci4_stream(tmp_path):
+    from xengine_block.array import default_array
+    from xengine_block.capture.receive import capture_frames, capture_headers
+    from xengine_block.capture.spead import PcapWriter, frame_datagrams
+    from xengine_block.capture.transports import PcapSource
+
+    g4 = Geometry(nstream=4, nchan=9, npacket=1, sample_bits=4)
+    g8 = g4.replace(sample_bits=8)
+    x = random_ci4_natural(g4, 3, seed=2)
+    good, wrong = natural_to_frames(x, g4), natural_to_frames(x, g8)
+    pcap = tmp_path / "mixed.pcap"
+    with PcapWriter(pcap) as w:
+        for f, s, _, pkt in frame_datagrams(good, g4, 0):
+            w.send(pkt)
+            if f == 1 and s == 2:  # a ci8 heap for a later slot: wrong size for ci4
+                w.send(frame_datagrams(wrong[2:], g8, 2 * 480)[s][3])
+    cap = capture_frames(PcapSource(str(pcap)), g4, copy=True)
+    got = list(cap)
+    assert np.array_equal(np.stack([c.frame for c in got]), good)
+    assert cap.counters()["bad_size"] == 1
+    (hdr, _) = capture_headers(cap.layout, default_array(2), time_tag=0, sync_time=0.0,
+                               fs_hz=1.0, freq0_hz=1.0, chan_bw_hz=1.0, name="x")
+    assert hdr["_tensor"]["dtype"] == "ci4" and hdr["_tensor"]["shape"] == [-1, 4, 9, 60, 8]
+    assert hdr["_tensor"]["labels"] == ["time", "stream", "freq", "coarse", "fine"]

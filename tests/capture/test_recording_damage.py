@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reprocess.test_jobs import SKY, make_recording, simulator
+from tests.helpers.pcap_recordings import SKY, make_recording, simulator
 from xengine_block.capture.recording import finish_metadata, metadata_path, scan_pcap
 from xengine_block.capture.spead import PcapWriter
 from xengine_block.cli import main

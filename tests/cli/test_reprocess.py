@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.test_options import assert_usage_error
+from tests.helpers.cli import assert_usage_error
 from xengine_block.array import ArrayError
 from xengine_block.cli import main
 from xengine_block.readers.arrays import array_from_telinfo, load_array

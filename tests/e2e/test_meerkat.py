@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import spead2
 
-from tests.outputs.test_spead import meerkat_formula, receive_heaps
+from tests.helpers.spead import meerkat_formula, receive_heaps
 from xengine_block.array import default_array
 from xengine_block.blocks.chain import correlator_chain, runtime, split_integration
 from xengine_block.capture.meerkat import MeerkatFormat

@@ -12,7 +12,7 @@ order the geometric phase itself (radians).
 import numpy as np
 import pytest
 
-from tests.blocks.test_chain import run_chain_with_header
+from tests.helpers.chain import run_chain_with_header
 from xengine_block.array import default_array
 from xengine_block.geometry import Geometry
 from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz

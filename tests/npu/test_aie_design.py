@@ -6,7 +6,6 @@ and with values hand-checked against the published design. With mlir-aie (and th
 MLIR is generated and the small geometry is built; otherwise those tests skip with the reason.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,22 +13,16 @@ from pathlib import Path
 
 import pytest
 
+import xengine_block
 from xengine_block.geometry import SEED, small_test_geometry
-from xengine_block.npu import build_plan
+from xengine_block.npu import build, build_plan
 from xengine_block.npu.design import FOREVER, design_calls, walk
+from xengine_block.npu.hostkernel import KERNEL_SOURCE
 from xengine_block.npu.plan import KERNEL_FUNC, KERNEL_OBJECT, ZERO_FUNC, Dim
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = ROOT / "aie" / "build.py"
+BUILD_MODULE = [sys.executable, "-m", "xengine_block.npu.build"]
+PACKAGE = Path(xengine_block.__file__).resolve().parent
 PLANS = {"small": build_plan(small_test_geometry()), "seed": build_plan(SEED)}
-
-
-def load_build_module():
-    spec = importlib.util.spec_from_file_location("xengine_aie_build", BUILD_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------- independent decoding
@@ -227,11 +220,10 @@ def test_mlir_module_is_generated():
 
 
 def test_small_geometry_builds(tmp_path):
-    build = load_build_module()
     tc = build.probe_toolchain()
     if tc.problems:
         pytest.skip("AIE toolchain incomplete: " + "; ".join(tc.problems))
-    proc = subprocess.run([sys.executable, str(BUILD_SCRIPT), "--geometry", "small",
+    proc = subprocess.run([*BUILD_MODULE, "--geometry", "small",
                            "--build-root", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     from xengine_block.npu.artifacts import find_artifacts
@@ -244,7 +236,7 @@ def test_small_geometry_builds(tmp_path):
 def test_build_without_toolchain_stops_with_install_instructions(tmp_path):
     env = dict(os.environ, PEANO_INSTALL_DIR=str(tmp_path / "no-peano"),
                PATH=os.path.dirname(sys.executable))
-    proc = subprocess.run([sys.executable, str(BUILD_SCRIPT), "--geometry", "small",
+    proc = subprocess.run([*BUILD_MODULE, "--geometry", "small",
                            "--build-root", str(tmp_path)], capture_output=True, text=True,
                           env=env)
     assert proc.returncode == 2
@@ -257,7 +249,6 @@ def test_build_without_toolchain_stops_with_install_instructions(tmp_path):
 
 
 def test_build_commands():
-    build = load_build_module()
     tc = build.Toolchain(Path("/peano/bin/clang++"), Path("/aie/include"), Path("/bin/aiecc"),
                          Path("/bin/xclbinutil"), True, ())
     from xengine_block.npu.artifacts import Artifacts
@@ -268,7 +259,8 @@ def test_build_commands():
     for flag in ("--target=aie2p-none-unknown-elf", "-O2", "-std=c++20", "-I/aie/include",
                  "-DN=8", "-DM=4", "-DT=15", "-c"):
         assert flag in cmd
-    assert cmd[-3:] == [str(ROOT / "kernels" / "xcorr.cc"), "-o", f"/b/seed/{KERNEL_OBJECT}"]
+    assert cmd[-3:] == [str(KERNEL_SOURCE), "-o", f"/b/seed/{KERNEL_OBJECT}"]
+    assert KERNEL_SOURCE.is_file() and KERNEL_SOURCE.is_relative_to(PACKAGE)
     small = build.kernel_command(tc, small_test_geometry(), art)
     assert {"-DN=2", "-DM=1", "-DT=15"} <= set(small)
     cc = build.aiecc_command(tc)  # aiecc's generation unknown: the newest driver's form
@@ -279,7 +271,7 @@ def test_build_commands():
 
 
 def test_design_script_prints_the_calls_without_mlir_aie():
-    proc = subprocess.run([sys.executable, str(ROOT / "aie" / "design.py"), "--geometry",
+    proc = subprocess.run([sys.executable, "-m", "xengine_block.npu.show_design", "--geometry",
                            "small", "--calls"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("device('npu2'):")

@@ -88,7 +88,7 @@ def test_release_is_pinned():
 
 
 def test_dry_run_prints_one_mlir_input_without_the_toolchain():
-    proc = subprocess.run([sys.executable, str(ROOT / "aie" / "build.py"), "--dry-run",
+    proc = subprocess.run([sys.executable, "-m", "xengine_block.npu.build", "--dry-run",
                            "--geometry", "small"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if "<aiecc>" in x or "aiecc " in x)

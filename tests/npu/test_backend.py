@@ -11,19 +11,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.npu import reference
 from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.backends.npu import NpuBackend, probe
-from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import SEED, small_test_geometry
 from xengine_block.npu import artifacts, blockpairs
 from xengine_block.npu.simdevice import SimulatedBo, SimulatedXrt, write_simulated_build
-from xengine_block.reference import reference_triangle
-
-
-def reference(g, frames):
-    return reference_triangle(frames_to_natural(frames, g))
 
 
 @pytest.fixture
@@ -162,14 +157,14 @@ def test_device_errors_reach_the_caller(sim):
 
 def test_unavailable_reasons(tmp_path, monkeypatch):
     monkeypatch.delenv(artifacts.BUILD_DIR_ENV, raising=False)
-    monkeypatch.setattr(artifacts, "DEFAULT_BUILD_ROOT", tmp_path / "none")
+    monkeypatch.setenv("XENGINE_CACHE_DIR", str(tmp_path / "none"))
     g = small_test_geometry()
     ok, why = probe(SimulatedXrt(ndevices=0), g, tmp_path)
     assert not ok and "no NPU device" in why
     ok, why = probe(SimulatedXrt(), g, tmp_path)
     assert not ok and "no xclbin built for" in why and artifacts.geometry_tag(g) in why
     ok, why = probe(SimulatedXrt(), None, tmp_path)
-    assert not ok and "make -C aie" in why
+    assert not ok and "python -m xengine_block.npu.build" in why
     write_simulated_build(tmp_path, g.replace(npacket=4))
     (tmp_path / artifacts.geometry_tag(g.replace(npacket=4))).rename(
         tmp_path / artifacts.geometry_tag(g))  # a build for P = 4 under P = 2's name

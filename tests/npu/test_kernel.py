@@ -1,4 +1,5 @@
-"""The AIE2P kernel source, compiled with g++ through kernels/aie_host_emu.h, bit for bit.
+"""The AIE2P kernel source, compiled with g++ through
+xengine_block/npu/kernel/aie_host_emu.h, bit for bit.
 
 The expected values come from an independent complex int64 formula, not from the kernel's
 own loop structure; the emulator's numpy kernel model is checked against the same library.

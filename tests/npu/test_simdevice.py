@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
-from tests.npu.test_backend import reference
+from tests.helpers.npu import reference
 from xengine_block.backends.npu import NpuBackend, NpuTimeout
 from xengine_block.geometry import small_test_geometry
 from xengine_block.npu import artifacts

@@ -10,8 +10,8 @@ import gc
 import numpy as np
 import pytest
 
-from tests.blocks.test_chain import FramesSource
 from tests.conftest import random_frames
+from tests.helpers.chain import FramesSource
 from xengine_block.array import default_array
 from xengine_block.backends.npu import NpuBackend
 from xengine_block.blocks import XEngineBlock

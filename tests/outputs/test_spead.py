@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import numpy as np
 import pytest
-import spead2
-import spead2.recv
 
 from tests.conftest import random_frames
 from tests.helpers.runtimes import array_source
+from tests.helpers.spead import meerkat_formula, receive_heaps
 from xengine_block.array import default_array
 from xengine_block.capture.placement import CaptureLayout
 from xengine_block.capture.receive import capture_headers
@@ -36,23 +34,6 @@ from xengine_block.outputs.spead import (
 )
 from xengine_block.reference import reference_triangle
 from xengine_block.triangle import baseline_index
-
-
-def meerkat_formula(x: np.ndarray) -> np.ndarray:
-    """katgpucbf's ``correlate_host`` on natural samples ``[2A, C, n, 2]``: int64
-    ``[C, 2A(A+1), 2]``."""
-    nant = x.shape[0] // 2
-    out = np.zeros((x.shape[1], 2 * nant * (nant + 1), 2), np.int64)
-    for a2 in range(nant):
-        for a1 in range(a2 + 1):
-            for p1 in range(2):
-                for p2 in range(2):
-                    i = (a2 * (a2 + 1) // 2 + a1) * 4 + p1 + 2 * p2
-                    r1, i1 = x[2 * a1 + p1].astype(np.int64).transpose(2, 0, 1)
-                    r2, i2 = x[2 * a2 + p2].astype(np.int64).transpose(2, 0, 1)
-                    out[:, i, 0] = (r1 * r2 + i1 * i2).sum(-1)
-                    out[:, i, 1] = (r2 * i1 - r1 * i2).sum(-1)
-    return out
 
 
 def test_order_and_conjugation_match_katgpucbf_and_are_uvh5s_conjugate():
@@ -119,26 +100,6 @@ NINTEG = 2  # X-engine frames per dump: 4 packet times, 1920 spectra
 SBS = 18
 
 
-def receive_heaps(sock: socket.socket, out: list) -> tuple[spead2.recv.Stream,
-                                                            threading.Thread]:
-    """A plain spead2 receiver (items by descriptor), collecting every data heap's items until
-    the stop heap."""
-    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
-    stream.add_udp_reader(sock, max_size=9000)
-
-    def run() -> None:
-        ig = spead2.ItemGroup()
-        for heap in stream:
-            items = ig.update(heap)
-            if "xeng_raw" in items:
-                out.append({k: (v.value.copy() if isinstance(v.value, np.ndarray) else v.value)
-                            for k, v in ig.items()})
-                out[-1]["descriptions"] = {k: v.description for k, v in ig.items()}
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return stream, thread
-
-
 def test_pipeline_dumps_arrive_as_meerkat_heaps(rt):
     """X-engine -> integrate -> SPEAD output over UDP loopback, in both runtimes: each dump
     decoded by a spead2 receiver equals katgpucbf's formula on the samples sent; an antenna
@@ -195,6 +156,6 @@ def test_pipeline_dumps_arrive_as_meerkat_heaps(rt):
 
 @pytest.mark.parametrize("bad", ["udp://nowhere", "tcp://1.2.3.4:5", "udp://:5"])
 def test_bad_destination_is_one_line(bad):
-    from xengine_block.outputs.spead_block import parse_udp
+    from xengine_block.blocks.spead_output import parse_udp
     with pytest.raises(ValueError, match="udp://ADDRESS:PORT"):
         parse_udp(bad)

@@ -11,8 +11,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers.guppi import NAMES, NTIME, PKT0, blocks, cards, samples
 from tests.helpers.recordings import check_file, write_array
-from tests.readers.test_guppi import NAMES, NTIME, PKT0, blocks, cards, samples
 from xengine_block.cli import main
 from xengine_block.readers.guppi import GuppiRecording, write_guppi
 

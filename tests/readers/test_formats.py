@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.mwax import NTIME, TILES, mwax_blocks
 from tests.helpers.recordings import check_file, write_array
-from tests.readers.test_samples import as_x, one_antenna_array
+from tests.helpers.samples import as_x, one_antenna_array
 from xengine_block.readers import detect_format, open_recording
 from xengine_block.readers.mwax import DELAY_ENTRY, write_subfile
 from xengine_block.reprocess.jobs import ReprocessOptions, reprocess
@@ -240,16 +241,6 @@ def test_8bit_vdif_written_by_baseband_with_a_lost_frameset(tmp_path):
 
 
 # ---------------------------------------------------------------------------- MWAX
-TILES = [11, 12, 51, 52]
-NTIME = 3300  # the smallest block holding the delay table is 3228 samples
-
-
-def mwax_blocks(seed, nblock=3):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-128, 128, (2 * len(TILES), NTIME, 2), dtype=np.int8)
-            for _ in range(nblock)]
-
-
 def test_mwax_coarse_channels_form_one_recording(tmp_path):
     blocks = {ch: mwax_blocks(ch) for ch in (109, 110)}
     files = [write_subfile(tmp_path / f"1300000000_1300000008_{ch}.sub", b, coarse_channel=ch,

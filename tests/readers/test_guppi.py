@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.guppi import NAMES, NTIME, PKT0, SYNC, TBIN, blocks, cards, samples
 from tests.helpers.recordings import check_file, write_array
 from xengine_block.readers import detect_format
 from xengine_block.readers.guppi import GuppiRecording, header_bytes, parse_header, write_guppi
@@ -14,28 +15,7 @@ from xengine_block.reprocess.jobs import ReprocessOptions, plan_tasks, reprocess
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the outputs")
 
-SYNC, TBIN, NTIME = 1_780_272_000, 4e-6, 48
-PKT0 = 1000 * NTIME
-FILE_NAMES = ["2bA", "1cA", "4jA"]  # ATA: the LO letter is not part of the antenna name
-NAMES = ["2b", "1c", "4j"]
 ARRAY_NAMES = ["1c", "4j", "5e", "2b"]  # another order, one antenna not recorded
-
-
-def samples(nblock: int, nant: int = 3, nchan: int = 5, bits: int = 8, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    lo, hi = (-128, 128) if bits == 8 else (-8, 8)
-    x = rng.integers(lo, hi, (nant, nchan, nblock * NTIME, 2, 2), dtype=np.int8)
-    x[0, 0, :4] = lo  # the most negative value is legal and exact
-    return x
-
-
-def blocks(x: np.ndarray) -> list[np.ndarray]:
-    return [x[:, :, i:i + NTIME] for i in range(0, x.shape[2], NTIME)]
-
-
-def cards(**extra):
-    return {"TELESCOP": "ATA", "OBSFREQ": 1400.0, "OBSBW": 1.25, "TBIN": TBIN,
-            "SYNCTIME": SYNC, "SRC_NAME": "test", "ANTNMS00": ",".join(FILE_NAMES), **extra}
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.guppi import NAMES, NTIME, blocks, cards, samples
+from tests.helpers.mwax import NTIME as MWAX_NTIME
+from tests.helpers.mwax import TILES, mwax_blocks
 from tests.helpers.recordings import check_file, write_array
-from tests.readers.test_formats import NTIME as MWAX_NTIME
-from tests.readers.test_formats import TILES, mwax_blocks
-from tests.readers.test_guppi import NAMES, NTIME, blocks, cards, samples
 from xengine_block.readers import open_recording
 from xengine_block.readers.arrays import load_array
 from xengine_block.readers.guppi import write_guppi
@@ -24,7 +24,7 @@ pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads t
 
 def source_for(rt, recs, array):
     if rt.name == "bifrost":
-        from xengine_block.readers.bifrost_source import RecordingSource
+        from xengine_block.bifrost.recording_source import RecordingSource
     else:
         from xengine_block.readers.source import RecordingSource
     return RecordingSource(recs, array=array)
@@ -89,10 +89,11 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
 
 
 def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
-    """A GUPPI file's task runs inside the pipelines' freeze (a full collection of astropy's, h5py's
-    and numba's objects stopped the writer and the backend for tens of milliseconds, one file in a
-    few) and thaws after it; its writer is not kill-safe (its output is the task's .partial file);
-    the file is written as before."""
+    """With freeze_gc (``xengine reprocess``'s choice) a GUPPI file's task runs frozen (a full
+    collection of astropy's, h5py's and numba's objects stopped the writer and the backend for
+    tens of milliseconds, one file in a few) and thaws after it; without it the collector is
+    left alone; its writer is not kill-safe (its output is the task's .partial file); the file
+    is written as before."""
     import gc
 
     from xengine_block.reprocess import jobs as rp
@@ -110,9 +111,13 @@ def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypat
     monkeypatch.setattr(uvh5.StagedFile, "__init__", lambda self, *a, **k: safe.append(
         k.get("kill_safe", True)) or staged(self, *a, **k))
     assert gc.get_freeze_count() == 0
-    (r,) = reprocess([path], tmp_path / "out", ReprocessOptions(
-        array=str(arr), integration_spectra=NTIME), progress=None)
-    assert r.ok, r.error
-    assert seen and seen[0] > 1000 and gc.get_freeze_count() == 0
-    assert safe == [False]  # the task's .partial file: a rerun removes it, no direct writes
-    assert pyuvdata.UVData.from_file(r.task.output).Ntimes == 2
+    for freeze in (True, False):
+        seen.clear()
+        safe.clear()
+        (r,) = reprocess([path], tmp_path / f"out{freeze}", ReprocessOptions(
+            array=str(arr), integration_spectra=NTIME, freeze_gc=freeze), progress=None)
+        assert r.ok, r.error
+        assert len(seen) == 1 and (seen[0] > 1000 if freeze else seen[0] == 0)
+        assert gc.get_freeze_count() == 0
+        assert safe == [False]  # the task's .partial file: a rerun removes it, no direct writes
+        assert pyuvdata.UVData.from_file(r.task.output).Ntimes == 2

@@ -7,41 +7,25 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
-from xengine_block.array import default_array
+from tests.helpers.pcap_recordings import SKY, make_recording, simulator
 from xengine_block.capture.record import Recorder
 from xengine_block.capture.recording import write_metadata
 from xengine_block.capture.spead import pcap_sender, udp_sender
 from xengine_block.frames import frames_to_natural
-from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_full
+from xengine_block.reprocess import jobs
 from xengine_block.reprocess.jobs import ReprocessOptions, parse_channels, reprocess
 from xengine_block.reprocess.tasks import summarise
-from xengine_block.sim.fengine import FEngineSimulator, PointSource
 
 pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) reads the outputs")
 ROOT = Path(__file__).resolve().parents[2]
-SKY = {"sync_time": 1780272000.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
-
-
-def simulator(nant=4, npacket=4, seed=0):
-    array = default_array(nant)
-    g = Geometry(nstream=2 * nant, nchan=9, npacket=npacket)
-    return FEngineSimulator(array, g, **SKY, sources=[PointSource.altaz(70, 30, 1.0)],
-                            seed=seed)
-
-
-def make_recording(path: Path, sim: FEngineSimulator, nframe: int) -> np.ndarray:
-    frames = sim.frames(0, nframe)
-    write_metadata(path, sim.array, sim.geometry, **SKY)
-    with pcap_sender(sim.geometry, path) as s:
-        s.send_frames(frames, 0)
-    return frames
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +109,7 @@ def test_corrupt_and_truncated_recordings_fail_alone(recordings, tmp_path):
 
 SCRIPT = """
 import sys, time
+from dataclasses import replace
 from pathlib import Path
 import xengine_block.reprocess.jobs as r
 orig = r.reprocess_file
@@ -222,10 +207,13 @@ def test_a_recording_with_a_time_jump_gives_one_readable_file_per_sequence(tmp_p
     assert len(starts) == 1 and starts[0] > 0, starts
 
 
-def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp_path):
-    """Each pcap task freezes what was there before its pipeline (so the collection that frees
-    the pipeline looks only at what came since) and thaws it after; a freeze of the caller's is
-    left in place. The ring memory still goes back to the pool for the next file."""
+def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp_path,
+                                                                  monkeypatch):
+    """With freeze_gc (``xengine reprocess``'s choice) each pcap task freezes what was there
+    before its pipeline (so the collection that frees the pipeline looks only at what came
+    since) and thaws it after; a freeze of the caller's is left in place; without freeze_gc
+    the collector is never frozen. The ring memory still goes back to the pool for the next
+    file."""
     import gc
 
     from xengine_block.runtime.memory import HOST_POOL
@@ -233,10 +221,19 @@ def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp
     paths, _ = recordings
     assert gc.get_freeze_count() == 0
     reused = HOST_POOL.reused
-    replay = ReprocessOptions(in_place=False)  # the capture pipeline, not the clean files' path
+    # the capture pipeline, not the clean files' path
+    replay = ReprocessOptions(in_place=False, freeze_gc=True)
+    seen = []
+    real = jobs.reprocess_file
+    monkeypatch.setattr(jobs, "reprocess_file",
+                        lambda *a: seen.append(gc.get_freeze_count()) or real(*a))
     results = reprocess(paths[:2], tmp_path / "a", replay, progress=None)
     assert all(r.ok for r in results) and gc.get_freeze_count() == 0
+    assert len(seen) == 2 and min(seen) > 1000
     assert HOST_POOL.reused > reused  # the second file's rings came from the first's
+    seen.clear()
+    (r,) = reprocess(paths[:1], tmp_path / "c", replace(replay, freeze_gc=False), progress=None)
+    assert r.ok and seen == [0] and gc.get_freeze_count() == 0
     gc.freeze()
     frozen = gc.get_freeze_count()
     try:

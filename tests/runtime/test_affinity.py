@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.helpers.runtimes import collector
+from tests.helpers.threads import cpus_of, masks_of_threads_named
 from xengine_block.array import default_array
-from xengine_block.blocks.chain import correlator_chain
+from xengine_block.blocks.chain import correlator_chain, runtime
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.spead import repeated_frame_datagrams
 from xengine_block.capture.transports import BufferSource
@@ -33,32 +34,6 @@ pytestmark = [pytest.mark.timeout(60),
 #: The core the tests pin to: the last this process may use, so that on a machine of several
 #: cores a pinned thread's mask differs from the process's.
 CORE = max(usable_cores())
-
-
-def masks_of_threads_named(name: str) -> list[set[int]]:
-    """CPU masks of this process's threads whose OS name is ``name`` (Linux /proc)."""
-    out = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-            status = Path(f"/proc/self/task/{tid}/status").read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        if comm != name:
-            continue
-        cpus = next(line.split(":", 1)[1].strip() for line in status.splitlines()
-                    if line.startswith("Cpus_allowed_list"))
-        out.append(cpus_of(cpus))
-    return out
-
-
-def cpus_of(text: str) -> set[int]:
-    """``0-2,5`` -> {0, 1, 2, 5} (the kernel's CPU list format, read independently)."""
-    cores: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cores.update(range(int(lo), int(hi or lo) + 1))
-    return cores
 
 
 def test_parse_cores_accepts_a_core_or_a_list_and_names_what_is_wrong():
@@ -170,3 +145,32 @@ def test_chain_blocks_take_their_cores(tmp_path):
                                         "writer": CORE, "quicklook": None})
     assert chain.xengine.core == [CORE] and chain.integrate.core == CORE
     assert chain.writer.core == CORE and chain.quicklook.core is None
+
+
+def test_the_capture_thread_and_its_receiver_run_on_the_capture_core(rt):
+    """``core=`` of the capture block pins the thread that runs it, and spead2's receiver,
+    started there, follows, on our runtime and on real Bifrost's (its block runs our capture
+    through the adapter)."""
+    blocks = runtime(rt.name)
+    core = max(usable_cores())
+    frame = np.random.default_rng(2).integers(-128, 128, (1, *G.frame_shape), dtype=np.int8)
+    nframe = 400  # more than the rings hold: the capture still runs when the sink first looks
+    blob = repeated_frame_datagrams(frame, G, nframe, 0).tobytes()
+    seen: list[list[set[int]]] = []
+    with rt.Pipeline() as p:
+        cap = blocks.CaptureBlock(BufferSource(blob), G, default_array(4), sync_time=0.0,
+                                  fs_hz=40e3, freq0_hz=150e6, chan_bw_hz=40e3,
+                                  start_timestamp=0, core=core)
+        sink = collector(rt, cap)
+        on_data = sink.on_data
+
+        def watch(ispan):
+            if not seen:
+                seen.append(masks_of_threads_named(os_thread_name(cap.name)))
+            on_data(ispan)
+
+        sink.on_data = watch
+        p.run()
+    assert len(sink.out) == nframe and seen
+    assert len(seen[0]) >= 2, "the capture's thread and spead2's receiver were not found"
+    assert all(mask == {core} for mask in seen[0])

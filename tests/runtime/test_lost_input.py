@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import random_frames
 from tests.helpers.runtimes import array_source, collector
+from tests.helpers.threads import slow_first_gulp
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_triangle
@@ -22,21 +23,6 @@ from xengine_block.reference import reference_triangle
 pytestmark = pytest.mark.timeout(120)
 
 HDR = {"sync_time": 1.8e9, "fs_hz": 48000.0, "freq0_hz": 150e6, "chan_bw_hz": 10e3}
-
-
-def slow_first_gulp(cls, source):
-    """``cls`` whose first on_data waits until ``source`` has written all its frames."""
-
-    class Slow(cls):
-        waited = False
-
-        def on_data(self, ispans, ospans):
-            if not self.waited:
-                assert source.done.wait(60)
-                self.waited = True
-            return super().on_data(ispans, ospans)
-
-    return Slow
 
 
 def test_integrate_unguaranteed_emits_each_dump_once(rt):

@@ -24,6 +24,7 @@ from xengine_block.runtime.pipeline import (
     SinkBlock,
     SourceBlock,
     TransformBlock,
+    frozen_heap,
     get_default_pipeline,
 )
 
@@ -232,27 +233,44 @@ class FreezeCount(Collect):
         super().on_sequence(iseq)
 
 
-def test_objects_alive_before_the_run_are_left_out_of_collections_while_it_runs():
+def test_a_plain_pipeline_leaves_the_garbage_collector_alone():
+    """The collector is the process's: a library pipeline neither freezes nor thaws it."""
+    assert gc.get_freeze_count() == 0
+    with Pipeline() as p:
+        sink = FreezeCount(CountingSource([("s", 0, 8)], gulp_nframe=2))
+        run_checked(p)
+    assert sink.frozen == 0 and gc.get_freeze_count() == 0
+
+
+def test_frozen_heap_leaves_objects_alive_before_it_out_of_collections():
     """(a full collection stops every thread for as long as it walks the process's objects);
-    given back to the collector afterwards, also after a failure."""
+    given back to the collector afterwards, also after a failure; shared when nested."""
     assert gc.get_freeze_count() == 0
     for fail in (None, 2):
         with Pipeline() as p:
             src = CountingSource([("s", 0, 8)], gulp_nframe=2, fail_after=fail)
             sink = FreezeCount(src)
-            if fail is None:
-                run_checked(p)
-            else:
-                with pytest.raises(PipelineError):
-                    p.run()
+            with frozen_heap():
+                if fail is None:
+                    run_checked(p)
+                else:
+                    with pytest.raises(PipelineError):
+                        p.run()
         assert sink.frozen > 1000  # numpy's and this package's objects at least
         assert gc.get_freeze_count() == 0
-    gc.freeze()  # the caller's own freeze: kept, not thawed by the pipeline
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        with frozen_heap():  # nested: the same freeze, not a second one
+            assert gc.get_freeze_count() == outer
+        assert gc.get_freeze_count() == outer  # the inner one's end thaws nothing
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own freeze: kept, not thawed by frozen_heap
     try:
         frozen = gc.get_freeze_count()
         with Pipeline() as p:
             sink = FreezeCount(CountingSource([("s", 0, 8)], gulp_nframe=2))
-            run_checked(p)
+            with frozen_heap():
+                run_checked(p)
         # not frozen again (what the pipeline made would count), not thawed (frozen objects
         # freed by their reference counts leave the count)
         assert 0 < sink.frozen <= frozen and 0 < gc.get_freeze_count() <= frozen

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import threading
 import time
@@ -10,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.helpers.rings import FRAME, frames, header, resident_pages
 from xengine_block.runtime.memory import HOST_POOL, HostPool, populate
 from xengine_block.runtime.ring import (
     EndOfDataStop,
@@ -20,24 +20,6 @@ from xengine_block.runtime.ring import (
 )
 
 pytestmark = pytest.mark.timeout(30)  # a deadlock fails instead of hanging
-
-FRAME = 24  # bytes per frame in most tests: not a divisor of the ring sizes, so spans wrap
-
-
-def header(name: str = "seq0", time_tag: int = 0, dtype: str = "u8",
-           frame_shape: tuple[int, ...] = (FRAME,)) -> dict:
-    nax = len(frame_shape) + 1
-    return {"name": name, "time_tag": time_tag,
-            "_tensor": {"dtype": dtype, "shape": [-1, *frame_shape],
-                        "labels": ["time"] + [f"ax{i}" for i in range(1, nax)],
-                        "scales": [[time_tag, 1.0]] + [None] * (nax - 1),
-                        "units": ["s"] + [None] * (nax - 1)}}
-
-
-def frames(first: int, n: int) -> np.ndarray:
-    """Frames whose bytes all depend on the frame index (so any misplacement shows)."""
-    idx = np.arange(first, first + n)[:, None] * 7 + np.arange(FRAME)[None, :]
-    return (idx % 251).astype(np.uint8)
 
 
 def write(oseq, first: int, n: int) -> None:
@@ -444,19 +426,6 @@ def test_allocator_provides_the_memory_and_data_stay_exact_across_the_wrap():
     short = Ring(allocator=lambda n: np.empty(n - 1, np.uint8))
     with pytest.raises(ValueError, match="allocator"):
         short.resize(64)
-
-
-def resident_pages(buf: np.ndarray) -> tuple[int, int]:
-    """(resident, total) pages of ``buf``'s whole pages, from mincore(2)."""
-    page = mmap.PAGESIZE
-    start = -(-buf.ctypes.data // page) * page
-    end = (buf.ctypes.data + buf.nbytes) // page * page
-    n = (end - start) // page
-    vec = (ctypes.c_ubyte * n)()
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(end - start), vec) == 0, \
-        ctypes.get_errno()
-    return sum(v & 1 for v in vec), n
 
 
 def test_populate_faults_every_page_in_and_keeps_the_contents():

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from tests.runtime.test_ring import FRAME, frames, header
+from tests.helpers.rings import FRAME, frames, header
 from xengine_block.runtime.ring import Ring, RingWouldBlock, SlotWriter
 
 pytestmark = pytest.mark.timeout(30)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.service import BASE, env, merged, write_config
-from tests.outputs.test_spead import meerkat_formula, receive_heaps
+from tests.helpers.spead import meerkat_formula, receive_heaps
 from xengine_block.service.config import ConfigError, load_config
 from xengine_block.sim.meerkat import MeerkatFEngines
 

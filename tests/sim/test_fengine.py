@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from xengine_block.array import default_array
-from xengine_block.frames import natural_to_frames, to_complex
+from xengine_block.frames import frames_to_natural, natural_to_frames, to_complex
 from xengine_block.geometry import Geometry
 from xengine_block.sim.fengine import C_LIGHT, FEngineSimulator, PointSource, offline_astropy
 
@@ -76,12 +76,23 @@ def test_deterministic_and_split_invariant():
     assert np.array_equal(frames, natural_to_frames(a, b.geometry))
 
 
-def test_quantiser_clips_to_int8_including_minus_128():
-    x = make_sim(gain=200.0).samples(0, 480)
-    assert x.dtype == np.int8 and x.shape == (16, 9, 480, 2)
-    assert x.min() == -128 and x.max() == 127
-    # |gain * n| >= 127.5 clips: P = 2 (1 - Phi(127.5 / 200)) = 0.524 for Gaussian n.
-    assert np.mean((x == -128) | (x == 127)) == pytest.approx(0.524, abs=0.01)
+@pytest.mark.parametrize("bits", [8, 4], ids=["ci8", "ci4"])
+def test_quantiser_clips_to_the_sample_range_both_edges(bits):
+    """ci8: -128..127 (-128 included); ci4: -8..7; the frames hold the same samples."""
+    if bits == 8:
+        sim = make_sim(gain=200.0)
+    else:
+        g = Geometry(nstream=4, nchan=9, npacket=1, sample_bits=4)
+        sim = FEngineSimulator(default_array(2), g, sync_time=1.78e9, fs_hz=40e3,
+                               freq0_hz=150e6, chan_bw_hz=40e3, noise_sigma=4.0, seed=5)
+    x = sim.samples(0, 480)
+    lo, hi = (-128, 127) if bits == 8 else (-8, 7)
+    assert x.dtype == np.int8 and x.min() == lo and x.max() == hi
+    assert np.array_equal(frames_to_natural(sim.frames(0, 1), sim.geometry), x)
+    if bits == 8:
+        assert x.shape == (16, 9, 480, 2)
+        # |gain * n| >= 127.5 clips: P = 2 (1 - Phi(127.5 / 200)) = 0.524 for Gaussian n.
+        assert np.mean((x == -128) | (x == 127)) == pytest.approx(0.524, abs=0.01)
 
 
 def test_noise_level_and_polarisation():

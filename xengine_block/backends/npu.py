@@ -135,8 +135,8 @@ def probe(xrt: Any = None, geometry: Geometry | None = None,
         return art is not None, why
     builds = list_builds(build_dir)
     if not builds:
-        return False, ("pyxrt and an NPU device, but no xclbin built (run `make -C aie` or "
-                       "`python aie/build.py`)")
+        return False, ("pyxrt and an NPU device, but no xclbin built (run "
+                       "`python -m xengine_block.npu.build`)")
     return True, "pyxrt + NPU device; builds: " + ", ".join(b.directory.name for b in builds)
 
 
@@ -222,7 +222,7 @@ class NpuBackend(Backend, BlockPairExecutor):
     ----------
     geometry : the correlator geometry; the build for ``design_geometry(geometry)`` is used.
     xrt : the pyxrt module (default: ``import pyxrt``) or a stand-in such as ``SimulatedXrt``.
-    build_dir : where the build is (else ``$XENGINE_XCLBIN_DIR``, else ``aie/build/``); each
+    build_dir : where the build is (else ``$XENGINE_XCLBIN_DIR``, else the user's cache); each
         is tried as ``<dir>/<geometry tag>/`` and as the build directory itself.
     nring : ring entries (input BO sets) in flight.
     share_diagonal : pass one BO as both A and B on diagonal block pairs (no copy).

@@ -13,9 +13,9 @@ import numpy as np
 from ..array import ArrayDescription
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
+from ..blocks.spead_output import SpeadOutputLogic
 from ..blocks.writer import UVH5WriterLogic
 from ..blocks.xengine import XEngineLogic
-from ..outputs.spead_block import SpeadOutputLogic
 from ..runtime.memory import bytes_at, populate
 from .headers import LWA_TIME_TAG_HZ, HeaderAdapter
 from .runtime import (

@@ -1,9 +1,9 @@
 """The pipeline blocks: capture -> X-engine -> integrate -> UVH5 writer / quick-look / SPEAD
-visibility stream (``outputs/spead_block.py``, beside the format it sends)."""
+visibility stream (``spead_output.py``; the heaps' format is ``outputs/spead.py``)."""
 
-from ..outputs.spead_block import SpeadOutputBlock
 from .integrate import IntegrateBlock
 from .quicklook import QuicklookBlock
+from .spead_output import SpeadOutputBlock
 from .writer import UVH5WriterBlock
 from .xengine import XEngineBlock
 

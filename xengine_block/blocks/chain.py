@@ -99,7 +99,7 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     the integrate block.
     ``directory``: UVH5 files (and quick-looks) there; None writes none (a SPEAD stream only).
     ``spead``: ``udp://ADDRESS:PORT`` to send each dump to as MeerKAT baseline-correlation-
-    products heaps (:class:`~xengine_block.outputs.spead_block.SpeadOutputBlock`, keywords in
+    products heaps (:class:`~xengine_block.blocks.spead_output.SpeadOutputBlock`, keywords in
     ``spead_options``); call :meth:`Chain.close` after the run to end that stream.
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).

@@ -19,7 +19,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 @command("correlate", "live X-engine: UDP F-engine packets -> UVH5 files until SIGTERM", _args)
 def run(a: argparse.Namespace) -> int:
-    from ..runtime.pipeline import PipelineError
+    from ..runtime.pipeline import PipelineError, frozen_heap
     from ..service.config import ConfigError, load_config
     from ..service.live import CorrelatorService, ServiceError
 
@@ -39,7 +39,8 @@ def run(a: argparse.Namespace) -> int:
         print(f"xengine correlate: {exc}", file=sys.stderr)
         return 1
     try:
-        service.run()
+        with frozen_heap():  # this process is the service's: its collector is ours to freeze
+            service.run()
     except PipelineError as exc:  # files already written are complete and stay
         print(f"xengine correlate: {exc}", file=sys.stderr)
         return 1

@@ -109,7 +109,7 @@ def run(a: argparse.Namespace) -> int:
                                integration_spectra=a.integration_spectra,
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
                                freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s,
-                               in_place=not a.replay)
+                               in_place=not a.replay, freeze_gc=True)
     try:
         plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:

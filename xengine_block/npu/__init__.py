@@ -4,7 +4,10 @@
 - :mod:`.validate`: hardware limits (``PlanError``, ``PlanReport``), numbers in :mod:`.limits`;
 - :mod:`.hostio`: the DDR input and output layouts the host must use;
 - :mod:`.emulate`: runs a plan on numpy arrays with :mod:`.kernel_model`;
-- :mod:`.hostkernel`: compiles ``kernels/xcorr.cc`` with g++ for tests.
+- :mod:`.hostkernel`: compiles the kernel source (``kernel/xcorr.cc``, package data) with g++
+  for tests;
+- :mod:`.build`: the mlir-aie build of the design (``python -m xengine_block.npu.build``), its
+  outputs in the user cache (:mod:`.cache`).
 """
 
 from .plan import NpuPlan, build_plan

@@ -1,6 +1,6 @@
 """Where a built NPU design lives and which geometry it was built for.
 
-Shared by the build (``aie/build.py`` writes), the pyxrt backend (finds and checks) and the
+Shared by the build (:mod:`.build` writes), the pyxrt backend (finds and checks) and the
 simulated device (writes a stand-in), so the file names and the matching rule exist once.
 
 One build = one *design geometry*: the geometry with ``nstream`` set to the NPU block and
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..geometry import SEED, Geometry, small_test_geometry
+from .cache import cache_dir
 
 #: Environment variable naming a build directory (or a root of ``<tag>/`` directories).
 BUILD_DIR_ENV = "XENGINE_XCLBIN_DIR"
-#: Default root of the builds: ``aie/build/`` of this (editable) checkout.
-DEFAULT_BUILD_ROOT = Path(__file__).resolve().parents[2] / "aie" / "build"
 XCLBIN_NAME = "xcorr.xclbin"
 INSTS_NAME = "insts.bin"
 MANIFEST_NAME = "build.json"
@@ -98,10 +97,17 @@ class Artifacts:
         return None
 
 
+def default_build_root() -> Path:
+    """Where the build writes by default and the backend looks last: ``xclbin/`` in the user's
+    cache directory (:mod:`.cache`), never the installation."""
+    return cache_dir("xclbin")
+
+
 def build_roots(build_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Where to look, in order: ``build_dir``, ``$XENGINE_XCLBIN_DIR``, ``aie/build/``."""
+    """Where to look, in order: ``build_dir``, ``$XENGINE_XCLBIN_DIR``, the cache's
+    :func:`default_build_root`."""
     roots = [Path(p) for p in (build_dir, os.environ.get(BUILD_DIR_ENV)) if p]
-    return roots + [DEFAULT_BUILD_ROOT]
+    return roots + [default_build_root()]
 
 
 def list_builds(build_dir: str | os.PathLike | None = None) -> list[Artifacts]:
@@ -129,5 +135,6 @@ def find_artifacts(g: Geometry,
             if problem is None:
                 return art, f"build {directory}"
             tried.append(problem)
-    return None, (f"no xclbin built for {geometry_tag(g)} (build it with `make -C aie` or "
-                  f"`python aie/build.py`, or set {BUILD_DIR_ENV}); tried: " + "; ".join(tried))
+    return None, (f"no xclbin built for {geometry_tag(g)} (build it with "
+                  f"`python -m xengine_block.npu.build`, or set {BUILD_DIR_ENV}); tried: "
+                  + "; ".join(tried))

@@ -5,7 +5,7 @@ the plan the emulator verified. So :func:`design_calls` turns the plan into the 
 of mlir-aie Python API calls as data (:class:`Call`, recorded by :class:`Recorder`), with no
 mlir-aie import; tests compare those calls with the plan. :func:`to_mlir` replays the same calls
 against ``aie.dialects.aie`` / ``aie.dialects.aiex`` when they are importable and returns the
-MLIR module text that ``aiecc`` compiles (``aie/build.py``).
+MLIR module text that ``aiecc`` compiles (``python -m xengine_block.npu.build``).
 
 Call vocabulary (names and arguments as in mlir-aie's low-level API; references between calls
 are :class:`Ref`; enum members are their names as strings)::
@@ -247,7 +247,8 @@ def walk(calls: tuple[Call, ...], parents: tuple[Call, ...] = ()
 
 
 def format_calls(calls: tuple[Call, ...], indent: int = 0) -> str:
-    """Python-like listing of the calls (``aie/design.py --calls``), for review and diffs."""
+    """Python-like listing of the calls (``python -m xengine_block.npu.show_design --calls``),
+    for review and diffs."""
     lines = []
     for c in calls:
         parts = [repr(a) for a in c.args] + [f"{k}={v!r}" for k, v in c.kwargs.items()]

@@ -1,8 +1,10 @@
-"""Build and call the AIE2P kernel source on the host (g++ + ``kernels/aie_host_emu.h``).
+"""Build and call the AIE2P kernel source on the host (g++ + ``kernel/aie_host_emu.h``).
 
 Why: the kernel that runs on the NPU is the very source tested here; only the intrinsics come
-from a small emulation header. The shared library is cached under ``kernels/build/`` (git-
-ignored) keyed by the dimensions and a hash of both sources, so tests compile once.
+from a small emulation header. Both sources ship inside the package (``npu/kernel/``, package
+data), so an installed wheel builds the kernel as a checkout does. The shared library is cached
+in the user's cache directory (:mod:`.cache`, ``kernel/``) keyed by the dimensions and a hash
+of both sources, so it is compiled once per machine, never written into the installation.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from ..geometry import BLOCK
+from .cache import cache_dir
 
-#: The repository's kernel directory (this package is installed editable from the repository).
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
+#: The kernel's sources: package data beside this module.
+KERNEL_DIR = Path(__file__).resolve().parent / "kernel"
 KERNEL_SOURCE = KERNEL_DIR / "xcorr.cc"
 EMU_HEADER = KERNEL_DIR / "aie_host_emu.h"
-BUILD_DIR = KERNEL_DIR / "build"
 CXXFLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-DXCORR_HOST_EMU")
+
+
+def build_dir() -> Path:
+    """Where host-compiled libraries (this kernel, the native ring) are cached."""
+    return cache_dir("kernel")
 
 
 class HostKernelUnavailable(RuntimeError):
@@ -38,7 +45,8 @@ def host_kernel_availability() -> tuple[bool, str]:
         return False, "g++ is not installed"
     for path in (KERNEL_SOURCE, EMU_HEADER):
         if not path.is_file():
-            return False, f"kernel source {path} not found (needs a source checkout)"
+            return False, (f"kernel source {path} not found (an installation without the "
+                           "package data of xengine_block.npu)")
     return True, f"g++ {shutil.which('g++')}"
 
 
@@ -47,11 +55,11 @@ def _library_path(n: int, m: int, t: int) -> Path:
     for path in (KERNEL_SOURCE, EMU_HEADER):
         digest.update(path.read_bytes())
     digest.update(" ".join(CXXFLAGS).encode())
-    return BUILD_DIR / f"xcorr_host_N{n}_M{m}_T{t}_{digest.hexdigest()[:12]}.so"
+    return build_dir() / f"xcorr_host_N{n}_M{m}_T{t}_{digest.hexdigest()[:12]}.so"
 
 
 def build_host_kernel(n: int, m: int, t: int) -> Path:
-    """Compile ``kernels/xcorr.cc`` for the host with -DN/-DM/-DT; returns the cached .so."""
+    """Compile ``kernel/xcorr.cc`` for the host with -DN/-DM/-DT; returns the cached .so."""
     usable, reason = host_kernel_availability()
     if not usable:
         raise HostKernelUnavailable(reason)

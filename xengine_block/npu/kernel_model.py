@@ -1,4 +1,5 @@
-"""Numpy model of the AIE2P kernel (``kernels/xcorr.cc``) at the level of its intrinsics.
+"""Numpy model of the AIE2P kernel (``xengine_block/npu/kernel/xcorr.cc``) at the level of its
+intrinsics.
 
 The emulator calls this on the compute-tile buffers its DMAs filled, so it must read them in
 the kernel's layout: A ``[N][T][2][8][8]``, B ``[M][T][2][8][8]`` int8 with 8x8

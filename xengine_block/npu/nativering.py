@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .hostkernel import BUILD_DIR, compile_cached
+from .hostkernel import build_dir, compile_cached
 
 SOURCE_DIR = Path(__file__).resolve().parent / "native"
 SOURCES = (SOURCE_DIR / "npu_ring.cpp", SOURCE_DIR / "npu_ring.hpp")
@@ -68,7 +68,8 @@ def native_ring_availability(fake: bool = False) -> tuple[bool, str]:
 
 
 def build_native_ring(fake: bool = False) -> Path:
-    """Compile the ring (cached under ``kernels/build/``); over XRT unless ``fake``."""
+    """Compile the ring (cached in the user's cache directory, :mod:`.cache`); over XRT
+    unless ``fake``."""
     ok, why = native_ring_availability(fake)
     if not ok:
         raise NativeRingUnavailable(why)
@@ -82,7 +83,7 @@ def build_native_ring(fake: bool = False) -> Path:
     digest = hashlib.sha256(b" ".join([*(p.read_bytes() for p in SOURCES),
                                        " ".join([*CXXFLAGS, *flags, *link]).encode()]))
     name = f"npu_ring_{'fake' if fake else 'xrt'}_{digest.hexdigest()[:12]}.so"
-    return compile_cached(BUILD_DIR / name,
+    return compile_cached(build_dir() / name,
                           ["g++", *CXXFLAGS, *flags, str(SOURCES[0]), *link], "native ring")
 
 

@@ -13,10 +13,10 @@ How a prediction is made, for one channel group (``nchan_pkt`` channels of P pac
    from the shim tasks along the flows and through each memory tile's BD chains (a memory-tile
    MM2S chain runs as many laps as the S2MM chains that fill its buffers).
 2. Kernel (:func:`kernel_cycles`): cycles per call from the kernel's loop structure
-   (``kernels/xcorr.cc``): one 8x8x8 MAC per cycle in the inner loop, 4NMT of them, plus per
-   (pair of A rows, B block) body the 4 accumulators loaded (one bank: one 512-bit load a
-   cycle) and stored (one store unit). The inner loop's pipeline fill is not counted (no
-   published figure); the published trace shows it as the remaining ~5 %.
+   (``xengine_block/npu/kernel/xcorr.cc``): one 8x8x8 MAC per cycle in the inner loop, 4NMT of
+   them, plus per (pair of A rows, B block) body the 4 accumulators loaded (one bank: one
+   512-bit load a cycle) and stored (one store unit). The inner loop's pipeline fill is not
+   counted (no published figure); the published trace shows it as the remaining ~5 %.
 3. Steady state: a kernel call takes the longest of the core's cycles, each DMA channel's bytes
    at its width, each input channel's bytes at its rate, and all inputs against their shared
    rate (XDNA2: the measured DDR read rate of all shim DMAs together).
@@ -239,9 +239,9 @@ ACC_REGISTER_BYTES = 64 * 4
 
 def kernel_cycles(n: int, m: int, t: int) -> int:
     """Cycles of one kernel call (event0 to event1), from the loop structure of
-    ``kernels/xcorr.cc``: 4NMT vector MACs at one a cycle, and for each of the N/2 x M bodies
-    (a pair of A rows against one B block) its 4 accumulator registers loaded from one bank
-    (one 512-bit load a cycle) and stored back (one 512-bit store unit)."""
+    ``xengine_block/npu/kernel/xcorr.cc``: 4NMT vector MACs at one a cycle, and for each of the
+    N/2 x M bodies (a pair of A rows against one B block) its 4 accumulator registers loaded
+    from one bank (one 512-bit load a cycle) and stored back (one 512-bit store unit)."""
     words = 4 * ACC_REGISTER_BYTES / figure("core_store_bytes_per_cycle")  # 512-bit words
     per_body = words / figure("acc_bank_loads_per_cycle") + words
     return int(4 * n * m * t + (n // 2) * m * per_body)

@@ -52,7 +52,7 @@ ELEM_BYTES = {INT8: 1, INT32: 4}
 S2MM = "S2MM"
 MM2S = "MM2S"
 
-#: Kernel entry points (extern "C" in kernels/xcorr.cc).
+#: Kernel entry points (extern "C" in xengine_block/npu/kernel/xcorr.cc).
 KERNEL_FUNC = "xcorr_kernel"
 ZERO_FUNC = "xcorr_acc_zero"
 #: Object file the design links the kernel from.

@@ -6,7 +6,7 @@ the plan emulator on a device thread from the moment the kernel is called. Pass 
 the backend's ``xrt=``::
 
     xrt = SimulatedXrt()
-    write_simulated_build(tmp_path, geometry)          # what `aie/build.py` would leave
+    write_simulated_build(tmp_path, geometry)   # what python -m xengine_block.npu.build leaves
     backend = NpuBackend(geometry, xrt=xrt, build_dir=tmp_path)
 
 What it models, so that host mistakes show up as they would on hardware (the pyxrt calls as

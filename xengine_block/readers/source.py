@@ -2,7 +2,7 @@
 ring), with the header contract the X-engine reads (docs/bifrost.md, "Header contract"), so the
 readers feed the same X-engine -> integrate -> UVH5 writer chain as a live capture, in our
 runtime (:class:`RecordingSource`) and in real Bifrost
-(:class:`~xengine_block.readers.bifrost_source.RecordingSource`).
+(:class:`~xengine_block.bifrost.recording_source.RecordingSource`).
 
 Each ring frame is one frame of the recording (a GUPPI block's samples, a DADA spectrum or
 FBFUSE heap, a VDIF frameset, an MWAX block of every coarse channel), its bytes as in the file

@@ -28,6 +28,7 @@ and how many dumps have gaps.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
@@ -73,6 +74,10 @@ class ReprocessOptions:
     #: pcap: correlate a clean recording from its memory map (the capture's dumps, bit for
     #: bit, :mod:`~xengine_block.readers.pcap`); False: always replay it through the capture.
     in_place: bool = True
+    #: Run each task inside :func:`~xengine_block.runtime.pipeline.frozen_heap` (the process's
+    #: garbage collector frozen while it runs): the choice of the program that owns the process
+    #: (``xengine reprocess`` turns it on), not of the library.
+    freeze_gc: bool = False
 
     def channel_indices(self, nchan: int) -> np.ndarray:
         """The recording channels to write (``channels``, or all ``nchan``), unchecked: each
@@ -344,19 +349,20 @@ def split_task(task: RecordingTask, options: ReprocessOptions) -> list[Recording
 
 def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     """Reprocess one task into ``task.partial``: a pcap recording or a reader's part."""
-    # A reader's part runs frozen too: no pipeline, but the writer's thread and the backend's
-    # share the process with astropy's, h5py's and numba's objects, and a full collection
-    # (one every few files, tens of milliseconds) stopped both, in the middle of the file.
+    # With options.freeze_gc (the application's choice) a task runs frozen, a reader's part
+    # too: no pipeline, but the writer's thread and the backend's share the process with
+    # astropy's, h5py's and numba's objects, and a full collection (one every few files,
+    # tens of milliseconds) stopped both, in the middle of the file.
     # A pcap's pipeline hands its rings' memory back to the pool when it ends (Pipeline._after_run);
     # its blocks, rings and threads still refer to each other (Bifrost's ring.owner), and a
     # collection after each file frees them at once (without it the process grew by a few MB a
-    # file until one of Python's own full collections). The objects that were there before the
-    # pipeline (modules, astropy's tables, numba's: what lives as long as the process) are frozen
-    # out of that collection and thawed after it, so it looks at what came since (a small fraction
-    # of a full collection's time). The freeze is the pipelines' own (frozen_heap: the task's
-    # pipeline runs inside it, and concurrent tasks share it until the last ends); a freeze already
-    # in place (the caller's) is left alone, and the collection is then a full one.
-    with frozen_heap():
+    # file until one of Python's own full collections). Frozen, the objects that were there
+    # before the pipeline (modules, astropy's tables, numba's: what lives as long as the
+    # process) are left out of that collection and thawed after it, so it looks at what came
+    # since (a small fraction of a full collection's time). Concurrent tasks share one freeze
+    # (frozen_heap) until the last ends; a freeze already in place (the caller's) is left
+    # alone, and the collection is then a full one, as it is without freeze_gc.
+    with frozen_heap() if options.freeze_gc else contextlib.nullcontext():
         if isinstance(task, RecordingTask):
             return reprocess_recording(task, options)
         try:

@@ -94,12 +94,17 @@ _frozen_lock = threading.Lock()
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """While pipelines run, the objects alive when the first began are left out of Python's
-    garbage collection (``gc.freeze``; given back when the last ends). A full collection walks every
-    object of the process, and with astropy, h5py and numba imported one takes tens of milliseconds,
-    every thread stopped meanwhile: the capture's, the X-engine's. What the blocks make while
-    running is collected as before. A freeze already in place (the caller's, a reprocessing task's)
-    is left as it is, and not thawed here either."""
+    """Inside this context the objects alive when the first such context began are left out of
+    Python's garbage collection (``gc.freeze``; given back when the last one ends, so nested
+    and concurrent uses share one freeze). A full collection walks every object of the process,
+    and with astropy, h5py and numba imported one takes tens of milliseconds, every thread stopped
+    meanwhile: the capture's, the X-engine's. What is made inside is collected as before. A
+    freeze already in place (someone else's) is left as it is, and not thawed here either.
+
+    The collector is the whole process's, so freezing it is the application's choice, never
+    the library's: ``Pipeline.run`` does not enter this; the programs that own their process
+    do (``pipelines/fx.py``, ``xengine correlate`` around the service, ``xengine reprocess``
+    through ``ReprocessOptions.freeze_gc``)."""
     global _frozen, _we_froze
     with _frozen_lock:
         _frozen += 1
@@ -180,10 +185,6 @@ class RunControl:
         afterwards.
         """
         self._before_run()
-        with frozen_heap():
-            self._run_threads()
-
-    def _run_threads(self) -> None:
         self.threads = [threading.Thread(target=self._run_block, args=(b,), name=b.name,
                                          daemon=True) for b in self.blocks]
         old_handlers = {}

@@ -4,7 +4,6 @@ configs written from dicts, the ready line, the metrics endpoint, SIGTERM and th
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,6 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 def toml_value(v: Any) -> str:
@@ -69,12 +66,11 @@ class CorrelateProcess:
 
     def __init__(self, config: Path, *flags: str, stderr_to: Any = None) -> None:
         config = Path(config).resolve()  # the process runs in its directory: not relative
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
+        # This interpreter and its environment, unchanged: the instance imports the package
+        # this process imports, installed or from a checkout on PYTHONPATH.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xengine_block.cli", "correlate", str(config), *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            cwd=config.parent)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=config.parent)
         self.events: list[dict[str, Any]] = []
         self.stderr: list[str] = []
         self._stderr_to = stderr_to

@@ -17,7 +17,7 @@
 // Build:
 //   AIE2P : Peano clang++ --target=aie2p-none-unknown-elf -O2 -std=c++20 -I<mlir-aie include>
 //           [-DN=8 -DM=4 -DT=15] -c xcorr.cc
-//   host  : g++ -std=c++20 -O2 -DXCORR_HOST_EMU -I kernels [-DN=.. -DM=.. -DT=..]
+//   host  : g++ -std=c++20 -O2 -DXCORR_HOST_EMU -I . [-DN=.. -DM=.. -DT=..]
 //           -shared -fPIC xcorr.cc   (xengine_block/npu/hostkernel.py does this)
 // The defaults are the published design (N=8, M=4, T=15).
 
@@ -47,7 +47,7 @@ static constexpr int kXcorrT = 15;
 #elif defined(__AIE_ARCH__)
 #include <aie_api/aie.hpp>
 #else
-#error "compile with Peano for AIE2P, or define XCORR_HOST_EMU to use kernels/aie_host_emu.h"
+#error "compile with Peano for AIE2P, or define XCORR_HOST_EMU to use aie_host_emu.h"
 #endif
 
 static_assert(kXcorrN > 0 && kXcorrM > 0 && kXcorrT > 0, "N, M, T must be positive");

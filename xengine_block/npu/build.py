@@ -1,22 +1,22 @@
-#!/usr/bin/env python3
 """Build the NPU X-engine: xclbin + instruction stream for named geometries.
 
-For each geometry, into ``aie/build/<tag>/`` (the directory the ``npu`` backend searches):
+For each geometry, into ``<build root>/<tag>/`` (by default ``xclbin/`` in the user's cache
+directory, :func:`~.artifacts.default_build_root`, the last place the ``npu`` backend searches):
 
 1. ``design.mlir``: the mlir-aie design generated from the geometry's ``NpuPlan``
    (``xengine_block/npu/design.py``; needs mlir-aie's Python package);
-2. ``xcorr.o``: ``kernels/xcorr.cc`` compiled by Peano (llvm-aie) for AIE2P with -DN/-DM/-DT
-   from the geometry;
+2. ``xcorr.o``: ``kernel/xcorr.cc`` (package data) compiled by Peano (llvm-aie) for AIE2P with
+   -DN/-DM/-DT from the geometry;
 3. ``xcorr.xclbin`` and ``insts.bin``: ``aiecc`` with ``design.mlir`` as its one input (the
    kernel object is linked through ``external_func(link_with=...)``), its command line built
    for the driver generation its ``--help`` shows (``xengine_block/npu/aiecc.py``);
 4. ``build.json``: the design geometry, the pinned mlir-aie release, the installed mlir-aie and
    the aiecc generation used; the backend checks the geometry before loading.
 
-    python aie/build.py                       # seed and small geometries
-    python aie/build.py --geometry seed --npacket 68
-    python aie/build.py --check               # only report the toolchain
-    python aie/build.py --dry-run             # print the commands, run nothing
+    python -m xengine_block.npu.build                   # seed and small geometries
+    python -m xengine_block.npu.build --geometry seed --npacket 68
+    python -m xengine_block.npu.build --check           # only report the toolchain
+    python -m xengine_block.npu.build --dry-run         # print the commands, run nothing
 
 A missing tool stops the build before any step, with what to install and where from (exit 2).
 """
@@ -34,9 +34,9 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from xengine_block.geometry import Geometry
-from xengine_block.npu import build_plan
-from xengine_block.npu.aiecc import (
+from ..geometry import Geometry
+from . import build_plan
+from .aiecc import (
     MLIR_AIE_RELEASE,
     AieccDriver,
     AieccError,
@@ -44,20 +44,21 @@ from xengine_block.npu.aiecc import (
     detect_driver,
     read_help,
 )
-from xengine_block.npu.artifacts import (
-    DEFAULT_BUILD_ROOT,
+from .artifacts import (
     INSTS_NAME,
     KERNEL_NAME,
     NAMED_GEOMETRIES,
     XCLBIN_NAME,
     Artifacts,
+    default_build_root,
     geometry_tag,
     named_geometry,
 )
-from xengine_block.npu.design import INSTALL_HINT, to_mlir
-from xengine_block.npu.hostkernel import KERNEL_SOURCE
-from xengine_block.npu.plan import KERNEL_OBJECT
+from .design import INSTALL_HINT, to_mlir
+from .hostkernel import KERNEL_SOURCE
+from .plan import KERNEL_OBJECT
 
+PROG = "xengine_block.npu.build"  # the name in its messages (run as python -m)
 DESIGN_NAME = "design.mlir"
 #: Peano flags of the published design's build (warnings its headers raise are silenced).
 PEANO_FLAGS = ("-O2", "-std=c++20", "--target=aie2p-none-unknown-elf", "-DNDEBUG",
@@ -166,7 +167,7 @@ def probe_toolchain() -> Toolchain:
 
 
 def kernel_command(tc: Toolchain, g: Geometry, art: Artifacts) -> list[str]:
-    """Peano compile of kernels/xcorr.cc for this geometry's tiling."""
+    """Peano compile of kernel/xcorr.cc for this geometry's tiling."""
     return [str(tc.clang or "<Peano clang++>"), *PEANO_FLAGS,
             f"-I{tc.include or '<mlir-aie include>'}",
             f"-DN={g.tile_n}", f"-DM={g.tile_m}", f"-DT={g.tile_t}",
@@ -200,7 +201,7 @@ def _run(cmd: list[str], cwd: Path) -> None:
     print("+", " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, cwd=cwd)
     if proc.returncode:
-        raise SystemExit(f"build.py: command failed with exit code {proc.returncode}")
+        raise SystemExit(f"{PROG}: command failed with exit code {proc.returncode}")
 
 
 def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Artifacts:
@@ -221,7 +222,7 @@ def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Arti
     _run(aiecc_command(tc), art.directory)
     for path in (art.xclbin, art.insts):
         if not path.is_file():
-            raise SystemExit(f"build.py: aiecc finished but {path} is missing")
+            raise SystemExit(f"{PROG}: aiecc finished but {path} is missing")
     art.write_manifest(g, kernel=KERNEL_NAME, mlir_aie_release=MLIR_AIE_RELEASE["wheel"],
                        mlir_aie_installed=installed_mlir_aie(),
                        aiecc_driver=tc.aiecc_driver.value if tc.aiecc_driver else None)
@@ -233,13 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--geometry", choices=[*sorted(NAMED_GEOMETRIES), "all"], default="all")
     p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
-    p.add_argument("--build-root", type=Path, default=DEFAULT_BUILD_ROOT)
+    p.add_argument("--build-root", type=Path, default=None,
+                   help="where to build (default: the user's cache directory, "
+                        f"{default_build_root()})")
     p.add_argument("--check", action="store_true", help="only report the toolchain")
     p.add_argument("--dry-run", action="store_true", help="print the steps, run nothing")
     a = p.parse_args(argv)
     tc = probe_toolchain()
     if tc.problems and not a.dry_run:
-        print("build.py: cannot build the NPU design, the AIE toolchain is incomplete:",
+        print(f"{PROG}: cannot build the NPU design, the AIE toolchain is incomplete:",
               *[f"  - {x}" for x in tc.problems], INSTALL_TEXT, sep="\n", file=sys.stderr)
         return 2
     if a.check:
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = sorted(NAMED_GEOMETRIES) if a.geometry == "all" else [a.geometry]
     for name in names:
-        build(named_geometry(name, a.npacket), a.build_root, tc, a.dry_run)
+        build(named_geometry(name, a.npacket), a.build_root or default_build_root(), tc,
+              a.dry_run)
     return 0
 
 

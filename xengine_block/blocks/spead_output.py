@@ -18,11 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..array import ArrayDescription
-from ..blocks.base import BlockLogic, common_frames, lost_frames_any
-from ..blocks.headers import paired_inputs, require_keys
-from ..runtime.pipeline import Block, MultiTransformBlock
-from ..runtime.ring import Ring
-from .spead import (
+from ..outputs.spead import (
     VisibilitySender,
     antennas_present,
     dump_rate,
@@ -31,6 +27,10 @@ from .spead import (
     n_products,
     udp_stream,
 )
+from ..runtime.pipeline import Block, MultiTransformBlock
+from ..runtime.ring import Ring
+from .base import BlockLogic, common_frames, lost_frames_any
+from .headers import paired_inputs, require_keys
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..array import ArrayDescription
-from ..bifrost.runtime import SourceAdapter, bfp
+from ..readers.base import Recording
+from ..readers.source import RecordingSource as _OurSource
 from ..runtime.pipeline import Pipeline as _OurPipeline
-from .base import Recording
-from .source import RecordingSource as _OurSource
+from .runtime import SourceAdapter, bfp
 
 
 class RecordingSource(SourceAdapter, bfp.SourceBlock):

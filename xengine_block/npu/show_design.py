@@ -1,14 +1,13 @@
-#!/usr/bin/env python3
 """Print the mlir-aie design of the X-engine for a geometry: the MLIR that aiecc compiles.
 
 The design is generated from the same ``NpuPlan`` the emulator verifies, by
 ``xengine_block/npu/design.py``; this script only parses arguments::
 
-    python aie/design.py --geometry seed > design.mlir    # MLIR; needs the mlir_aie wheel
-    python aie/design.py --geometry small --calls         # the API calls as text; no mlir-aie
-    python aie/design.py --geometry seed --report         # per-tile memory, BDs, locks
+    python -m xengine_block.npu.show_design --geometry seed > design.mlir  # needs mlir_aie
+    python -m xengine_block.npu.show_design --geometry small --calls  # API calls; no mlir-aie
+    python -m xengine_block.npu.show_design --geometry seed --report  # per-tile memory, BDs
 
-``aie/build.py`` (or ``make -C aie``) runs this step and the rest of the build.
+:mod:`.build` runs this step and the rest of the build.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from xengine_block.npu import build_plan
-from xengine_block.npu.artifacts import NAMED_GEOMETRIES, named_geometry
-from xengine_block.npu.design import MlirAieUnavailable, design_calls, format_calls, to_mlir
+from . import build_plan
+from .artifacts import NAMED_GEOMETRIES, named_geometry
+from .design import MlirAieUnavailable, design_calls, format_calls, to_mlir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             text = to_mlir(plan)
         except MlirAieUnavailable as exc:
-            print(f"design.py: {exc}", file=sys.stderr)
+            print(f"show_design: {exc}", file=sys.stderr)
             return 2
     if a.output:
         a.output.write_text(text + "\n")

@@ -1,0 +1,103 @@
+"""The package installs anywhere: what it needs at run time is inside it (package data), build
+outputs go to the user's cache directory, and no path climbs out of the package to a checkout.
+``scripts/check_wheel.sh`` (run by CI) checks the same on a wheel installed in a fresh venv."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import fnmatch
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xengine_block
+from xengine_block.npu import artifacts, cache, hostkernel, nativering
+from xengine_block.service import instances
+
+PACKAGE = Path(xengine_block.__file__).resolve().parent
+ROOT = PACKAGE.parent
+
+
+def test_no_path_climbs_out_of_the_package():
+    """``Path(__file__).parents[n]`` / ``.parent.parent`` would find a checkout around the
+    package, which an installed wheel does not have."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            text = ast.unparse(node) if isinstance(node, (ast.Subscript, ast.Attribute)) else ""
+            if "__file__" in text and (".parents" in text or ".parent.parent" in text):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
+    assert not offenders, offenders
+
+
+def test_every_data_file_of_the_package_is_package_data():
+    """Each file in the package that is not Python source (the AIE kernel, its host header,
+    the native ring) is matched by setup.cfg's package_data, so the wheel carries it."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    patterns = {pkg: cfg["options.package_data"][pkg].split()
+                for pkg in cfg["options.package_data"]}
+    tracked = subprocess.run(["git", "ls-files", "xengine_block"], cwd=ROOT, capture_output=True,
+                             text=True)
+    if tracked.returncode:
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    data = [Path(f) for f in tracked.stdout.split() if not f.endswith(".py")]
+    assert data, "the kernel sources are tracked package files"
+    missing = []
+    for f in data:
+        pkg = ".".join(f.parent.parts)
+        owners = [(p, f.relative_to(Path(*p.split(".")))) for p in patterns
+                  if f.is_relative_to(Path(*p.split(".")))]
+        if not any(fnmatch.fnmatch(str(rel), pat) for p, rel in owners for pat in patterns[p]):
+            missing.append(f"{f} (package {pkg})")
+    assert not missing, f"not in setup.cfg [options.package_data]: {missing}"
+    for source in (hostkernel.KERNEL_SOURCE, hostkernel.EMU_HEADER, *nativering.SOURCES):
+        assert source.is_file() and source.is_relative_to(PACKAGE), source
+
+
+def test_cache_directory_order(monkeypatch, tmp_path):
+    monkeypatch.setenv("XENGINE_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "mine"
+    assert cache.cache_dir("kernel") == tmp_path / "mine" / "kernel"
+    monkeypatch.delenv("XENGINE_CACHE_DIR")
+    assert cache.cache_dir() == tmp_path / "xdg" / "xengine_block"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "xengine_block"
+
+
+def test_build_outputs_go_to_the_cache_never_the_installation(monkeypatch, tmp_path):
+    monkeypatch.setenv("XENGINE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(artifacts.BUILD_DIR_ENV, raising=False)
+    assert hostkernel.build_dir().is_relative_to(tmp_path)
+    assert artifacts.default_build_root().is_relative_to(tmp_path)
+    assert artifacts.build_roots("explicit") == [Path("explicit"),
+                                                 artifacts.default_build_root()]
+    monkeypatch.setenv(artifacts.BUILD_DIR_ENV, str(tmp_path / "env"))
+    assert artifacts.build_roots() == [tmp_path / "env", artifacts.default_build_root()]
+    usable, why = hostkernel.host_kernel_availability()
+    if not usable:
+        pytest.skip(why)
+    lib = hostkernel.build_host_kernel(2, 1, 15)
+    assert lib.is_relative_to(tmp_path / "kernel") and lib.is_file()
+    assert not lib.is_relative_to(PACKAGE)
+
+
+def test_instances_run_this_interpreter_with_its_own_environment(monkeypatch, tmp_path):
+    """No PYTHONPATH of a checkout (or of site-packages) is added: an instance imports what its
+    parent imports."""
+    seen = {}
+
+    class Popen:
+        def __init__(self, args, **kwargs):
+            seen.update(args=args, **kwargs)
+            self.stdout, self.stderr = iter(()), iter(())
+
+    monkeypatch.setattr(instances.subprocess, "Popen", Popen)
+    instances.CorrelateProcess(tmp_path / "c.toml")
+    assert seen["args"][:4] == [sys.executable, "-m", "xengine_block.cli", "correlate"]
+    assert seen.get("env") is None  # inherited unchanged
