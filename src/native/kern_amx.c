@@ -7,24 +7,7 @@
  * which is a useful complex-product term (xcorr.h): 1 load per tdpbssd, like a 2 x 2 blocked
  * GEMM. The sub-tile below the diagonal of a diagonal super pair is skipped.
  */
-#include "xcorr.h"
-
-#if defined(XE_AMX_EMULATE)
-/* Second compilation (kern_amx_emu.c): the same text over software tiles, under _emu names. */
-#if defined(XE_HAVE_AMX_EMU)
-#define XE_AMX_COMPILED 1
-#include "amx_emu.h"
-#define XE_AMX_TARGET
-#define xe_kernel_amx xe_kernel_amx_emu
-#define xe_amx_tile_config xe_amx_tile_config_emu
-#define xe_amx_tile_release xe_amx_tile_release_emu
-#define xe_amx_peak_loop xe_amx_peak_loop_emu
-#endif
-#elif defined(XE_HAVE_AMX)
-#define XE_AMX_COMPILED 1
-#include <immintrin.h>
-#define XE_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
-#endif
+#include "amx_target.h"
 
 #if defined(XE_AMX_COMPILED)
 #include <string.h>
@@ -90,34 +73,6 @@ XE_AMX_TARGET void xe_kernel_amx(const xe_plan *p, xe_work *w, int nt, int sp0, 
         _tile_stored(2, acc + 2 * XE_ACC_INTS, 64);
         _tile_stored(3, acc + 3 * XE_ACC_INTS, 64);
     }
-}
-
-/* Register-resident loop (no memory traffic): the AMX-INT8 ceiling of one core, in seconds. */
-XE_AMX_TARGET double xe_amx_peak_loop(long iters)
-{
-    static const int8_t ones[XE_TILE_BYTES] = {1};
-    int32_t sink[XE_ACC_INTS];
-    xe_amx_tile_config();
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const double t0 = xe_now();
-    for (long i = 0; i < iters; i++) {
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
-    }
-    _tile_stored(0, sink, 64);
-    const double t1 = xe_now();
-    xe_amx_tile_release();
-    __asm__ volatile("" : : "r"(sink) : "memory");
-    return t1 - t0;
 }
 
 #else
