@@ -180,9 +180,11 @@ static int take_unit(xe_job *job, xe_unit *un)
 
 /* One unit: convert and pack every super block (its successor's source prefetched one block
  * ahead), then the kernel over all pairs, then prefetch the next unit's first super block.
- * Converting super block L + 1 between the pairs of column L, to overlap its DRAM reads with
- * the tile products, measured 1.1-1.5x SLOWER on AMX: the conversion's DRAM misses hold the
- * line fill buffers that the tile loads from L2 need, so the phases are kept apart. */
+ * The phases are kept apart: converting super block L + 1 between the pairs of column L, to
+ * overlap its memory reads with the tile products, was slower on AMX (the conversion's misses
+ * hold the line fill buffers that the tile loads from L2 need), and so was prefetching the
+ * next unit's source a slice after each super pair on AVX-512 VNNI (docs/native.md, "What
+ * limits it"). */
 static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_unit *next,
                          int convert)
 {

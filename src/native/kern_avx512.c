@@ -195,6 +195,11 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
                 }
             }
             int8_t *at = a + (size_t)t * XE_TILE_BYTES;
+            if (t + 1 < nt)  /* the next K-step's tiles, for writing: they wait in L2 */
+                for (int m = 0; m < 16; m++) {
+                    __builtin_prefetch(at + XE_TILE_BYTES + 64 * m, 1, 3);
+                    __builtin_prefetch(b + (size_t)(t + 1) * XE_TILE_BYTES + 64 * m, 1, 3);
+                }
             for (int m = 0; m < 16; m++)
                 _mm512_store_si512(at + 64 * m, r[m]);
             pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, rowsum);
