@@ -1,13 +1,17 @@
-"""Build of the optional C extension ``xengine_block._native`` (metadata lives in setup.cfg).
+"""Build of the C extension ``xengine_block._native`` (metadata lives in setup.cfg).
 
-The extension compiles on any C compiler; each SIMD kernel (AMX-INT8, AVX-512 VNNI, AVX2) is
+The extension is required: it holds the native correlator and the package's one
+implementation of each host-side hot loop (xengine_block/native_extension.py). Where it does
+not build (no C compiler, no Python headers) the install stops with a message saying what
+to install. It compiles on any C11 compiler; each SIMD kernel (AMX-INT8, AVX-512 VNNI, AVX2) is
 compiled only where the compiler accepts its target attribute, which is probed here, and the
 choice among the compiled kernels is made at run time from CPUID and the kernel's permission
-(see ``src/native/xcorr.c``). A failed probe drops that kernel, never the build. The AMX
+(see ``src/native/dispatch.c``). A failed probe drops that kernel, never the build. The AMX
 kernel's source is also compiled over a software emulation of its tiles (``kern_amx_emu.c``,
 the ``amx_emulated`` path) wherever the AVX-512 layout code is built, so that it is tested on
 CPUs without AMX. ``xengine_block._readbw`` (``src/readbw/``) measures the machine's streaming
-read bandwidth for the benchmarks' roofline, with the widest loads the same probes allow.
+read bandwidth for the benchmarks' roofline, with the widest loads the same probes allow; it
+stays optional (the benchmarks fall back to numpy and say so).
 """
 
 from __future__ import annotations
@@ -18,8 +22,17 @@ import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, ExecError, PlatformError
 
 NATIVE = "src/native"
+
+#: Why the install stopped, where the required extension did not build.
+NO_COMPILER = (
+    "xengine_block needs its C extension xengine_block._native, which did not build: {error}. "
+    "Install a C compiler and the Python headers (Debian/Ubuntu: `apt install gcc "
+    "python3-dev`; Fedora: `dnf install gcc python3-devel`; conda: `conda install "
+    "c-compiler`) and run the install again. The compiler is found as the CC environment "
+    "variable or Python's configured one.")
 
 #: macro -> a function the compiler must accept for that kernel to be built.
 PROBES = {
@@ -55,6 +68,14 @@ class ProbingBuildExt(build_ext):
             ext.define_macros = list(ext.define_macros or []) + macros
         super().build_extensions()
 
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, ExecError, PlatformError) as exc:
+            if ext.optional:
+                raise
+            raise SystemExit(NO_COMPILER.format(error=exc)) from exc
+
     def _compiles(self, target: str, body: str) -> bool:
         src = (f"#include <immintrin.h>\n__attribute__((target(\"{target}\")))\n{body}\n")
         with tempfile.TemporaryDirectory() as tmp:
@@ -71,14 +92,15 @@ class ProbingBuildExt(build_ext):
 native = Extension(
     "xengine_block._native",
     sources=[f"{NATIVE}/{name}.c"
-             for name in ("xcorr", "layout", "kern_amx", "kern_amx_emu", "kern_avx512",
-                          "kern_avx2", "uvh5_rows")],
-    # kern_amx_emu.c #includes kern_amx.c over amx_emu.h: the AMX kernel on software tiles
-    depends=[f"{NATIVE}/{name}" for name in ("xcorr.h", "amx_emu.h", "kern_amx.c")],
+             for name in ("module", "dispatch", "engine", "layout", "kern_scalar", "kern_avx2",
+                          "kern_avx512", "kern_amx", "kern_amx_emu", "peak", "peak_amx",
+                          "host_passes", "uvh5_rows")],
+    # kern_amx_emu.c #includes kern_amx.c and peak_amx.c over amx_emu.h: software tiles
+    depends=[f"{NATIVE}/{name}" for name in ("xcorr.h", "native.h", "amx_target.h",
+                                               "amx_emu.h", "kern_amx.c", "peak_amx.c")],
     include_dirs=[NATIVE],
     extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing"],
     extra_link_args=["-pthread"],
-    optional=True,  # a machine without a C compiler still installs; the backend says why
 )
 
 readbw = Extension(

@@ -1,10 +1,14 @@
-"""Correlator throughput at the published geometry against the machine's roofline (int8 peak and
-streaming read bandwidth, measured in the same run) and its peers (onnxruntime MatMulInteger,
-torch._int_mm, numpy), with S and thread scaling; prints one JSON object.
+"""Correlator throughput (by default S = 256, C = 9, P = 136) against the machine's roofline
+(int8 peak and streaming read bandwidth, measured in the same run) and its peers (onnxruntime
+MatMulInteger, torch._int_mm, numpy), with S and thread scaling; prints one JSON object and
+writes it to benchmarks/results/<cpu class>/bench_correlator.json (the results of this class
+of CPU, replaced when re-measured; ``--no-write`` only prints).
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
     python benchmarks/bench_correlator.py --bits 4   # also ci4 input, next to ci8, same run
-        [--no-scaling] [--no-onnx] [--no-torch]
+        [--no-scaling] [--no-onnx] [--no-torch] [--no-write] [--results-root DIR]
+    python benchmarks/bench_correlator.py --compare-build before=/path/to/_native.so
+        # also that build against this one, alternating call by call (key 'builds')
 
 The library peers need the optional extra: ``pip install -e .[bench]`` (onnxruntime, torch);
 an absent one is reported as skipped, with the reason.
@@ -12,12 +16,20 @@ an absent one is reported as skipped, with the reason.
 
 import argparse
 import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from xengine_block.bench import correlator as benchmarking
+from xengine_block.bench.machine import write_results
 from xengine_block.console.argtypes import sample_bits
+from xengine_block.native_extension import native
+
+#: Where the results files live: benchmarks/results/<cpu class>/<benchmark>.json.
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="auto")
     p.add_argument("--nstream", type=int, default=256)
@@ -29,13 +41,31 @@ def main() -> None:
     p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
     p.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peers")
     p.add_argument("--no-torch", action="store_true", help="skip the torch._int_mm peer")
-    a = p.parse_args()
+    p.add_argument("--compare-build", action="append", default=[], metavar="LABEL=PATH",
+                   help="another build of xengine_block._native (its .so) to run against this "
+                        "one in the same process, S = 64 and 256, 1 thread (repeatable)")
+    p.add_argument("--no-write", action="store_true",
+                   help="print the JSON only; do not write the results file")
+    p.add_argument("--results-root", type=Path, default=RESULTS,
+                   help=f"where <cpu class>/bench_correlator.json goes (default {RESULTS})")
+    a = p.parse_args(argv)
+    builds = {"this": native()} if a.compare_build else {}
+    for spec in a.compare_build:  # before the long run: a wrong path fails now
+        label, sep, path = spec.partition("=")
+        if not sep or not label or label in builds:
+            p.error(f"--compare-build wants a new LABEL=PATH, got {spec!r}")
+        builds[label] = benchmarking.load_build(path)
     result = benchmarking.run(a.backend, a.nstream, a.nchan, a.npacket, a.repeat,
                               with_scaling=not a.no_scaling, with_onnx=not a.no_onnx,
                               with_torch=not a.no_torch)
     if a.bits == 4:
         result["ci4"] = benchmarking.run_ci4(a.backend, result, a.repeat)
+    if builds:
+        result["builds"] = benchmarking.compare_builds(builds)
     print(json.dumps(result, indent=2))
+    if not a.no_write:
+        path = write_results("bench_correlator", result, root=a.results_root)
+        print(f"results written to {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,21 @@ def test_frame_layout_is_chan_coarse_fine_bytes(order):
     assert np.array_equal(unpack_frames(frames, g), expected)
     strided = np.zeros((*expected.shape[:-1], 16), np.int8)[..., ::2]  # not contiguous
     assert np.array_equal(unpack_frames(frames, g, out=strided), expected)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("nrow", [1, 2, 5])
+def test_unpack_rows_pass_equals_numpy(order, nrow):
+    """The C pass behind unpack_frames (rows of 8 ci4 bytes -> 8 real, 8 imaginary int8) equals
+    numpy's unpack_ci4 for every byte value, an odd row count (the pass's one-row tail)
+    included; mismatched buffers are refused."""
+    from xengine_block.native_extension import native
+
+    b = (np.arange(nrow * 8) * 37 % 256).astype(np.uint8).reshape(nrow, 8)
+    b[0] = [0x00, 0x7F, 0x80, 0xFF, 0x08, 0xF7, 0x88, 0x77]
+    want = np.moveaxis(unpack_ci4(b, order), -1, 1)  # [nrow, (re, im), 8]
+    out = np.full((nrow, 2, 8), 99, np.int8)
+    native().unpack_ci4_rows(b, out, order)
+    assert np.array_equal(out, want)
+    with pytest.raises(ValueError, match="ci4 rows"):
+        native().unpack_ci4_rows(b, out[:-1], order)

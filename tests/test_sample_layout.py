@@ -14,7 +14,7 @@ from xengine_block.backends import make_backend
 from xengine_block.frames import frames_to_natural, natural_to_frames, pack_ci4
 from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_triangle
-from xengine_block.sample_layout import LayoutError, SampleLayout, to_packet_frames
+from xengine_block.sample_layout import LayoutError, SampleLayout, gather, to_packet_frames
 
 RNG = np.random.default_rng(7)
 
@@ -87,6 +87,56 @@ def test_ci16_narrowed_or_refused():
     buf[2, 0, 1, 0, 1] = 300
     with pytest.raises(LayoutError, match="300 is outside -128..127"):
         to_packet_frames(buf, lay, g)
+
+
+def natural_out(nstream: int, nchan: int, nspec: int) -> SampleLayout:
+    """A two-part out layout [stream][chan][spectrum][re, im], counted in elements."""
+    return SampleLayout(nstream, nchan, nspec, nstream * nchan * nspec * 2,
+                        tuple(s * nchan * nspec * 2 for s in range(nstream)),
+                        chan_stride=nspec * 2, time_stride=2, im_offset=1)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.float32, np.float64])
+@pytest.mark.parametrize("encoding", ["ci8", "ci4-re_high", "ci4-re_low", "ci16"])
+def test_gather_matches_the_numpy_reading(encoding, dtype):
+    """gather (the C extension's pass) of a window of spectra, a subset of streams in another
+    order and a range of channels, into every out type, equals numpy's plain reading
+    (``natural``) of the same samples; what it does not write keeps its value; a window past
+    the data, an out too small and an unsupported out type are refused by name."""
+    enc, _, order = encoding.partition("-")
+    nt, nf, ns = 70, 3, 4  # [time][freq][station][pol], 70 spectra: two time blocks of 35
+    lo, hi = (-8, 8) if enc == "ci4" else (-128, 128)
+    x = samples(2 * ns, nf, nt, lo, hi)
+    x[1, 0, :3] = [[lo, hi - 1], [hi - 1, lo], [-1, 0]]
+    if enc == "ci4":
+        buf = np.ascontiguousarray(pack_ci4(x, order).reshape(ns, 2, nf, nt).transpose(3, 2, 0, 1))
+    else:
+        wide = x.astype("<i2") if enc == "ci16" else x
+        buf = np.ascontiguousarray(wide.reshape(ns, 2, nf, nt, 2).transpose(3, 2, 0, 1, 4))
+    lay = SampleLayout.from_axes([("freq", nf), ("station", ns), ("pol", 2)], encoding=enc,
+                                 nibble_order=order or "re_high")
+    lay = lay.replace(nspectra=35, frame_bytes=35 * lay.frame_bytes, time_block=35,
+                      block_stride=lay.frame_bytes, time_stride=lay.frame_bytes)
+    np.testing.assert_array_equal(lay.natural(buf), x)  # the reference reading itself
+    streams, t0, nspec = [5, 0, 7, 2], 3, 60
+    out = np.full((4, 2, nspec, 2), 99, dtype)
+    gather(buf, lay, out, natural_out(4, 2, nspec), t0=t0, nspec=nspec, streams=streams,
+           channels=(1, 3))
+    np.testing.assert_array_equal(out, x[streams][:, 1:3, t0:t0 + nspec].astype(dtype))
+    big = np.full((6, 3, nspec, 2), 99, dtype)
+    gather(buf, lay, big, natural_out(6, 3, nspec), t0=t0, nspec=nspec, streams=streams,
+           channels=(1, 3))
+    assert (big[4:] == 99).all() and (big[:, 2] == 99).all()
+    np.testing.assert_array_equal(big[:4, :2], out)
+    with pytest.raises(LayoutError, match="hold fewer than spectrum 70"):
+        gather(buf, lay, out, natural_out(4, 2, nspec), t0=11, nspec=nspec, streams=streams,
+               channels=(1, 3))
+    with pytest.raises(LayoutError, match="out holds"):
+        gather(buf, lay, out[:3], natural_out(4, 2, nspec), t0=t0, nspec=nspec,
+               streams=streams, channels=(1, 3))
+    with pytest.raises(ValueError, match="dst must be int8, int16, int32, float32 or float64"):
+        gather(buf, lay, out.astype(np.uint16), natural_out(4, 2, nspec), t0=t0, nspec=nspec,
+               streams=streams, channels=(1, 3))
 
 
 def test_round_trip_and_refusals():

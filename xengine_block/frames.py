@@ -18,11 +18,9 @@ adapter) goes through them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import lru_cache
-
 import numpy as np
 
+from . import native_extension
 from .geometry import NIBBLE_ORDERS, Geometry
 
 
@@ -69,40 +67,13 @@ def unpack_ci4(b: np.ndarray, nibble_order: str = "re_high") -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=1)
-def _unpack_rows() -> Callable[[np.ndarray, np.ndarray, int], None]:
-    """The compiled row kernel (numba, imported and compiled on first use, cached on disk).
-
-    ``kernel(src, out, high_part)``: 8 ci4 bytes (one uint64 ``src[m]``) -> the 8 high nibbles
-    to ``out[m, high_part]`` and the 8 low ones to ``out[m, 1 - high_part]``, each
-    sign-extended to a byte: SIMD within a register, so every byte lane is independent of the
-    others (and of the byte order).
-    """
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def kernel(src: np.ndarray, out: np.ndarray, high_part: int) -> None:  # pragma: no cover
-        nib = np.uint64(0x0F0F0F0F0F0F0F0F)
-        lsb = np.uint64(0x0101010101010101)
-        ext = np.uint64(0xF0)  # per lane: nibble bit 3 set -> fill the lane's high 4 bits
-        four, three = np.uint64(4), np.uint64(3)
-        for m in range(src.shape[0]):
-            x = src[m]
-            hi = (x >> four) & nib
-            lo = x & nib
-            out[m, high_part] = hi | (((hi >> three) & lsb) * ext)
-            out[m, 1 - high_part] = lo | (((lo >> three) & lsb) * ext)
-
-    return kernel
-
-
 def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None) -> np.ndarray:
     """ci4 frames ``[n, S, C, coarse, fine]`` -> the ci8 layout ``[n, S, C, coarse, 2, fine]``
     int8, in one pass over the bytes.
 
-    ``nfine`` is 8, so each (coarse) row of 8 samples is one uint64 and becomes two (8 real
-    parts, 8 imaginary parts): :func:`_unpack_rows`, about as fast as a plain copy of the
-    unpacked bytes (numpy ufuncs on 8-byte rows are tens of times slower). Outputs
+    ``nfine`` is 8, so each (coarse) row of 8 samples becomes two rows of 8 (real parts,
+    imaginary parts): the C extension's ``unpack_ci4_rows`` (``src/native/host_passes.c``,
+    the GIL released; numpy ufuncs on 8-byte rows are an order of magnitude slower). Outputs
     that are not contiguous take :func:`unpack_ci4_planes`.
     """
     if not g.ci4:
@@ -110,10 +81,8 @@ def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None
     f = as_frames(frames, g)
     if out is None:
         out = np.empty((f.shape[0], *f.shape[1:4], 2, f.shape[4]), np.int8)
-    rows = np.ascontiguousarray(f).view(np.uint64).reshape(-1)
-    if out.flags.c_contiguous and out.flags.aligned and rows.flags.aligned:
-        _unpack_rows()(rows, out.view(np.uint64).reshape(-1, 2),
-                       0 if g.nibble_order == "re_high" else 1)
+    if out.flags.c_contiguous:
+        native_extension.native().unpack_ci4_rows(np.ascontiguousarray(f), out, g.nibble_order)
     else:
         unpack_ci4_planes(f, out[..., 0, :], out[..., 1, :], g.nibble_order)
     return out

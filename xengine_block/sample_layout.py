@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
 
+from . import native_extension
 from .geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
 
 #: Sample encodings a layout may declare -> bytes of one part (ci4: one byte for both parts).
@@ -399,56 +400,6 @@ def spectrum_starts(layout: SampleLayout, t0: int, n: int) -> np.ndarray:
             + (tt % layout.block) * layout.time_stride)
 
 
-_ENCODING_CODES = {"ci8": 0, "ci4": 1, "ci16": 2}
-#: What the gather kernel returns when every ci16 value was in the int8 range.
-_ALL_IN_RANGE = 1 << 20
-
-
-@lru_cache(maxsize=1)
-def _gather_kernel() -> Callable[..., int]:
-    """The compiled gather loop (numba, compiled on first use, cached on disk): for channels
-    ``c < nchan``, streams ``s`` and spectra ``d``, the sample at ``src[rs[d] + soff[s] +
-    c * scs]`` (imaginary part ``sim`` on; encoding 0 ci8, 1 ci4, 2 ci16) to ``dst[rd[d] +
-    doff[s] + c * dcs]`` (imaginary ``dim`` on). Returns the first ci16 value outside
-    -128..127, or ``_ALL_IN_RANGE``."""
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def kernel(src, rs, soff, scs, sim, enc, re_low, dst, rd, doff, dcs, dim,
-               nchan):  # pragma: no cover - compiled
-        bad = _ALL_IN_RANGE
-        for c in range(nchan):
-            for s in range(soff.size):
-                a0 = soff[s] + c * scs
-                b0 = doff[s] + c * dcs
-                for d in range(rs.size):
-                    a = rs[d] + a0
-                    b = rd[d] + b0
-                    if enc == 0:
-                        re = np.int32(src[a]) - 256 * (src[a] > 127)
-                        im = np.int32(src[a + sim]) - 256 * (src[a + sim] > 127)
-                    elif enc == 1:
-                        v = np.int32(src[a])
-                        hi = ((v >> 4) ^ 8) - 8
-                        lo = ((v & 15) ^ 8) - 8
-                        re, im = (lo, hi) if re_low else (hi, lo)
-                    else:
-                        re = np.int32(src[a]) | (np.int32(src[a + 1]) << 8)
-                        im = np.int32(src[a + sim]) | (np.int32(src[a + sim + 1]) << 8)
-                        re -= 65536 * (re > 32767)
-                        im -= 65536 * (im > 32767)
-                        if bad == _ALL_IN_RANGE:
-                            if re < -128 or re > 127:
-                                bad = re
-                            elif im < -128 or im > 127:
-                                bad = im
-                    dst[b] = re
-                    dst[b + dim] = im
-        return bad
-
-    return kernel
-
-
 def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: SampleLayout,
            *, t0: int = 0, nspec: int | None = None, streams: Sequence[int] | None = None,
            channels: tuple[int, int] | None = None) -> None:
@@ -456,10 +407,11 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     ``out`` (in ``out_layout``, counted in ``out``'s elements, e.g. int8 frames or a float32
     scratch: two parts, ``im_offset`` elements apart), spectrum ``t0 + d`` to out spectrum
     ``d``, streams ``streams`` (indices into ``layout``'s; default all) to out streams 0, 1, ...,
-    channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (numba, the
-    GIL released), no intermediate copy; ci4 unpacked and ci16 narrowed on the way (a value
-    outside -128..127 raises :class:`LayoutError` naming it). Out samples not written keep
-    their values.
+    channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (the C
+    extension's ``gather``, ``src/native/host_passes.c``, the GIL released), no intermediate
+    copy; ci4 unpacked and ci16 narrowed on the way (a value outside -128..127 raises
+    :class:`LayoutError` naming it). ``out``: int8, int16, int32, float32 or float64. Out
+    samples not written keep their values.
     """
     src = np.asarray(data)
     if not src.flags.c_contiguous or not out.flags.c_contiguous:
@@ -488,10 +440,11 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
             out_layout.im_offset >= dst.size:
         raise LayoutError(f"out holds {dst.size} elements, fewer than {nspec} spectra of its "
                           f"layout")
-    bad = _gather_kernel()(src, rs, soff, layout.chan_stride, layout.im_offset,
-                           _ENCODING_CODES[layout.encoding], layout.nibble_order == "re_low",
-                           dst, rd, doff, out_layout.chan_stride, out_layout.im_offset, c1 - c0)
-    if bad != _ALL_IN_RANGE:
+    bad = native_extension.native().gather(
+        src, rs, soff, layout.chan_stride, layout.im_offset, layout.encoding,
+        layout.nibble_order, dst, rd, doff, out_layout.chan_stride, out_layout.im_offset,
+        c1 - c0)
+    if bad is not None:
         raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples are "
                           f"correlated exactly only in the int8 range")
 

@@ -5,26 +5,12 @@
  * of blocks 2J, 2J+1 and 6..7 the VNNI-packed Y tiles of blocks 2L, 2L+1. Each K-step of 64
  * spectra is 4 tile loads and 4 tdpbssd (signed x signed int8, summed into int32), every MAC of
  * which is a useful complex-product term (xcorr.h): 1 load per tdpbssd, like a 2 x 2 blocked
- * GEMM. The sub-tile below the diagonal of a diagonal super pair is skipped.
+ * GEMM; the accumulators stay in tiles for the whole chunk. The sub-tile below the diagonal of
+ * a diagonal super pair is skipped. Tile loads are the limit (the products' operands live in
+ * L2: ~1 MB of tiles and accumulators at S = 256), so they are hidden two ways: software
+ * pipelining in the K loop, and the next super pair's operands prefetched into L1.
  */
-#include "xcorr.h"
-
-#if defined(XE_AMX_EMULATE)
-/* Second compilation (kern_amx_emu.c): the same text over software tiles, under _emu names. */
-#if defined(XE_HAVE_AMX_EMU)
-#define XE_AMX_COMPILED 1
-#include "amx_emu.h"
-#define XE_AMX_TARGET
-#define xe_kernel_amx xe_kernel_amx_emu
-#define xe_amx_tile_config xe_amx_tile_config_emu
-#define xe_amx_tile_release xe_amx_tile_release_emu
-#define xe_amx_peak_loop xe_amx_peak_loop_emu
-#endif
-#elif defined(XE_HAVE_AMX)
-#define XE_AMX_COMPILED 1
-#include <immintrin.h>
-#define XE_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
-#endif
+#include "amx_target.h"
 
 #if defined(XE_AMX_COMPILED)
 #include <string.h>
@@ -49,40 +35,65 @@ XE_AMX_TARGET void xe_amx_tile_config(void) { _tile_loadconfig(&TILECFG); }
 
 XE_AMX_TARGET void xe_amx_tile_release(void) { _tile_release(); }
 
+/* Prefetch into L1 the lines of one tile (16 rows of 64 bytes). */
+static inline void prefetch_tile(const void *tile)
+{
+    for (int r = 0; r < 16; r++)
+        __builtin_prefetch((const char *)tile + 64 * r, 0, 3);
+}
+
 XE_AMX_TARGET void xe_kernel_amx(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
 {
     const size_t blk = xe_block_bytes(p);
     for (int sp = sp0; sp < sp1; sp++) {
-        const int J = p->sp_j[sp], L = p->sp_l[sp];
+        const int J = p->sp_j[sp], L = p->sp_l[sp], diag = J == L;
         int32_t *acc = w->acc + (size_t)sp * 4 * XE_ACC_INTS;
         const int8_t *a0 = w->a + (size_t)(2 * J) * blk, *a1 = a0 + blk;
         const int8_t *b0 = w->b + (size_t)(2 * L) * blk, *b1 = b0 + blk;
+        /* What the next super pair loads from L2 (its A tiles, its accumulators, its B tiles
+         * where its column differs) is prefetched into L1 during this one's products, a
+         * K-step's worth per K-step, so that its tile loads find L1. */
+        const int nx = sp + 1 < sp1 ? sp + 1 : -1;
+        const int8_t *na = nx < 0 ? NULL : w->a + (size_t)(2 * p->sp_j[nx]) * blk;
+        const int8_t *nb = nx < 0 || p->sp_l[nx] == L ? NULL
+            : w->b + (size_t)(2 * p->sp_l[nx]) * blk;
+        const int32_t *nacc = nx < 0 ? NULL : w->acc + (size_t)nx * 4 * XE_ACC_INTS;
         _tile_loadd(0, acc, 64);
         _tile_loadd(1, acc + XE_ACC_INTS, 64);
         _tile_loadd(2, acc + 2 * XE_ACC_INTS, 64);
         _tile_loadd(3, acc + 3 * XE_ACC_INTS, 64);
-        if (J != L) {
-            for (int t = 0; t < nt; t++) {
-                const size_t o = (size_t)t * XE_TILE_BYTES;
-                _tile_loadd(4, a0 + o, 64);
-                _tile_loadd(6, b0 + o, 64);
-                _tile_dpbssd(0, 4, 6);
-                _tile_loadd(7, b1 + o, 64);
-                _tile_dpbssd(1, 4, 7);
-                _tile_loadd(5, a1 + o, 64);
-                _tile_dpbssd(2, 5, 6);
-                _tile_dpbssd(3, 5, 7);
+        /* Software pipelined: each operand tile is reloaded for K-step t + 1 right after its
+         * last product of K-step t, so that its load runs under the products that follow
+         * instead of in front of the next ones. */
+        _tile_loadd(4, a0, 64);
+        _tile_loadd(6, b0, 64);
+        _tile_loadd(7, b1, 64);
+        _tile_loadd(5, a1, 64);
+        for (int t = 0; t < nt; t++) {
+            const size_t o = (size_t)t * XE_TILE_BYTES, o1 = o + XE_TILE_BYTES;
+            const int more = t + 1 < nt;
+            if (na) {
+                prefetch_tile(na + o);
+                prefetch_tile(na + blk + o);
             }
-        } else {
-            for (int t = 0; t < nt; t++) {
-                const size_t o = (size_t)t * XE_TILE_BYTES;
-                _tile_loadd(4, a0 + o, 64);
-                _tile_loadd(6, b0 + o, 64);
-                _tile_dpbssd(0, 4, 6);
-                _tile_loadd(7, b1 + o, 64);
-                _tile_dpbssd(1, 4, 7);
-                _tile_loadd(5, a1 + o, 64);
-                _tile_dpbssd(3, 5, 7);
+            if (nb) {
+                prefetch_tile(nb + o);
+                prefetch_tile(nb + blk + o);
+            }
+            if (nacc && t < 4)
+                prefetch_tile(nacc + t * XE_ACC_INTS);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+            if (more)
+                _tile_loadd(4, a0 + o1, 64);
+            if (!diag)  /* (2J + 1, 2L) of a diagonal super pair lies below the diagonal */
+                _tile_dpbssd(2, 5, 6);
+            if (more)
+                _tile_loadd(6, b0 + o1, 64);
+            _tile_dpbssd(3, 5, 7);
+            if (more) {
+                _tile_loadd(5, a1 + o1, 64);
+                _tile_loadd(7, b1 + o1, 64);
             }
         }
         _tile_stored(0, acc, 64);
@@ -90,34 +101,6 @@ XE_AMX_TARGET void xe_kernel_amx(const xe_plan *p, xe_work *w, int nt, int sp0, 
         _tile_stored(2, acc + 2 * XE_ACC_INTS, 64);
         _tile_stored(3, acc + 3 * XE_ACC_INTS, 64);
     }
-}
-
-/* Register-resident loop (no memory traffic): the AMX-INT8 ceiling of one core, in seconds. */
-XE_AMX_TARGET double xe_amx_peak_loop(long iters)
-{
-    static const int8_t ones[XE_TILE_BYTES] = {1};
-    int32_t sink[XE_ACC_INTS];
-    xe_amx_tile_config();
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const double t0 = xe_now();
-    for (long i = 0; i < iters; i++) {
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
-    }
-    _tile_stored(0, sink, 64);
-    const double t1 = xe_now();
-    xe_amx_tile_release();
-    __asm__ volatile("" : : "r"(sink) : "memory");
-    return t1 - t0;
 }
 
 #else

@@ -25,39 +25,37 @@ static inline XE_AVX2_TARGET __m256i widen(const int8_t *p)
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
 }
 
-XE_AVX2_TARGET void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
+static XE_AVX2_TARGET void avx2_sub(const xe_plan *p, const xe_work *w, int nt, int I, int M,
+                                     int32_t *C)
 {
     const size_t blk = xe_block_bytes(p);
-    for (int sp = sp0; sp < sp1; sp++) {
-        for (int sub = 0; sub < 4; sub++) {
-            int I, M;
-            int32_t *C;
-            if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &C))
-                continue;
-            const int8_t *x = w->a + I * blk, *y = w->a + M * blk;
-            for (int m0 = 0; m0 < 16; m0 += 2)
-                for (int n0 = 0; n0 < 16; n0 += 4) {
-                    __m256i acc[2][4];
-                    for (int i = 0; i < 2; i++)
-                        for (int j = 0; j < 4; j++)
-                            acc[i][j] = _mm256_setzero_si256();
-                    for (int t = 0; t < nt; t++)
-                        for (int kk = 0; kk < XE_KSTEP; kk += 16) {
-                            const size_t o = (size_t)t * XE_TILE_BYTES + kk;
-                            const __m256i x0 = widen(x + o + XE_KSTEP * m0);
-                            const __m256i x1 = widen(x + o + XE_KSTEP * (m0 + 1));
-                            for (int j = 0; j < 4; j++) {
-                                const __m256i yj = widen(y + o + XE_KSTEP * (n0 + j));
-                                acc[0][j] = _mm256_add_epi32(acc[0][j], _mm256_madd_epi16(x0, yj));
-                                acc[1][j] = _mm256_add_epi32(acc[1][j], _mm256_madd_epi16(x1, yj));
-                            }
-                        }
-                    for (int i = 0; i < 2; i++)
-                        for (int j = 0; j < 4; j++)
-                            C[16 * (m0 + i) + n0 + j] += hsum(acc[i][j]);
+    const int8_t *x = w->a + I * blk, *y = w->a + M * blk;
+    for (int m0 = 0; m0 < 16; m0 += 2)
+        for (int n0 = 0; n0 < 16; n0 += 4) {
+            __m256i acc[2][4];
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = _mm256_setzero_si256();
+            for (int t = 0; t < nt; t++)
+                for (int kk = 0; kk < XE_KSTEP; kk += 16) {
+                    const size_t o = (size_t)t * XE_TILE_BYTES + kk;
+                    const __m256i x0 = widen(x + o + XE_KSTEP * m0);
+                    const __m256i x1 = widen(x + o + XE_KSTEP * (m0 + 1));
+                    for (int j = 0; j < 4; j++) {
+                        const __m256i yj = widen(y + o + XE_KSTEP * (n0 + j));
+                        acc[0][j] = _mm256_add_epi32(acc[0][j], _mm256_madd_epi16(x0, yj));
+                        acc[1][j] = _mm256_add_epi32(acc[1][j], _mm256_madd_epi16(x1, yj));
+                    }
                 }
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 4; j++)
+                    C[16 * (m0 + i) + n0 + j] += hsum(acc[i][j]);
         }
-    }
+}
+
+XE_AVX2_TARGET void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
+{
+    xe_each_sub_block(p, w, nt, sp0, sp1, avx2_sub);
 }
 
 /* ------------------------------------------------------------------ layout transposes */
@@ -135,26 +133,6 @@ XE_AVX2_TARGET void xe_transpose_ci4_avx2(const int8_t *const *rows, int64_t off
         }
     }
 }
-
-/* Register-resident loop of the AVX2 path's instruction pair (vpmaddwd on sign-extended int16,
- * then vpaddd: 16 int8-valued MACs), 6 independent chains in ymm4-15 (asm, so nothing is
- * spilled or hoisted). Returns seconds. */
-#define XE_MA(t, c) "vpmaddwd %[b], %[a], %%ymm" #t "\n\tvpaddd %%ymm" #t ", %%ymm" #c \
-    ", %%ymm" #c "\n\t"
-XE_AVX2_TARGET double xe_avx2_peak_loop(long iters)
-{
-    const __m256i a = _mm256_set1_epi16(1), b = _mm256_set1_epi16(2);
-    const double t0 = xe_now();
-    for (long i = 0; i < iters; i++)
-        __asm__ volatile(XE_MA(4, 10) XE_MA(5, 11) XE_MA(6, 12) XE_MA(7, 13) XE_MA(8, 14)
-                         XE_MA(9, 15)
-                         :
-                         : [a] "x"(a), [b] "x"(b)
-                         : "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                           "xmm12", "xmm13", "xmm14", "xmm15");
-    return xe_now() - t0;
-}
-#undef XE_MA
 
 #else
 typedef int xe_avx2_not_compiled;  /* ISO C forbids an empty translation unit */

@@ -4,7 +4,7 @@
  * Why vpdpbusd with a bias rather than vpdpwssd on int16: vpdpbusd multiplies UNSIGNED bytes
  * by signed bytes, 64 MACs per instruction, twice vpdpwssd's 32. The B side is stored as
  * b + 128 (a xor 0x80, in [0, 255]) and the A side is broadcast signed, so each accumulator
- * holds sum a*b + 128 * sum a; the flush subtracts 128 x the row sums of A (xcorr.c). Nothing
+ * holds sum a*b + 128 * sum a; the flush subtracts 128 x the row sums of A (engine.c). Nothing
  * saturates (vpdpbusd wraps, and even the biased sum of 65,280 spectra, <= 65,280 * 128 * 255
  * < 2^31, fits), so the corrected result is exact.
  */
@@ -195,6 +195,11 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
                 }
             }
             int8_t *at = a + (size_t)t * XE_TILE_BYTES;
+            if (t + 1 < nt)  /* the next K-step's tiles, for writing: they wait in L2 */
+                for (int m = 0; m < 16; m++) {
+                    __builtin_prefetch(at + XE_TILE_BYTES + 64 * m, 1, 3);
+                    __builtin_prefetch(b + (size_t)(t + 1) * XE_TILE_BYTES + 64 * m, 1, 3);
+                }
             for (int m = 0; m < 16; m++)
                 _mm512_store_si512(at + 64 * m, r[m]);
             pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, rowsum);
@@ -208,60 +213,37 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
 
 /* The AMX tile product in zmm registers: accumulator row m (16 int32) += B row r (unsigned,
  * biased) x broadcast A[m][4r..4r+3] (signed), for r = 0..15 per K-step. */
-XE_VNNI_TARGET void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
+static XE_VNNI_TARGET void vnni_sub(const xe_plan *p, const xe_work *w, int nt, int I, int M,
+                                    int32_t *C)
 {
     const size_t blk = xe_block_bytes(p);
-    for (int sp = sp0; sp < sp1; sp++) {
-        for (int sub = 0; sub < 4; sub++) {
-            int I, M;
-            int32_t *C;
-            if (!xe_sub_block(p, w->acc, sp, sub, &I, &M, &C))
-                continue;
-            const int8_t *x = w->a + I * blk, *y = w->b + M * blk;
-            __m512i c[16];
+    const int8_t *x = w->a + I * blk, *y = w->b + M * blk;
+    __m512i c[16];
 #pragma GCC unroll 16
-            for (int m = 0; m < 16; m++)
-                c[m] = _mm512_loadu_si512(C + 16 * m);
-            for (int t = 0; t < nt; t++) {
-                const int8_t *xt = x + (size_t)t * XE_TILE_BYTES;
-                const int8_t *yt = y + (size_t)t * XE_TILE_BYTES;
-                for (int r = 0; r < 16; r++) {
-                    const __m512i br = _mm512_loadu_si512(yt + 64 * r);
+    for (int m = 0; m < 16; m++)
+        c[m] = _mm512_loadu_si512(C + 16 * m);
+    for (int t = 0; t < nt; t++) {
+        const int8_t *xt = x + (size_t)t * XE_TILE_BYTES;
+        const int8_t *yt = y + (size_t)t * XE_TILE_BYTES;
+        for (int r = 0; r < 16; r++) {
+            const __m512i br = _mm512_loadu_si512(yt + 64 * r);
 #pragma GCC unroll 16
-                    for (int m = 0; m < 16; m++) {
-                        int32_t a;
-                        memcpy(&a, xt + XE_KSTEP * m + 4 * r, 4);
-                        c[m] = _mm512_dpbusd_epi32(c[m], br, _mm512_set1_epi32(a));
-                    }
-                }
+            for (int m = 0; m < 16; m++) {
+                int32_t a;
+                memcpy(&a, xt + XE_KSTEP * m + 4 * r, 4);
+                c[m] = _mm512_dpbusd_epi32(c[m], br, _mm512_set1_epi32(a));
             }
-#pragma GCC unroll 16
-            for (int m = 0; m < 16; m++)
-                _mm512_storeu_si512(C + 16 * m, c[m]);
         }
     }
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++)
+        _mm512_storeu_si512(C + 16 * m, c[m]);
 }
 
-/* Register-resident loop (no memory traffic): 16 independent vpdpbusd zmm chains (zmm16-31,
- * in asm so the compiler can neither spill nor hoist them), enough to cover the instruction's
- * latency x throughput on current cores. Returns seconds. */
-#define XE_DP(r) "vpdpbusd %[b], %[a], %%zmm" #r "\n\t"
-XE_VNNI_TARGET double xe_vnni_peak_loop(long iters)
+XE_VNNI_TARGET void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1)
 {
-    const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
-    const double t0 = xe_now();
-    for (long i = 0; i < iters; i++)
-        __asm__ volatile(XE_DP(16) XE_DP(17) XE_DP(18) XE_DP(19) XE_DP(20) XE_DP(21) XE_DP(22)
-                         XE_DP(23) XE_DP(24) XE_DP(25) XE_DP(26) XE_DP(27) XE_DP(28) XE_DP(29)
-                         XE_DP(30) XE_DP(31)
-                         :
-                         : [a] "v"(a), [b] "v"(b)
-                         : "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
-                           "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29",
-                           "xmm30", "xmm31");
-    return xe_now() - t0;
+    xe_each_sub_block(p, w, nt, sp0, sp1, vnni_sub);
 }
-#undef XE_DP
 #endif
 
 #if !defined(XE_HAVE_AVX512_LAYOUT)

@@ -1,4 +1,4 @@
-/* Shared declarations of the native X-engine correlator (see xcorr.c for the design).
+/* The native X-engine correlator's data model and kernel interface (engine.c runs them).
  *
  * Data model. Per channel, the samples of a chunk of K-steps (64 spectra each) are laid out as
  * "Y tiles": for each block of 8 streams and each K-step, a 16 x 64 int8 tile whose rows 0..7
@@ -20,7 +20,12 @@
 #define XE_TILE_BYTES 1024   /* one 16 x 64 int8 tile, or one 16 x 16 int32 tile */
 #define XE_ACC_INTS 256      /* int32 per accumulator tile */
 
-/* The native paths; xcorr.c's ISA_NAMES names them (the one list: Python reads it from there).
+/* K-steps per chunk by default: 8 (512 spectra) keeps one super block's A and B tiles
+ * (2 x 2 x 8 KiB) in L1 while the accumulators and the chunk's tiles stay in L2 at S = 256. */
+#define XE_DEFAULT_KT 8
+
+/* The native paths; dispatch.c's xe_isa_names names them (the one list: Python reads it as
+ * _native.ISA_NAMES).
  * XE_AMX_EMU is the AMX kernel's source over software tiles (amx_emu.h): verification only. */
 enum xe_isa { XE_SCALAR = 0, XE_AVX2 = 1, XE_AVX512VNNI = 2, XE_AMX = 3, XE_AMX_EMU = 4,
               XE_NISA = 5 };
@@ -157,6 +162,24 @@ static inline int xe_sub_block(const xe_plan *p, int32_t *acc, int sp, int sub, 
     return *I <= *M;
 }
 
+/* The products of one sub-block: C[I, M] (16 x 16 int32) += Y_I Y_M^T over nt K-steps. */
+typedef void (*xe_sub_fn)(const xe_plan *p, const xe_work *w, int nt, int I, int M,
+                          int32_t *C);
+
+/* fn over every sub-block of super pairs [sp0, sp1) that the triangle needs (fn is inlined
+ * where it is a constant of the caller). */
+static inline void xe_each_sub_block(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1,
+                                     xe_sub_fn fn)
+{
+    for (int sp = sp0; sp < sp1; sp++)
+        for (int sub = 0; sub < 4; sub++) {
+            int I, M;
+            int32_t *C;
+            if (xe_sub_block(p, w->acc, sp, sub, &I, &M, &C))
+                fn(p, w, nt, I, M, C);
+        }
+}
+
 /* Byte offset, inside one block's Y tiles, of group d (8 spectra) of the chunk's real row. */
 static inline size_t xe_y_offset(long d)
 {
@@ -196,6 +219,12 @@ typedef void (*xe_copy_fn)(const int8_t *src, int8_t *re_row, long d0, long n);
  * of a diagonal super pair (J == L, a=1, b=0) may be left untouched. */
 typedef void (*xe_kernel_fn)(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 
+/* kern_scalar.c: the portable kernel and frame-group copies (ci8, ci4 re high, ci4 re low). */
+void xe_kernel_scalar(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+void xe_copy_groups_c(const int8_t *src, int8_t *re_row, long d0, long n);
+void xe_copy_ci4_hi_c(const int8_t *src, int8_t *re_row, long d0, long n);
+void xe_copy_ci4_lo_c(const int8_t *src, int8_t *re_row, long d0, long n);
+
 #if defined(XE_HAVE_AMX)
 void xe_kernel_amx(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 void xe_amx_tile_config(void);
@@ -203,7 +232,8 @@ void xe_amx_tile_release(void);
 double xe_amx_peak_loop(long iters);
 #endif
 #if defined(XE_HAVE_AMX_EMU)
-/* kern_amx.c compiled over amx_emu.h (kern_amx_emu.c): the same functions, _emu names. */
+/* kern_amx.c and peak_amx.c compiled over amx_emu.h (kern_amx_emu.c): the same functions,
+ * _emu names. */
 void xe_kernel_amx_emu(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 void xe_amx_tile_config_emu(void);
 void xe_amx_tile_release_emu(void);
@@ -227,11 +257,9 @@ void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 #endif
 #if defined(XE_HAVE_AVX512VNNI)
 void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
-double xe_vnni_peak_loop(long iters);
 #endif
 #if defined(XE_HAVE_AVX2)
 void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
-double xe_avx2_peak_loop(long iters);
 #endif
 
 #endif

@@ -100,6 +100,25 @@ def test_calls_are_independent_and_fill_out(isa):
     assert np.array_equal(strided, ref)
 
 
+@pytest.mark.parametrize("amx_why,level", [
+    ("CPU lacks AMX-TILE/AMX-INT8", logging.INFO),
+    ("AMX not permitted by kernel: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed: "
+     "Operation not permitted", logging.WARNING)], ids=["lacks", "refused"])
+def test_path_choice_is_logged_at_info_unless_refused(monkeypatch, caplog, amx_why, level):
+    """Falling back past a path the CPU lacks is the normal choice on most machines: logged
+    at INFO with the reason; a path the CPU has but the kernel refuses is a WARNING (someone
+    can act on it)."""
+    status = {isa: (False, amx_why) if isa == "amx" else (
+        isa != "avx512vnni", f"{isa} stand-in") for isa in nat.ISAS}
+    monkeypatch.setattr(nat, "isa_status", lambda: status)
+    with caplog.at_level(logging.DEBUG, logger="xengine_block.backends.native"):
+        backend = nat.NativeBackend(Geometry(nstream=8, nchan=9, npacket=1))
+    assert backend.isa == "avx2"
+    records = [r for r in caplog.records if r.name == "xengine_block.backends.native"]
+    assert [r.levelno for r in records] == [level]
+    assert f"fell back past amx ({amx_why})" in records[0].getMessage()
+
+
 def test_disabled_path_falls_back_and_logs_why(monkeypatch, caplog):
     """Disabling the best runnable SIMD path (AMX on Sapphire Rapids, VNNI on Zen 4/5, AVX2
     elsewhere) selects the next runnable one and says why; a forced disabled path is refused."""

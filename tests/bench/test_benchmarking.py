@@ -217,3 +217,58 @@ def test_write_results_stamps_the_date_and_refuses_a_result_without_its_machine(
     data = json.loads(path.read_text())
     assert data["benchmark"] == "bench_x" and data["msps"] == 1.0
     assert data["measured_utc"].endswith("Z") and path.parent.parent == tmp_path
+
+
+def test_bench_correlator_writes_its_results_file_unless_told_not_to(tmp_path, monkeypatch,
+                                                                     capsys):
+    """bench_correlator.py writes <root>/<cpu class>/bench_correlator.json (the printed JSON,
+    stamped) by default, and only prints with --no-write."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from xengine_block.bench.machine import machine_identity, results_path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_correlator.py"
+    spec = importlib.util.spec_from_file_location("bench_correlator", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    canned = {"msps": 1.5, "fraction_of_roofline": 0.5, "machine": machine_identity()}
+    monkeypatch.setattr(benchmarking, "run", lambda *args, **kw: dict(canned))
+    bench.main(["--no-scaling", "--results-root", str(tmp_path / "w")])
+    path = results_path("bench_correlator", canned["machine"], root=tmp_path / "w")
+    written = json.loads(path.read_text())
+    assert written["benchmark"] == "bench_correlator" and written["msps"] == 1.5
+    assert "measured_utc" in written
+    assert json.loads(capsys.readouterr().out)["fraction_of_roofline"] == 0.5
+    bench.main(["--no-write", "--results-root", str(tmp_path / "n")])
+    assert not (tmp_path / "n").exists()
+
+
+def test_compare_builds_alternates_builds_and_refuses_disagreeing_ones():
+    """compare_builds runs each build's full call, layout pass and products on the same frames
+    and reports CPU seconds, fractions and ratios to the first; a build whose result differs
+    is refused."""
+    from types import SimpleNamespace
+
+    from xengine_block.backends.native import isa_status
+    from xengine_block.bench.correlator import compare_builds, load_build
+    from xengine_block.native_extension import native
+
+    if not any(isa_status()[i][0] for i in ("amx", "avx512vnni", "avx2")):
+        pytest.skip("no SIMD path of the native backend runs here")
+    builds = {"this": native(), "again": load_build(native().__file__)}
+    rows = compare_builds(builds, nstreams=(16,), rounds=1)
+    assert [r["build"] for r in rows] == ["this", "again"]
+    assert rows[0]["full_ratio_to_this"] == 1.0
+    for r in rows:
+        assert r["full_cpu_seconds"] > 0 and 0 < r["layout_fraction"] < 1
+        assert r["compute_fraction_of_int8_peak_cpu_time"] > 0
+
+    def wrong(frames, out, *args):
+        out[...] = 1
+        return 1.0
+
+    with pytest.raises(ValueError, match="disagree at S = 16"):
+        compare_builds({"this": native(), "wrong": SimpleNamespace(correlate=wrong)},
+                       nstreams=(16,), rounds=1)

@@ -602,48 +602,72 @@ def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
             assert np.array_equal(ds[()], np.full(ds.shape, value, ds.dtype)), name
 
 
-# ------------------------------------------------------------------ the row pass, both builds
+# ------------------------------------------------------------------ the row pass
 def rows_by_numpy(tri, index, flip):
     """visdata rows [nbls, C, P, 2] from the triangle, by numpy fancy indexing (independent of
-    both passes under test)."""
-    v = np.moveaxis(tri[:, index], 0, 1).astype(np.int64)  # [C, nbls, P, 2] -> [nbls, C, P, 2]
+    the pass under test)."""
+    v = np.moveaxis(tri[:, index], 0, 1).astype(np.float64 if tri.dtype.kind == "f" else np.int64)
     v[..., 1] = np.where(flip[:, None, :], -v[..., 1], v[..., 1])
     return v
 
 
-@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
-def test_row_pass_c_and_numba_equal_numpy(wide):
-    """The C extension's row pass (where built) and numba's give the same rows as numpy, bit
-    for bit, for int32 and int64 triangles, values out to the int32 bound, every flip."""
+@pytest.mark.parametrize("tri_dtype,vis_spectra", [
+    (np.int32, 960), (np.int64, 960), (np.int64, 10**6), (np.float64, 10**6)],
+    ids=["int32-int32", "int64-int32", "int64-float64", "float64-float64"])
+def test_row_pass_equals_numpy(tri_dtype, vis_spectra):
+    """The C extension's row pass gives numpy's rows bit for bit: int32 rows from int32 and
+    int64 triangles with values out to the int32 bound (-2^31 negated wraps as int32 does),
+    float64 rows (integrations past the int32 bound) from int64 and float64 ones, every flip;
+    any number of polarisations; bad input refused by name."""
+    from xengine_block.native_extension import native
     from xengine_block.outputs import uvh5
 
     nant, nchan = 5, 3
-    rows = uvh5.DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(960))
+    rows = uvh5.DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(vis_spectra))
+    wide = rows._pairs.dtype == np.float64
+    assert wide == (vis_spectra > max_spectra_int32(8))
     nbl = 2 * nant * (2 * nant + 1) // 2
     rng = np.random.default_rng(5)
-    tri = rng.integers(-(2**31) + 1, 2**31, (nchan, nbl, 2)).astype(np.int64 if wide else np.int32)
+    top = 2**40 if wide else 2**31
+    tri = rng.integers(-top + 1, top, (nchan, nbl, 2)).astype(tri_dtype)
+    tri[0, rows.index[rows.flip.astype(bool)][0], 1] = -top + (0 if wide else 1)
     want = rows_by_numpy(tri, rows.index, rows.flip.astype(bool))
     assert rows.flip.any() and not rows.flip.all()
-    kernel = uvh5._rows_kernel()
-    kernel(tri, np.zeros((1, nbl)), rows.index, rows.flip, 1.0, rows._pairs, rows.flags,
-           rows.nsamples, False)
+    rows.fill(tri, np.zeros((1, nbl), np.int64), 960, counts=False)
     assert np.array_equal(rows._pairs, want)
-    native = uvh5._native_rows()
-    if native is None:
-        pytest.skip("the C extension is not built here: numba's pass checked alone")
-    rows._pairs[...] = 0
-    rows.fill(tri, np.zeros((1, nbl)), 960, counts=False)  # takes the C pass
-    assert np.array_equal(rows._pairs, want)
-    # any number of polarisations (the general loop), and bad input refused by name
-    out = np.zeros((rows.index.shape[0], nchan, 3, 2), np.int32)
-    native(tri, np.ascontiguousarray(rows.index[:, :3]), np.ascontiguousarray(rows.flip[:, :3]),
-           out)
+    out = np.zeros((rows.index.shape[0], nchan, 3, 2), rows._pairs.dtype)
+    index3, flip3 = np.ascontiguousarray(rows.index[:, :3]), np.ascontiguousarray(rows.flip[:, :3])
+    native().uvh5_rows(tri, index3, flip3, out)
     assert np.array_equal(out, want[:, :, :3])
     bad = rows.index.copy()
     bad[2, 1] = nbl
     with pytest.raises(ValueError, match=f"index.*outside the triangle's {nbl} baselines"):
-        native(tri, bad, rows.flip, rows._pairs)
-    with pytest.raises(ValueError, match="tri must be int32 or int64"):
-        native(tri.astype(np.float64), rows.index, rows.flip, rows._pairs)
-    with pytest.raises(ValueError, match="vis must be int32"):
-        native(tri, rows.index, rows.flip, out)
+        native().uvh5_rows(tri, bad, rows.flip, rows._pairs)
+    with pytest.raises(ValueError, match="tri must be int32, int64 or float64"):
+        native().uvh5_rows(tri.astype(np.float32), rows.index, rows.flip, rows._pairs)
+    with pytest.raises(ValueError, match="vis must be"):
+        native().uvh5_rows(tri, rows.index, rows.flip, out)
+
+
+@pytest.mark.parametrize("per_chan", [False, True], ids=["one-row", "per-channel"])
+def test_count_pass_equals_numpy(per_chan):
+    """flags and nsamples from the valid counts, as numpy computes them (float32 of the
+    float64 fraction), for one row of counts shared by every channel and for one per
+    channel; a count array of the wrong number of rows refused by name."""
+    from xengine_block.native_extension import native
+    from xengine_block.outputs import uvh5
+
+    nant, nchan, nspectra = 4, 3, 3840
+    rows = uvh5.DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(nspectra))
+    nbl = 2 * nant * (2 * nant + 1) // 2
+    valid = np.random.default_rng(2).integers(0, nspectra + 1, (nchan if per_chan else 1, nbl))
+    valid[:, ::5] = 0
+    rows.fill(np.zeros((nchan, nbl, 2), np.int32), valid, nspectra)
+    v = valid[:, rows.index] if per_chan else np.broadcast_to(valid[:, rows.index],
+                                                              (nchan, *rows.index.shape))
+    want_n = np.moveaxis(v, 0, 1)  # [nbls, C, P]
+    assert np.array_equal(rows.flags, want_n == 0) and rows.flags.any()
+    assert np.array_equal(rows.nsamples, (want_n / float(nspectra)).astype(np.float32))
+    with pytest.raises(ValueError, match="valid has 2 rows of counts for 3 channels"):
+        native().uvh5_counts(valid[:1].repeat(2, 0), rows.index, 1.0, rows.flags,
+                             rows.nsamples)

@@ -29,6 +29,7 @@ from types import ModuleType
 
 import numpy as np
 
+from .. import native_extension
 from ..geometry import Geometry
 from ..sample_layout import SampleLayout
 from .base import Backend, BackendUnavailable
@@ -45,16 +46,14 @@ EMULATED_ISAS = ("amx_emulated",)
 AUTO_ISAS = tuple(i for i in ISAS if i != "scalar" and i not in EMULATED_ISAS)
 #: Comma-separated ISA names to treat as unavailable.
 DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
+#: How the extension's reasons (src/native/dispatch.c) say that the CPU has a path but the OS
+#: or the kernel refuses it: the one kind of fallback worth a warning.
+REFUSED = ("not permitted by kernel", "not enabled by the OS", "OS does not enable")
 
 
 def _extension() -> ModuleType:
     """The compiled extension; ImportError says how to build it."""
-    try:
-        from .. import _native
-    except ImportError as exc:
-        raise ImportError(f"extension xengine_block._native is not built ({exc}); "
-                          f"run `pip install -e .` with a C compiler") from exc
-    return _native
+    return native_extension.native()
 
 
 def isa_status() -> dict[str, tuple[bool, str]]:
@@ -127,9 +126,12 @@ class NativeBackend(Backend):
         super().__init__(geometry)
         self._ext = _extension()
         self.isa, self.isa_reason = select_isa(isa)
-        level = logging.WARNING if isa == "auto" and "fell back" in self.isa_reason else (
-            logging.INFO)
-        log.log(level, "native correlator path %s", self.isa_reason)
+        # The choice is logged at INFO, fallbacks included (a CPU without AMX is no fault);
+        # WARNING only where the system refuses a path this CPU has (the user can act on it);
+        # a forced path that cannot run raised above.
+        refused = isa == "auto" and any(m in self.isa_reason for m in REFUSED)
+        log.log(logging.WARNING if refused else logging.INFO, "native correlator path %s",
+                self.isa_reason)
         self.nthreads = nthreads or os.cpu_count() or 1
         self.chunk_ksteps = chunk_ksteps
         #: CPU seconds the worker threads used in the last call (their sum): the cost of the

@@ -24,7 +24,11 @@ divides the useful op rate by it.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+from collections.abc import Mapping, Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -44,8 +48,8 @@ from .machine import (
 )
 from .peers import best_exact_peer, library_peers
 
-__all__ = ["machine_int8_tops", "machine_read_gbps", "machine_sgemm_gflops", "read_bandwidth",
-           "run", "run_ci4", "scaling"]
+__all__ = ["compare_builds", "load_build", "machine_int8_tops", "machine_read_gbps",
+           "machine_sgemm_gflops", "read_bandwidth", "run", "run_ci4", "scaling"]
 
 
 def tops(msps: float, nstream: int) -> tuple[float, float]:
@@ -230,6 +234,71 @@ def scaling(isa: str | None = None, nstreams: tuple[int, ...] = (64, 128, 256, 5
             rel_cost = base[0]["msps_cores_free"] / row["msps_cores_free"]
             row["cost_vs_s2"] = rel_cost / (row["S"] * (row["S"] + 1) / (256 * 257))
     return rows
+
+
+def load_build(path: str | os.PathLike) -> ModuleType:
+    """A build of the native extension (its compiled module file, e.g. one kept from before a
+    change) loaded beside the package's own: the same module name from another file."""
+    spec = importlib.util.spec_from_file_location("xengine_block._native", os.fspath(path))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a compiled extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare_builds(builds: Mapping[str, ModuleType], nstreams: Sequence[int] = (64, 256),
+                   nthreads: int = 1, nchan: int = 9, rounds: int = 10, isa: str | None = None,
+                   seed: int = 0) -> list[dict]:
+    """Native extension builds (label -> module, the first the reference) on the same frames,
+    call by call in turn in one process (in reverse order every other round: the one called
+    first after another mode was measured slower), so that the slow spells of a shared
+    machine fall on each alike: per S and build the best CPU seconds over ``rounds`` of the
+    full call, of the layout pass alone and of the products alone (the extension's modes), the
+    useful ops per CPU second of each over the int8 peak per CPU second, and the ratio of the
+    reference's CPU seconds to each build's (> 1: faster). The builds must agree bit for bit
+    (ValueError)."""
+    from ..backends.native import select_isa
+
+    isa = isa or select_isa("auto")[0]
+    peak_per_cpu = machine_int8_tops(isa, nthreads)[0] * 1e12 / nthreads
+    rows = []
+    for s in nstreams:
+        npacket = max(16, min(136, round(34 * (256 / s) ** 2)))
+        g = Geometry(nstream=s, nchan=nchan, npacket=npacket)
+        frames = np.random.default_rng(seed).integers(
+            -128, 128, size=(npacket, *g.frame_shape), dtype=np.int8)
+        outs = {label: np.zeros(g.output_shape, np.int32) for label in builds}
+        call = {label: functools.partial(ext.correlate, frames, outs[label], s, nchan, g.ncoarse,
+                                         isa, nthreads, 0) for label, ext in builds.items()}
+        for label in builds:
+            call[label]("full")
+        first = next(iter(outs.values()))
+        if not all(np.array_equal(first, o) for o in outs.values()):
+            raise ValueError(f"the builds {list(builds)} disagree at S = {s}")
+        best = {(label, mode): float("inf") for label in builds for mode in _MODES}
+        labels = list(builds)
+        for r in range(rounds):
+            for mode in _MODES:  # every other round in reverse: no build always goes first
+                for label in labels if r % 2 == 0 else labels[::-1]:
+                    best[label, mode] = min(best[label, mode], call[label](mode))
+        ops = triangle_int8_tops(npacket * g.nspectra_pkt * nchan / 1e6, s) * 1e12
+        ref = next(iter(builds))
+        for label in builds:
+            row = {"S": s, "P": npacket, "nthreads": nthreads, "isa": isa, "build": label}
+            for mode in _MODES:
+                row[f"{mode}_cpu_seconds"] = best[label, mode]
+                row[f"{mode}_ratio_to_{ref}"] = best[ref, mode] / best[label, mode]
+                if mode != "layout":
+                    row[f"{mode}_fraction_of_int8_peak_cpu_time"] = (
+                        ops / best[label, mode] / peak_per_cpu)
+            row["layout_fraction"] = best[label, "layout"] / best[label, "full"]
+            rows.append(row)
+    return rows
+
+
+#: The extension's modes compared by :func:`compare_builds`.
+_MODES = ("full", "layout", "compute")
 
 
 def _peers(frames: np.ndarray, oracle: np.ndarray, g: Geometry, nthreads: int, repeat: int,

@@ -94,6 +94,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .. import native_extension
 from ..geometry import max_spectra_int32
 from ..runtime.memory import host_buffer
 from ..triangle import baseline_index
@@ -186,8 +187,8 @@ def baseline_map(antenna_numbers: Sequence[int] | np.ndarray) -> BaselineMap:
 
 class DumpRows:
     """The ``Data`` rows of one dump (``visdata``, ``flags``, ``nsamples``, each ``[Nbls, C,
-    Npols]``) made from a packed triangle and its valid counts in one compiled pass without
-    the GIL, into buffers kept for the writer's life.
+    Npols]``) made from a packed triangle and its valid counts by compiled passes without the
+    GIL, into buffers kept for the writer's life.
 
     Why: the gather and the three arrays were the writer's whole cost per dump (numpy: a
     fancy-indexed count array, a comparison, a division and a cast, each a fresh array of megabytes
@@ -197,7 +198,7 @@ class DumpRows:
     def __init__(self, bmap: BaselineMap, nfreq: int, vis_dtype: np.dtype,
                  conjugate: bool = False) -> None:
         shape = (bmap.nbls, nfreq, bmap.index.shape[1])
-        self.index = np.ascontiguousarray(bmap.index)
+        self.index = np.ascontiguousarray(bmap.index, np.int64)
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
         # Ring memory (faulted in once per process, reused by the next file's writer once
         # this one is gone), not np.empty: the first dump of every file faulted its
@@ -216,51 +217,16 @@ class DumpRows:
         """``tri [C, nbaseline, 2]`` in the UVH5 convention (``visdata[b, c, p]`` is
         ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
         [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
-        fraction of ``nspectra`` (:func:`count_rows`). Integer rows without counts (the usual
-        dump) go through the C extension's pass where it is built, else numba's."""
+        fraction of ``nspectra``. Both passes are the C extension's (``uvh5_rows``,
+        ``uvh5_counts``: ``src/native/uvh5_rows.c``, the GIL released)."""
+        ext = native_extension.native()
         tri = np.ascontiguousarray(tri)
-        native = _native_rows()
-        if (native is not None and not counts and self._pairs.dtype == np.int32
-                and tri.dtype in (np.int32, np.int64)):
-            native(tri, self.index, self.flip, self._pairs)
-            return
-        _rows_kernel()(tri, valid, self.index, self.flip, float(nspectra), self._pairs,
-                       self.flags, self.nsamples, counts)
-
-
-@functools.lru_cache(maxsize=1)
-def _native_rows() -> Callable[..., None] | None:
-    """The C extension's row pass (``src/native/uvh5_rows.c``), None where it is not built."""
-    try:
-        from .. import _native
-    except ImportError:
-        return None
-    return getattr(_native, "uvh5_rows", None)
-
-
-@functools.lru_cache(maxsize=1)
-def _rows_kernel() -> Callable[..., None]:
-    """The compiled pass of :class:`DumpRows` (numba, compiled on first use, cached on
-    disk); ``valid`` of one row applies to every channel."""
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def kernel(tri, valid, index, flip, nspectra, vis, flags, nsamples,
-               counts):  # pragma: no cover
-        per_chan = valid.shape[0] > 1
-        for b in range(index.shape[0]):
-            for p in range(index.shape[1]):
-                k = index[b, p]
-                sign = -1 if flip[b, p] else 1
-                for c in range(tri.shape[0]):
-                    vis[b, c, p, 0] = tri[c, k, 0]
-                    vis[b, c, p, 1] = sign * tri[c, k, 1]
-                    if counts:
-                        n = valid[c if per_chan else 0, k]
-                        flags[b, c, p] = n == 0
-                        nsamples[b, c, p] = np.float32(n / nspectra)
-
-    return kernel
+        if tri.dtype not in (np.int32, np.int64, np.float64):
+            tri = tri.astype(np.float64 if tri.dtype.kind == "f" else np.int64)
+        ext.uvh5_rows(tri, self.index, self.flip, self._pairs)
+        if counts:
+            ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
+                            self.flags, self.nsamples)
 
 
 def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
