@@ -74,7 +74,7 @@ from xengine_block.capture.meerkat import (
     DEFAULT_SPECTRA_PER_HEAP,
     MeerkatFormat,
 )
-from xengine_block.capture.placement import CaptureLayout
+from xengine_block.capture.placement import CapturePlan
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.spead import (
     FREQUENCY,
@@ -221,7 +221,7 @@ def source_cost(wire: Any, make_source: Callable[[], Any], nheap: int, repeats: 
             "receiver_us_per_heap": round(mid["receiver_cpu_s"] / nheap * 1e6, 3),
             "consumer_us_per_heap": round(mid["consumer_cpu_s"] / nheap * 1e6, 3),
             "consumer_us_per_chunk": round(mid["consumer_cpu_s"] / nheap * 1e6
-                                           * CaptureLayout(wire, **CAPTURE_KW).chunk_heaps, 1),
+                                           * CapturePlan(wire, **CAPTURE_KW).chunk_heaps, 1),
             "median_wall_s": round(wall[len(wall) // 2], 4)}
 
 
@@ -249,7 +249,7 @@ def bare_spead2_cost(wire: Any, blob: bytes, nheap: int, repeats: int) -> dict:
     (``_bare_place``), a consumer handing each chunk straight back. Its CPU per heap is what
     any spead2-based capture costs on this machine; ours over it is what our time policy,
     counters and rings add."""
-    lay = CaptureLayout(wire, **CAPTURE_KW)
+    lay = CapturePlan(wire, **CAPTURE_KW)
     grid, k = lay.grid, lay.chunk_frames
     params = np.array([grid.timestamp_step, FIRST_FRAME, grid.ngroup, grid.nchan_heap,
                        lay.frame_heaps, k, lay.heap_bytes], np.int64)
@@ -406,7 +406,7 @@ def measure(w: Wire, args: argparse.Namespace) -> dict[str, Any]:
     med = buf["median_cpu_us_per_heap"]
     out: dict[str, Any] = {
         "heap_bytes": w.heap_bytes, "heaps_per_frame": w.heaps_per_frame,
-        "chunk_frames": CaptureLayout(w.capture, **CAPTURE_KW).chunk_frames,
+        "chunk_frames": CapturePlan(w.capture, **CAPTURE_KW).chunk_frames,
         "cpu_us_per_heap": med, "cpu_ns_per_sample": round(med * 1e3 / w.samples_per_heap, 4),
         "cpu_us_per_heap_goal": GOAL_US_PER_HEAP, "sources": sources,
         "copy_floor_us_per_heap": round(floor, 3),
@@ -456,7 +456,7 @@ def main() -> None:
                     help="UDP send rates to try, Gb/s, ascending (stops after two lossy ones)")
     ap.add_argument("--no-udp", dest="udp", action="store_false")
     ap.add_argument("--frames-per-chunk", type=int, default=0,
-                    help="frames per spead2 chunk (0: CaptureLayout's default)")
+                    help="frames per spead2 chunk (0: CapturePlan's default)")
     add_option(ap)
     args = ap.parse_args()
     CAPTURE_KW["frames_per_chunk"] = args.frames_per_chunk

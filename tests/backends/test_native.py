@@ -13,28 +13,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.native import correlate, runnable
 from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.backends import native as nat
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
 from xengine_block.reference import reference_triangle
-
-
-def runnable(isa: str) -> None:
-    ok, reason = nat.isa_status()[isa]
-    if not ok:
-        pytest.skip(f"native path {isa} cannot run here: {reason}")
-
-
-def correlate(isa: str, g: Geometry, frames: np.ndarray, **kwargs) -> np.ndarray:
-    runnable(isa)
-    backend = nat.NativeBackend(g, isa=isa, **kwargs)
-    try:
-        out = backend.correlate(frames)
-    finally:
-        backend.close()
-    assert out.dtype == np.int32 and out.shape == g.output_shape
-    return out
 
 
 @lru_cache(maxsize=8)

@@ -15,8 +15,8 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from tests.backends.test_native import correlate, runnable
 from tests.conftest import random_frames
+from tests.helpers.native import correlate, runnable
 from xengine_block.backends import BackendUnavailable
 from xengine_block.backends import native as nat
 from xengine_block.geometry import Geometry

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.backends.test_native import runnable
+from tests.helpers.native import runnable
 from xengine_block.backends import native as nat
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry

@@ -137,7 +137,7 @@ def test_an_amx_machine_gets_amx_rows(monkeypatch):
     """On Sapphire Rapids' CPUID and XCR0 (test_isa_detection's facts) the benchmark's rows are
     the AMX path's: ``auto`` scaling rows, per-ISA entries with their roofline. The kernels
     that run are this machine's best (the dispatch and the rows are under test, not AMX)."""
-    from tests.backends.test_isa_detection import compiled, decide
+    from tests.helpers.native import compiled, decide
 
     compiled("amx", "avx512vnni", "avx2")
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)

@@ -1,4 +1,4 @@
-"""Frames grouped K to a spead2 chunk (``CaptureLayout.chunk_frames``): a capture delivers the
+"""Frames grouped K to a spead2 chunk (``CapturePlan.chunk_frames``): a capture delivers the
 same frames, masks, sequences and counters whatever K is, through hostile traffic (drops,
 duplicates, reordering, late heaps), a forged first heap, a resynchronisation that leaves the
 old sequence inside a chunk, and data that end inside a chunk; on its own memory and through
@@ -12,7 +12,7 @@ import spead2
 
 from tests.helpers.capture import SKY, Collect, crafted
 from xengine_block.array import default_array
-from xengine_block.capture.placement import CaptureLayout
+from xengine_block.capture.placement import CapturePlan
 from xengine_block.capture.receive import CaptureBlock, capture_frames
 from xengine_block.capture.spead import InprocDatagramSink, frame_datagrams
 from xengine_block.capture.transports import InprocSource
@@ -85,12 +85,12 @@ def assert_same_as_one_frame_chunks(runs: dict) -> None:
 
 
 def test_default_groups_the_seeds_frames_four_to_a_chunk():
-    lay = CaptureLayout(G, chan0=CHAN0)
+    lay = CapturePlan(G, chan0=CHAN0)
     assert (lay.chunk_frames, lay.chunk_heaps) == (4, 4 * NHEAP)
     assert lay.spead_chunks == 4  # 12 frames in a row, wherever they start
-    assert CaptureLayout(G, frames_per_chunk=1).chunk_frames == 1
+    assert CapturePlan(G, frames_per_chunk=1).chunk_frames == 1
     with pytest.raises(ValueError, match="frames_per_chunk .3. must divide"):
-        CaptureLayout(G, frames_per_chunk=3)
+        CapturePlan(G, frames_per_chunk=3)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

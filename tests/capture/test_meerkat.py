@@ -18,11 +18,11 @@ import pytest
 import spead2
 import spead2.send
 
-from tests.capture.test_hostile import capture_udp, zero_counters
+from tests.helpers.udp_capture import capture_udp, zero_counters
 from xengine_block.array import ArrayDescription, default_array
 from xengine_block.backends import get_backend
 from xengine_block.capture.meerkat import FENG_RAW, FormatError, MeerkatFormat
-from xengine_block.capture.placement import CaptureLayout
+from xengine_block.capture.placement import CapturePlan
 from xengine_block.capture.receive import CapturedFrame, capture_headers
 from xengine_block.capture.spead import raw_packet
 from xengine_block.geometry import Geometry
@@ -137,8 +137,8 @@ def test_clean_heaps_are_exact_and_correlate_exactly():
     assert np.array_equal(vis, reference_triangle(x))
 
 
-def _layout() -> CaptureLayout:
-    return CaptureLayout(FMT, chan0=CHAN0)
+def _layout() -> CapturePlan:
+    return CapturePlan(FMT, chan0=CHAN0)
 
 
 def _array() -> ArrayDescription:

@@ -14,7 +14,7 @@ from tests.conftest import needs_proc_udp
 from tests.helpers.capture import CHAN0, SKY, Collect, G, crafted
 from tests.helpers.ci4 import random_ci4_natural
 from xengine_block.array import default_array
-from xengine_block.capture.placement import COUNTERS, CaptureLayout, _State
+from xengine_block.capture.placement import COUNTERS, CapturePlan, _State
 from xengine_block.capture.receive import Capture, CaptureBlock, capture_frames
 from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.capture.sockets import socket_drops
@@ -414,7 +414,7 @@ def test_deliveries_are_the_ring_slots_and_heaps_land_there():
         sender.send_frames(frames, 0)
     rings = [Ring(), Ring()]
     with rings[0].begin_writing() as wf, rings[1].begin_writing() as wm:
-        lay = CaptureLayout(G, chan0=CHAN0)
+        lay = CapturePlan(G, chan0=CHAN0)
         slots = RingSlots.for_rings(lay, [wf, wm], 2)
         cap = Capture(InprocSource(queue), lay, slots=slots)
         got = []

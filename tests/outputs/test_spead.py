@@ -19,7 +19,7 @@ from tests.conftest import random_frames
 from tests.helpers.runtimes import array_source
 from tests.helpers.spead import meerkat_formula, receive_heaps
 from xengine_block.array import default_array
-from xengine_block.capture.placement import CaptureLayout
+from xengine_block.capture.placement import CapturePlan
 from xengine_block.capture.receive import capture_headers
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
@@ -114,7 +114,7 @@ def test_pipeline_dumps_arrive_as_meerkat_heaps(rt):
     frames[mask == 0] = 0  # the capture zero-fills missing packets
     array = default_array(G.nstream // 2)
     t0 = 8 * 480 * NINTEG * G.npacket  # dump-aligned
-    hdrs = capture_headers(CaptureLayout(G), array, time_tag=t0, sync_time=1.7e9,
+    hdrs = capture_headers(CapturePlan(G), array, time_tag=t0, sync_time=1.7e9,
                            fs_hz=1e4, freq0_hz=1e8, chan_bw_hz=1e4, name="t")
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))

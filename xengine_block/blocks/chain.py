@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..capture.placement import CaptureLayout
+from ..capture.placement import CapturePlan
 from ..geometry import Geometry, max_spectra_int32
 from ..runtime.affinity import CoreSpec
 from ..runtime.pipeline import Block
@@ -129,14 +129,14 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     rt = runtime(runtime_name)
     xspectra = None
     layout = getattr(capture, "layout", None)  # a capture block's: spectra per frame, bits
-    if integration_spectra is not None and isinstance(layout, CaptureLayout):
+    if integration_spectra is not None and isinstance(layout, CapturePlan):
         bits = layout.geometry.sample_bits if layout.geometry is not None else 8
         xspectra, ninteg = split_integration(integration_spectra, layout.frame_spectra,
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
                         backend_options=backend_options, core=cores.get("xengine"),
-                        overlap_capture=isinstance(layout, CaptureLayout))
+                        overlap_capture=isinstance(layout, CapturePlan))
     length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
               else {"integration_spectra": integration_spectra})
     integ = rt.IntegrateBlock(x, **length, geometry=geometry, core=cores.get("integrate"))

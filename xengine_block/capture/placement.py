@@ -1,7 +1,7 @@
 """The capture's placement callback and time policy: which heap goes where in which frame.
 
 spead2 receives in its own C++ thread and places every heap's payload straight into its frame
-through a numba ``cfunc`` placement callback built from the :class:`CaptureLayout`: heap index
+through a numba ``cfunc`` placement callback built from the :class:`CapturePlan`: heap index
 in the frame = ``stream * nchan_group + group``, offset = index * payload_bytes, so a frame is
 exactly a ring frame ``[stream][chan][coarse][reim][fine]``. A spead2 *chunk* is
 ``chunk_frames`` consecutive frames (K, 4 for the published geometry: the consumer's work is per
@@ -196,7 +196,7 @@ class _State(IntEnum):
     WINNER = 29  # lane holding the first sequence's first AHEAD frames (-1: undecided)
     PRE_FRAMES = 30  # frames start .. start + PRE_FRAMES - 1 are at chunk PRE_CHUNK0 + ...
     PRE_CHUNK0 = 31  # ... (the current sequence's lane; 0 frames for later sequences)
-    KFRAMES = 32  # frames per spead2 chunk (parameter: CaptureLayout.chunk_frames)
+    KFRAMES = 32  # frames per spead2 chunk (parameter: CapturePlan.chunk_frames)
     FLOOR = 33  # heaps of earlier frames never vote (an explicit start; else 0: none)
     LANE_BASE = 34  # first frame of each lane (_MAX_LANES slots)
 
@@ -216,7 +216,7 @@ _NHISTORY = 16
 _MAX_LANES = 4
 #: int64 scalars before the state's arrays (the _State slots, then the lanes' first frames).
 _NSCALAR = int(_State.LANE_BASE) + _MAX_LANES
-#: A spead2 chunk of several frames stays within this (CaptureLayout.chunk_frames).
+#: A spead2 chunk of several frames stays within this (CapturePlan.chunk_frames).
 _CHUNK_BYTES = 16 << 20
 
 
@@ -308,8 +308,11 @@ class HeapGrid:
 
 
 @dataclass(frozen=True)
-class CaptureLayout:
-    """Sizes and rules of the capture, all derived from the wire format (katgpucbf-style).
+class CapturePlan:
+    """How the capture places heaps: the sizes of its frames and spead2 chunks and the rules of
+    its time policy, all derived from the wire format (katgpucbf's ``Layout`` plays this part;
+    "layout" in this package means only :class:`~xengine_block.sample_layout.SampleLayout`,
+    where samples lie).
 
     Parameters
     ----------

@@ -47,7 +47,7 @@ from .placement import (
     _REJECTIONS,
     _STAT_PREFIX,
     COUNTERS,
-    CaptureLayout,
+    CapturePlan,
     _State,
     chunk_frame,
     sequence_frames,
@@ -95,7 +95,7 @@ class _PoolSlots:
     """Slots of the capture's own memory (no ring: :class:`Capture` iterated directly); a
     committed slot's memory is used again."""
 
-    def __init__(self, layout: CaptureLayout) -> None:
+    def __init__(self, layout: CapturePlan) -> None:
         self.layout = layout
         self._free: deque[tuple[np.ndarray, np.ndarray]] = deque()
         self._reserved: deque[tuple[np.ndarray, np.ndarray]] = deque()
@@ -124,7 +124,7 @@ class RingSlots:
     itself; where a heap carries several streams (MeerKAT's two pols) the mask slot is written
     from it when the slot is committed (a few bytes a frame)."""
 
-    def __init__(self, layout: CaptureLayout, frames: Any, mask: Any) -> None:
+    def __init__(self, layout: CapturePlan, frames: Any, mask: Any) -> None:
         self.grid = layout.grid
         self.frames, self.mask = frames, mask
         self.expand = layout.mask_bytes != layout.frame_heaps
@@ -132,7 +132,7 @@ class RingSlots:
         self._masks: deque[tuple[np.ndarray, np.ndarray]] = deque()
 
     @classmethod
-    def for_rings(cls, layout: CaptureLayout, writers: list[Any], gulp_nframe: int,
+    def for_rings(cls, layout: CapturePlan, writers: list[Any], gulp_nframe: int,
                   slot_writer: Any = SlotWriter) -> RingSlots:
         """Slot writers (``slot_writer``: ours, or Bifrost's) on the two rings' writers."""
         n, k = slot_count(layout), layout.chunk_frames
@@ -176,7 +176,7 @@ class Capture:
     Parameters
     ----------
     source : :class:`UdpSource`, :class:`PcapSource` or :class:`InprocSource`.
-    layout : :class:`CaptureLayout` (or pass its wire format, a Geometry or a
+    layout : :class:`CapturePlan` (or pass its wire format, a Geometry or a
         :class:`.meerkat.MeerkatFormat`, plus layout keywords).
     start_timestamp : first timestamp to deliver (rounded up to the alignment; the sequence is
         confirmed at once); None: the time policy finds the start (module docstring).
@@ -191,15 +191,15 @@ class Capture:
         capture's own memory (iterate the capture).
     """
 
-    def __init__(self, source: Source, layout: CaptureLayout | Geometry | MeerkatFormat, *,
+    def __init__(self, source: Source, layout: CapturePlan | Geometry | MeerkatFormat, *,
                  start_timestamp: int | None = None, copy: bool = False,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  spare_chunks: int = 4, slots: CaptureSlots | None = None,
                  **layout_kw: Any) -> None:
-        if not isinstance(layout, CaptureLayout):
-            layout = CaptureLayout(layout, **layout_kw)
+        if not isinstance(layout, CapturePlan):
+            layout = CapturePlan(layout, **layout_kw)
         elif layout_kw:
-            raise TypeError(f"layout keywords {sorted(layout_kw)} given with a CaptureLayout")
+            raise TypeError(f"layout keywords {sorted(layout_kw)} given with a CapturePlan")
         self.layout, self.source = layout, source
         self.copy, self.idle_timeout = copy, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
@@ -432,12 +432,12 @@ class Capture:
                                     d.new_sequence and i == 0)
 
 
-def slot_pool(layout: CaptureLayout) -> CaptureSlots:
+def slot_pool(layout: CapturePlan) -> CaptureSlots:
     """Slots of a capture's own memory (for outputs that copy frames out of them)."""
     return _PoolSlots(layout)
 
 
-def slot_count(layout: CaptureLayout, spare: int = 4) -> int:
+def slot_count(layout: CapturePlan, spare: int = 4) -> int:
     """Slots a capture may hold reserved at once: spead2's window and ``spare`` free chunks,
     the start-up area (held until the start is decided) and the slot being delivered."""
     return (layout.spead_chunks + spare
@@ -448,14 +448,14 @@ def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) ->
     """Frames from ``source`` without a pipeline (tests, reprocessing pcap files).
 
     Returns a :class:`Capture` (iterate it; ``counters()`` afterwards). Keywords are those of
-    :class:`Capture` and :class:`CaptureLayout`; ``copy`` defaults to True here.
+    :class:`Capture` and :class:`CapturePlan`; ``copy`` defaults to True here.
     """
     kw.setdefault("copy", True)
     return Capture(source, wire, **kw)
 
 
 # ---------------------------------------------------------------------------- the block
-def capture_headers(layout: CaptureLayout, array: ArrayDescription, *, time_tag: int,
+def capture_headers(layout: CapturePlan, array: ArrayDescription, *, time_tag: int,
                     sync_time: float, fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                     name: str) -> list[dict[str, Any]]:
     """The two output headers (frames, mask) of a capture sequence (docs/design.md, "Ring headers";
@@ -542,7 +542,7 @@ class CaptureBlock(SourceBlock):
         :class:`.meerkat.MeerkatFormat` for MeerKAT F-engine heaps) and the array description.
     sync_time, fs_hz, freq0_hz, chan_bw_hz : header fields (docs/design.md, "Ring headers").
     chan0, window, align, max_ahead, quorum, resync_frames, frames_per_chunk : see
-        :class:`CaptureLayout`.
+        :class:`CapturePlan`.
     gulp_nframe : frames per reader gulp the rings are laid out for (default: P, one X-engine
         integration; MeerKAT: one heap time); frames are committed a chunk at a time.
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
@@ -561,7 +561,7 @@ class CaptureBlock(SourceBlock):
         default_gulp = wire.npacket if isinstance(wire, Geometry) else 1
         super().__init__(self.sources, gulp_nframe or default_gulp, **kwargs)
         self.orings = [self.create_ring(), self.create_ring()]
-        self.layout = CaptureLayout(wire, chan0=chan0, window=window, align=align,
+        self.layout = CapturePlan(wire, chan0=chan0, window=window, align=align,
                                     max_ahead=max_ahead, quorum=quorum,
                                     resync_frames=resync_frames,
                                     frames_per_chunk=frames_per_chunk)
