@@ -59,10 +59,6 @@ FORBIDDEN = {
 #: Files allowed a forbidden mention, and which: CI's script names where CI finds its vendored
 #: tarballs (its documented default).
 ALLOWED = {".ci/run": {"a sibling checkout", "notes outside the repository"}}
-#: Sections still to become results files, whose run logs are checked once they have:
-#: docs/native.md's measurements belong to the native backend's own rework (their figures move to
-#: benchmarks/results/ with bench_correlator.py's --write-results).
-PENDING_SECTIONS = {"docs/native.md": ("Measured", "What limits it")}
 
 SUFFIXES = {".py", ".md", ".c", ".h", ".cc", ".sh", ".cfg", ".toml", ".txt", ".in"}
 SKIP_DIRS = {".git", "build", "dist", "_build", "_generated", "__pycache__", ".pytest_cache",
@@ -193,33 +189,13 @@ def section_problems(t: Text) -> list[str]:
     return problems
 
 
-def pending_lines(t: Text) -> set[int]:
-    """Lines of ``t`` inside its :data:`PENDING_SECTIONS` (each up to the next heading of its
-    level or above)."""
-    titles = PENDING_SECTIONS.get(t.where, ())
-    lines, inside, level = set(), False, 0
-    for number, line in enumerate(t.text.splitlines(), 1):
-        if line.startswith("#"):
-            depth = len(line) - len(line.lstrip("#"))
-            if inside and depth <= level:
-                inside = False
-            if normalise(line.lstrip("#")) in {normalise(x) for x in titles}:
-                inside, level = True, depth
-        if inside:
-            lines.add(number)
-    return lines
-
-
 def forbidden_problems(t: Text) -> list[str]:
     problems = []
-    pending = pending_lines(t)
     for what, pattern in FORBIDDEN.items():
         if what in ALLOWED.get(t.where, ()):
             continue
         for m in pattern.finditer(t.text):
             line = t.text.count("\n", 0, m.start()) + 1
-            if what.startswith("a dated run log") and line in pending:
-                continue
             problems.append(f"{t.where}:{line}: {what}: {m.group(0)!r}")
     return problems
 
