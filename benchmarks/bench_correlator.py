@@ -1,12 +1,12 @@
 """Correlator throughput (by default S = 256, C = 9, P = 136) against the machine's roofline
 (int8 peak and streaming read bandwidth, measured in the same run) and its peers (onnxruntime
-MatMulInteger, torch._int_mm, numpy), with S and thread scaling; prints one JSON object and
-writes it to benchmarks/results/<cpu class>/bench_correlator.json (the results of this class
-of CPU, replaced when re-measured; ``--no-write`` only prints).
+MatMulInteger, torch._int_mm, numpy), with S and thread scaling; prints one JSON object
+(``--write-results``: also to benchmarks/results/<cpu class>/bench_correlator.json, the results
+of this class of CPU, replaced when re-measured).
 
     python benchmarks/bench_correlator.py [--backend auto] [--nstream 256] [--npacket 136]
     python benchmarks/bench_correlator.py --bits 4   # also ci4 input, next to ci8, same run
-        [--no-scaling] [--no-onnx] [--no-torch] [--no-write] [--results-root DIR]
+        [--no-scaling] [--no-onnx] [--no-torch] [--write-results [--results-root DIR]]
     python benchmarks/bench_correlator.py --compare-build before=/path/to/_native.so
         # also that build against this one, alternating call by call (key 'builds')
 
@@ -15,18 +15,13 @@ an absent one is reported as skipped, with the reason.
 """
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
-from pathlib import Path
+
+from results_file import add_option, emit
 
 from xengine_block.bench import correlator as benchmarking
-from xengine_block.bench.machine import write_results
 from xengine_block.console.argtypes import sample_bits
 from xengine_block.native_extension import native
-
-#: Where the results files live: benchmarks/results/<cpu class>/<benchmark>.json.
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -44,10 +39,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--compare-build", action="append", default=[], metavar="LABEL=PATH",
                    help="another build of xengine_block._native (its .so) to run against this "
                         "one in the same process, S = 64 and 256, 1 thread (repeatable)")
-    p.add_argument("--no-write", action="store_true",
-                   help="print the JSON only; do not write the results file")
-    p.add_argument("--results-root", type=Path, default=RESULTS,
-                   help=f"where <cpu class>/bench_correlator.json goes (default {RESULTS})")
+    add_option(p)
     a = p.parse_args(argv)
     builds = {"this": native()} if a.compare_build else {}
     for spec in a.compare_build:  # before the long run: a wrong path fails now
@@ -62,10 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["ci4"] = benchmarking.run_ci4(a.backend, result, a.repeat)
     if builds:
         result["builds"] = benchmarking.compare_builds(builds)
-    print(json.dumps(result, indent=2))
-    if not a.no_write:
-        path = write_results("bench_correlator", result, root=a.results_root)
-        print(f"results written to {path}", file=sys.stderr)
+    emit("bench_correlator", result, a, indent=2)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,12 @@ RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 
 
 def add_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--write-results`` to a benchmark's options."""
+    """Add ``--write-results`` (and ``--results-root``, where they go) to a benchmark's options."""
     parser.add_argument("--write-results", action="store_true",
                         help="also write the JSON to benchmarks/results/<cpu class>/"
                              "<benchmark>.json, replacing this CPU class's previous one")
+    parser.add_argument("--results-root", type=Path, default=RESULTS_ROOT,
+                        help=f"where <cpu class>/<benchmark>.json goes (default {RESULTS_ROOT})")
 
 
 def emit(benchmark: str, result: dict[str, Any], args: argparse.Namespace,
@@ -33,5 +35,5 @@ def emit(benchmark: str, result: dict[str, Any], args: argparse.Namespace,
     result.setdefault("load_average_1min_end", round(os.getloadavg()[0], 2))
     print(json.dumps(result, indent=indent))
     if args.write_results:
-        path = write_results(benchmark, result, RESULTS_ROOT)
+        path = write_results(benchmark, result, getattr(args, "results_root", RESULTS_ROOT))
         print(f"{benchmark}: results written to {path}", file=sys.stderr)

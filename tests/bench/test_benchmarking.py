@@ -219,29 +219,30 @@ def test_write_results_stamps_the_date_and_refuses_a_result_without_its_machine(
     assert data["measured_utc"].endswith("Z") and path.parent.parent == tmp_path
 
 
-def test_bench_correlator_writes_its_results_file_unless_told_not_to(tmp_path, monkeypatch,
-                                                                     capsys):
+def test_bench_correlator_writes_its_results_file_when_told(tmp_path, monkeypatch, capsys):
     """bench_correlator.py writes <root>/<cpu class>/bench_correlator.json (the printed JSON,
-    stamped) by default, and only prints with --no-write."""
+    stamped) with --write-results, as every benchmark does, and only prints without it."""
     import importlib.util
     import json
     from pathlib import Path
 
     from xengine_block.bench.machine import machine_identity, results_path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_correlator.py"
-    spec = importlib.util.spec_from_file_location("bench_correlator", script)
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))  # its results_file helper, as when run
+    spec = importlib.util.spec_from_file_location("bench_correlator",
+                                                  benchmarks / "bench_correlator.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     canned = {"msps": 1.5, "fraction_of_roofline": 0.5, "machine": machine_identity()}
     monkeypatch.setattr(benchmarking, "run", lambda *args, **kw: dict(canned))
-    bench.main(["--no-scaling", "--results-root", str(tmp_path / "w")])
+    bench.main(["--no-scaling", "--write-results", "--results-root", str(tmp_path / "w")])
     path = results_path("bench_correlator", canned["machine"], root=tmp_path / "w")
     written = json.loads(path.read_text())
     assert written["benchmark"] == "bench_correlator" and written["msps"] == 1.5
     assert "measured_utc" in written
     assert json.loads(capsys.readouterr().out)["fraction_of_roofline"] == 0.5
-    bench.main(["--no-write", "--results-root", str(tmp_path / "n")])
+    bench.main(["--results-root", str(tmp_path / "n")])
     assert not (tmp_path / "n").exists()
 
 
