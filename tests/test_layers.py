@@ -130,3 +130,14 @@ def test_the_command_line_is_the_top_layer_and_nothing_imports_it():
              for line, target in imports_of(path)
              if target == "xengine_block.cli" or target.startswith("xengine_block.cli.")]
     assert not users, f"library modules importing the CLI: {users}"
+
+
+def test_the_benchmark_machinery_stays_out_of_the_library():
+    """``bench/`` (the machine's limits, the library peers, the correlator benchmark) is imported
+    only by itself and the command line (``xengine bench``), so a pipeline never loads it."""
+    users = [f"{path.relative_to(PACKAGE.parent)}:{line}"
+             for path in PACKAGE.rglob("*.py")
+             if not {"cli", "bench"} & set(path.relative_to(PACKAGE).parts)
+             for line, target in imports_of(path)
+             if target == "xengine_block.bench" or target.startswith("xengine_block.bench.")]
+    assert not users, f"library modules importing bench/: {users}"
