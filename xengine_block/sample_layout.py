@@ -400,7 +400,9 @@ def spectrum_starts(layout: SampleLayout, t0: int, n: int) -> np.ndarray:
 
 
 _ENCODING_CODES = {"ci8": 0, "ci4": 1, "ci16": 2}
-#: What the gather kernel returns when every ci16 value was in the int8 range.
+#: Values each out encoding of :func:`gather` holds (two int8 parts, or ci4 nibbles).
+_OUT_RANGE = {"ci8": (-128, 127), "ci4": (-8, 7)}
+#: What the gather kernel returns when every value fitted the out encoding.
 _ALL_IN_RANGE = 1 << 20
 
 
@@ -409,13 +411,14 @@ def _gather_kernel() -> Callable[..., int]:
     """The compiled gather loop (numba, compiled on first use, cached on disk): for channels
     ``c < nchan``, streams ``s`` and spectra ``d``, the sample at ``src[rs[d] + soff[s] +
     c * scs]`` (imaginary part ``sim`` on; encoding 0 ci8, 1 ci4, 2 ci16) to ``dst[rd[d] +
-    doff[s] + c * dcs]`` (imaginary ``dim`` on). Returns the first ci16 value outside
-    -128..127, or ``_ALL_IN_RANGE``."""
+    doff[s] + c * dcs]`` (``dci4`` false: int8 parts, the imaginary ``dim`` on; true: one ci4
+    byte, the real part in the low nibble if ``dre_low``). ``check``: compare each value with
+    ``lo..hi`` (a narrowing); returns the first value outside, or ``_ALL_IN_RANGE``."""
     import numba
 
     @numba.njit(nogil=True, cache=True)
-    def kernel(src, rs, soff, scs, sim, enc, re_low, dst, rd, doff, dcs, dim,
-               nchan):  # pragma: no cover - compiled
+    def kernel(src, rs, soff, scs, sim, enc, re_low, dst, rd, doff, dcs, dim, dci4, dre_low,
+               check, lo, hi, nchan):  # pragma: no cover - compiled
         bad = _ALL_IN_RANGE
         for c in range(nchan):
             for s in range(soff.size):
@@ -437,13 +440,18 @@ def _gather_kernel() -> Callable[..., int]:
                         im = np.int32(src[a + sim]) | (np.int32(src[a + sim + 1]) << 8)
                         re -= 65536 * (re > 32767)
                         im -= 65536 * (im > 32767)
-                        if bad == _ALL_IN_RANGE:
-                            if re < -128 or re > 127:
-                                bad = re
-                            elif im < -128 or im > 127:
-                                bad = im
-                    dst[b] = re
-                    dst[b + dim] = im
+                    if check and bad == _ALL_IN_RANGE:
+                        if re < lo or re > hi:
+                            bad = re
+                        elif im < lo or im > hi:
+                            bad = im
+                    if dci4:
+                        high, low = (im, re) if dre_low else (re, im)
+                        byte = ((high & 15) << 4) | (low & 15)
+                        dst[b] = byte - 256 * (byte > 127)
+                    else:
+                        dst[b] = re
+                        dst[b + dim] = im
         return bad
 
     return kernel
@@ -458,8 +466,10 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     ``d``, streams ``streams`` (indices into ``layout``'s; default all) to out streams 0, 1, ...,
     channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (numba, the
     GIL released), no intermediate copy; ci4 unpacked and ci16 narrowed on the way (a value
-    outside -128..127 raises :class:`LayoutError` naming it). Out samples not written keep
-    their values.
+    outside -128..127 raises :class:`LayoutError` naming it). A ci4 ``out_layout`` (an NPU
+    device that takes ci4, ``out`` int8 bytes) gets packed bytes in its nibble order, from ci4
+    in either order or from ci8 / ci16 values within -8..7 (others raise). Out samples not
+    written keep their values.
     """
     src = np.asarray(data)
     if not src.flags.c_contiguous or not out.flags.c_contiguous:
@@ -470,9 +480,10 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
         nspec = layout.nframes(src) * layout.nspectra - t0
     sel = list(range(layout.nstream)) if streams is None else [int(x) for x in streams]
     c0, c1 = (0, layout.nchan) if channels is None else channels
-    if out_layout.encoding != "ci8" or len(sel) > out_layout.nstream or c1 - c0 > out_layout.nchan:
-        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a "
-                          f"two-part out layout of {out_layout.nstream} x {out_layout.nchan}")
+    if (out_layout.encoding not in _OUT_RANGE or len(sel) > out_layout.nstream
+            or c1 - c0 > out_layout.nchan):
+        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a ci8 "
+                          f"or ci4 out layout of {out_layout.nstream} x {out_layout.nchan}")
     if nspec <= 0 or not sel or c1 <= c0:
         return
     rs, rd = spectrum_starts(layout, t0, nspec), spectrum_starts(out_layout, 0, nspec)
@@ -484,14 +495,21 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     if top >= src.size:
         raise LayoutError(f"{src.size} bytes hold fewer than spectrum {t0 + nspec - 1} of "
                           f"this layout")
-    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + \
-            out_layout.im_offset >= dst.size:
+    dci4 = out_layout.encoding == "ci4"
+    dim = 0 if dci4 else out_layout.im_offset
+    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + dim >= dst.size:
         raise LayoutError(f"out holds {dst.size} elements, fewer than {nspec} spectra of its "
                           f"layout")
+    lo, hi = _OUT_RANGE[out_layout.encoding]
+    check = layout.encoding == "ci16" or (dci4 and layout.encoding != "ci4")
     bad = _gather_kernel()(src, rs, soff, layout.chan_stride, layout.im_offset,
                            _ENCODING_CODES[layout.encoding], layout.nibble_order == "re_low",
-                           dst, rd, doff, out_layout.chan_stride, out_layout.im_offset, c1 - c0)
+                           dst, rd, doff, out_layout.chan_stride, dim, dci4,
+                           out_layout.nibble_order == "re_low", check, lo, hi, c1 - c0)
     if bad != _ALL_IN_RANGE:
+        if dci4:
+            raise LayoutError(f"{layout.encoding} sample value {bad} is outside -8..7: a ci4 "
+                              f"device takes 4-bit values only")
         raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples are "
                           f"correlated exactly only in the int8 range")
 
