@@ -8,7 +8,8 @@ are this benchmark's figures:
 - ``copy``: regrouping ring frames into one stream block's input buffer
   (``hostio.npu_input``, S > 256 or several channel groups); rate in bytes written per second;
 - ``ci4_unpack``: ci4 frames unpacked into the int8 input layout (``layout.unpack_frames``);
-  rate in bytes of ci4 read per second;
+  rate in bytes of ci4 read per second. The backend no longer does this (ci4 goes packed to
+  the compute tiles); the model prices that change against it (``ci4_unpacked_on_host``);
 - ``place``: one NPU call's output placed into the packed triangle (``BlockPairJob.add``, on
   the launch thread); rate in bytes of NPU output per second.
 

@@ -258,7 +258,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         "NPU backend's host passes",
         "python benchmarks/bench_npu_host_passes.py --write-results",
         "The host work of the npu backend per core (frames regrouped into an input buffer, "
-        "ci4 unpacked to int8, outputs placed in the packed triangle) beside numpy's memcpy of "
+        "outputs placed in the packed triangle; and ci4 unpacked to int8, the host pass the "
+        "on-tile unpack replaced) beside numpy's memcpy of "
         "the same bytes in the same rounds: the host terms of the NPU performance model "
         "(docs/npu.md, \"Expected speed\"). What limits it: memory bandwidth for the copy; "
         "the per-nibble work for the unpack; the scattered writes of the placement.",

@@ -23,6 +23,17 @@ def test_seed_sizes():
     assert g.npu_in_bytes == 136 * 256 * 8640
 
 
+def test_ci4_npu_sizes():
+    """ci4 sample blocks are 64 bytes (one per complex sample): A and B buffers halve and the
+    int8 A and B the tile unpacks them into take their place."""
+    g = SEED.replace(sample_bits=4)
+    assert g.sample_block_bytes == 64 and SEED.sample_block_bytes == 128
+    assert g.tile_a_bytes == 7680 and g.tile_b_bytes == 3840 and g.tile_acc_bytes == 16384
+    assert g.tile_unpack_bytes == 15360 + 7680 and SEED.tile_unpack_bytes == 0
+    assert g.tile_data_bytes == 62464
+    assert g.npu_in_bytes * 2 == SEED.npu_in_bytes
+
+
 def test_larger_arrays_split_into_npu_blocks():
     g = SEED.replace(nstream=600)
     assert g.npu_nblock == 3

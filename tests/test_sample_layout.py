@@ -61,6 +61,35 @@ def test_ci4_nibbles_both_orders(order):
     assert not np.array_equal(swapped, x)  # the order matters (re <-> im)
 
 
+@pytest.mark.parametrize("out_order", ["re_high", "re_low"])
+@pytest.mark.parametrize("source", ["ci4-re_high", "ci4-re_low", "ci8"])
+def test_gather_packs_ci4_for_a_ci4_device(source, out_order):
+    """A ci4 out layout (an NPU that takes ci4) gets packed bytes in its own nibble order, from
+    ci4 in either order or from ci8 values within -8..7; a value outside is refused by name."""
+    from xengine_block.sample_layout import gather
+
+    nf, ns, nt = 2, 3, 480
+    x = samples(2 * ns, nf, nt, -8, 8)
+    axes = [("freq", nf), ("station", ns), ("pol", 2)]
+    if source == "ci8":
+        buf = np.ascontiguousarray(x.reshape(ns, 2, nf, nt, 2).transpose(3, 2, 0, 1, 4))
+        lay = SampleLayout.from_axes(axes)
+    else:
+        order = source[4:]
+        buf = np.ascontiguousarray(pack_ci4(x, order).reshape(ns, 2, nf, nt)
+                                   .transpose(3, 2, 0, 1))
+        lay = SampleLayout.from_axes(axes, encoding="ci4", nibble_order=order)
+    g = Geometry(nstream=2 * ns, nchan=nf, nchan_pkt=nf, npacket=1, sample_bits=4,
+                 nibble_order=out_order)
+    frames = np.zeros((1, *g.frame_shape), np.int8)
+    gather(buf, lay, frames, SampleLayout.packet(g))
+    np.testing.assert_array_equal(frames, natural_to_frames(x, g))
+    if source == "ci8":
+        buf[7, 1, 2, 0, 1] = 9
+        with pytest.raises(LayoutError, match="ci8 sample value 9 is outside -8..7"):
+            gather(buf, lay, frames, SampleLayout.packet(g))
+
+
 def test_guppi_style_frame_with_fine_time_and_antenna_subset():
     """[ant][chan][time][pol][reim] blocks of 40 spectra; antennas 2, 0 taken in that order."""
     na, nf, nt = 3, 2, 40

@@ -306,14 +306,21 @@ class Geometry:
         return self.nspectra_pkt // self.kernel_samples
 
     @property
+    def sample_block_bytes(self) -> int:
+        """Bytes of one 8 x 8 block of complex samples ([stream][sample]) as the NPU's DMAs move
+        it: 128 for ci8 (an 8 x 8 int8 block of real parts, then one of imaginary parts), 64 for
+        ci4 (one byte per complex sample; the compute tile unpacks it)."""
+        return 2 * BLOCK * BLOCK * self.sample_bits // 8
+
+    @property
     def tile_a_bytes(self) -> int:
-        """One A buffer in a compute tile: N x T x 2 x 8 x 8 int8."""
-        return self.tile_n * self.tile_t * 2 * BLOCK * BLOCK
+        """One A buffer in a compute tile as its DMA fills it: N x T sample blocks."""
+        return self.tile_n * self.tile_t * self.sample_block_bytes
 
     @property
     def tile_b_bytes(self) -> int:
-        """One B buffer in a compute tile: M x T x 2 x 8 x 8 int8."""
-        return self.tile_m * self.tile_t * 2 * BLOCK * BLOCK
+        """One B buffer in a compute tile as its DMA fills it: M x T sample blocks."""
+        return self.tile_m * self.tile_t * self.sample_block_bytes
 
     @property
     def tile_acc_bytes(self) -> int:
@@ -321,9 +328,17 @@ class Geometry:
         return self.tile_n * self.tile_m * 2 * BLOCK * BLOCK * 4
 
     @property
+    def tile_unpack_bytes(self) -> int:
+        """ci4: the int8 A and B of one kernel call, (N + M) x T x 2 x 8 x 8, which the kernel
+        unpacks its ci4 buffers into before its MAC loop; 0 for ci8."""
+        return (self.tile_n + self.tile_m) * self.tile_t * 2 * BLOCK * BLOCK if self.ci4 else 0
+
+    @property
     def tile_data_bytes(self) -> int:
-        """Data buffers of one compute tile: double-buffered A and B plus accumulators."""
-        return 2 * self.tile_a_bytes + 2 * self.tile_b_bytes + self.tile_acc_bytes
+        """Data buffers of one compute tile: double-buffered A and B, accumulators, and for ci4
+        the unpacked A and B."""
+        return (2 * self.tile_a_bytes + 2 * self.tile_b_bytes + self.tile_acc_bytes
+                + self.tile_unpack_bytes)
 
     @property
     def npu_in_bytes(self) -> int:

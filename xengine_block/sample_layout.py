@@ -410,8 +410,10 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (the C
     extension's ``gather``, ``src/native/host_passes.c``, the GIL released), no intermediate
     copy; ci4 unpacked and ci16 narrowed on the way (a value outside -128..127 raises
-    :class:`LayoutError` naming it). ``out``: int8, int16, int32, float32 or float64. Out
-    samples not written keep their values.
+    :class:`LayoutError` naming it). ``out``: int8, int16, int32, float32 or float64. A ci4
+    ``out_layout`` (an NPU build that takes ci4, ``out`` int8 bytes) gets packed bytes in its
+    nibble order, from ci4 in either order or from ci8 / ci16 values within -8..7 (others
+    raise). Out samples not written keep their values.
     """
     src = np.asarray(data)
     if not src.flags.c_contiguous or not out.flags.c_contiguous:
@@ -422,9 +424,10 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
         nspec = layout.nframes(src) * layout.nspectra - t0
     sel = list(range(layout.nstream)) if streams is None else [int(x) for x in streams]
     c0, c1 = (0, layout.nchan) if channels is None else channels
-    if out_layout.encoding != "ci8" or len(sel) > out_layout.nstream or c1 - c0 > out_layout.nchan:
-        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a "
-                          f"two-part out layout of {out_layout.nstream} x {out_layout.nchan}")
+    if (out_layout.encoding not in ("ci8", "ci4") or len(sel) > out_layout.nstream
+            or c1 - c0 > out_layout.nchan):
+        raise LayoutError(f"gather writes {len(sel)} streams x {c1 - c0} channels into a ci8 "
+                          f"or ci4 out layout of {out_layout.nstream} x {out_layout.nchan}")
     if nspec <= 0 or not sel or c1 <= c0:
         return
     rs, rd = spectrum_starts(layout, t0, nspec), spectrum_starts(out_layout, 0, nspec)
@@ -436,15 +439,19 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     if top >= src.size:
         raise LayoutError(f"{src.size} bytes hold fewer than spectrum {t0 + nspec - 1} of "
                           f"this layout")
-    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + \
-            out_layout.im_offset >= dst.size:
+    dci4 = out_layout.encoding == "ci4"
+    dim = 0 if dci4 else out_layout.im_offset
+    if int(rd[-1] + doff.max()) + (c1 - c0 - 1) * out_layout.chan_stride + dim >= dst.size:
         raise LayoutError(f"out holds {dst.size} elements, fewer than {nspec} spectra of its "
                           f"layout")
     bad = native_extension.native().gather(
         src, rs, soff, layout.chan_stride, layout.im_offset, layout.encoding,
-        layout.nibble_order, dst, rd, doff, out_layout.chan_stride, out_layout.im_offset,
-        c1 - c0)
+        layout.nibble_order, dst, rd, doff, out_layout.chan_stride, dim, c1 - c0,
+        out_layout.nibble_order if dci4 else None)
     if bad is not None:
+        if dci4:
+            raise LayoutError(f"{layout.encoding} sample value {bad} is outside -8..7: a ci4 "
+                              f"device takes 4-bit values only")
         raise LayoutError(f"ci16 sample value {bad} is outside -128..127: 16-bit samples are "
                           f"correlated exactly only in the int8 range")
 

@@ -2,7 +2,8 @@
  * implementation each, releasing the GIL in module.c):
  *  - the SampleLayout gather (xengine_block/sample_layout.py, gather()): any input layout into
  *    any two-part output layout, e.g. the cpu backend's float32 scratch or the NPU's int8
- *    device buffers; ci4 unpacked and ci16 narrowed to int8 on the way;
+ *    device buffers; ci4 unpacked and ci16 narrowed to int8 on the way; or into packed ci4
+ *    bytes (an NPU build that takes ci4), values checked to fit -8..7;
  *  - the ci4 frame unpacking (xengine_block/frames.py, unpack_frames()).
  */
 #include "native.h"
@@ -59,6 +60,41 @@ GATHER_FN(gather_i32, int32_t)
 GATHER_FN(gather_f32, float)
 GATHER_FN(gather_f64, double)
 
+/* The same loops into one ci4 byte per sample, the real part in the low nibble if out_re_low:
+ * ci4 in either order is repacked; ci8 and ci16 values must fit -8..7, the first that does
+ * not noted in *bad (every sample is still written, its nibbles truncated). */
+static int gather_ci4(const uint8_t *src, const int64_t *rs, long nspec, const int64_t *soff,
+                      int nstream, int64_t scs, int64_t sim, int enc, int re_low, int8_t *dst,
+                      const int64_t *rd, const int64_t *doff, int64_t dcs, int nchan,
+                      int out_re_low, int *bad)
+{
+    int nbad = 0;
+    for (int c = 0; c < nchan; c++)
+        for (int s = 0; s < nstream; s++) {
+            const uint8_t *in = src + soff[s] + c * scs;
+            int8_t *o = dst + doff[s] + c * dcs;
+            for (long d = 0; d < nspec; d++) {
+                const uint8_t *q = in + rs[d];
+                int re, im;
+                if (enc == XE_CI4) {
+                    const int hi = xe_nib_hi(q[0]), lo = xe_nib_lo(q[0]);
+                    re = re_low ? lo : hi;
+                    im = re_low ? hi : lo;
+                } else {
+                    re = enc == XE_CI8 ? (int8_t)q[0] : le16(q);
+                    im = enc == XE_CI8 ? (int8_t)q[sim] : le16(q + sim);
+                    if ((re < -8 || re > 7 || im < -8 || im > 7) && !nbad) {
+                        nbad = 1;
+                        *bad = (re < -8 || re > 7) ? re : im;
+                    }
+                }
+                const int high = out_re_low ? im : re, low = out_re_low ? re : im;
+                o[rd[d]] = (int8_t)(((high & 15) << 4) | (low & 15));
+            }
+        }
+    return nbad;
+}
+
 int xe_gather(const uint8_t *src, const int64_t *rs, long nspec, const int64_t *soff,
               int nstream, int64_t scs, int64_t sim, int enc, int re_low, void *dst,
               int out_type, const int64_t *rd, const int64_t *doff, int64_t dcs, int64_t dim,
@@ -67,6 +103,10 @@ int xe_gather(const uint8_t *src, const int64_t *rs, long nspec, const int64_t *
 #define GATHER_CALL(FN) FN(src, rs, nspec, soff, nstream, scs, sim, enc, re_low, dst, rd, doff, \
                            dcs, dim, nchan, bad)
     switch (out_type) {
+    case XE_OUT_CI4_RE_HIGH:
+    case XE_OUT_CI4_RE_LOW:
+        return gather_ci4(src, rs, nspec, soff, nstream, scs, sim, enc, re_low, dst, rd, doff,
+                          dcs, nchan, out_type == XE_OUT_CI4_RE_LOW, bad);
     case XE_OUT_I8: return GATHER_CALL(gather_i8);
     case XE_OUT_I16: return GATHER_CALL(gather_i16);
     case XE_OUT_I32: return GATHER_CALL(gather_i32);

@@ -417,13 +417,16 @@ static PyObject *py_amx_emu_tdpbssd(PyObject *self, PyObject *args, PyObject *kw
 /* ------------------------------------------------------------------ host passes */
 
 PyDoc_STRVAR(gather_doc,
-"gather(src, rs, soff, scs, sim, encoding, nibble_order, dst, rd, doff, dcs, dim, nchan)\n"
-"  -> None or the first ci16 value outside -128..127\n\n"
+"gather(src, rs, soff, scs, sim, encoding, nibble_order, dst, rd, doff, dcs, dim, nchan,\n"
+"       out_nibble_order=None)\n"
+"  -> None or the first value that does not fit the output\n\n"
 "The SampleLayout gather: for channels c < nchan, streams s < len(soff) and spectra\n"
 "d < len(rs), the sample at byte rs[d] + soff[s] + c*scs of src (imaginary part sim bytes\n"
 "on; 'ci8', 'ci4' in nibble_order, or 'ci16' little endian narrowed to int8) to element\n"
 "rd[d] + doff[s] + c*dcs of dst (imaginary part dim elements on; int8, int16, int32,\n"
-"float32 or float64). rs, soff, rd, doff: int64 arrays (len(rd) == len(rs),\n"
+"float32 or float64; with out_nibble_order ('re_high' or 're_low'), one packed ci4 byte\n"
+"per sample of an int8 dst, dim unused, ci8/ci16 values checked to fit -8..7).\n"
+"rs, soff, rd, doff: int64 arrays (len(rd) == len(rs),\n"
 "len(doff) == len(soff)). The caller bounds every index (sample_layout.gather does).\n"
 "Releases the GIL.");
 
@@ -431,13 +434,19 @@ static PyObject *py_gather(PyObject *self, PyObject *args)
 {
     Py_buffer b[6] = {{0}};  /* src, rs, soff, dst, rd, doff */
     choice enc = {"encoding", ENCODINGS, 0}, nib = {"nibble_order", NIBBLE_ORDERS, 0};
+    choice out_nib = {"out_nibble_order", NIBBLE_ORDERS, -1};
+    PyObject *out_nib_arg = Py_None;
     long long scs, sim, dcs, dim;
     int nchan;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&O&LLO&O&O&O&O&LLi", buf_in, &b[0], buf_in, &b[1], buf_in,
-                          &b[2], &scs, &sim, choose, &enc, choose, &nib, buf_out, &b[3], buf_in,
-                          &b[4], buf_in, &b[5], &dcs, &dim, &nchan))
+    if (!PyArg_ParseTuple(args, "O&O&O&LLO&O&O&O&O&LLi|O", buf_in, &b[0], buf_in, &b[1],
+                          buf_in, &b[2], &scs, &sim, choose, &enc, choose, &nib, buf_out, &b[3],
+                          buf_in, &b[4], buf_in, &b[5], &dcs, &dim, &nchan, &out_nib_arg))
         return NULL;
+    if (out_nib_arg != Py_None && !choose(out_nib_arg, &out_nib)) {
+        release(b, 6);
+        return NULL;
+    }
     const Py_ssize_t nspec = b[1].len / 8, nstream = b[2].len / 8;
     const buffer_spec specs[] = {
         {"rs", 'i', 8, 1, {-1}}, {"soff", 'i', 8, 1, {-1}},
@@ -458,7 +467,11 @@ static PyObject *py_gather(PyObject *self, PyObject *args)
     else if (out_type < 0)
         PyErr_Format(PyExc_ValueError, "dst must be int8, int16, int32, float32 or float64 "
                      "(got format %s)", b[3].format ? b[3].format : "B");
+    else if (out_nib.value >= 0 && out_type != XE_OUT_I8)
+        PyErr_SetString(PyExc_ValueError, "packed ci4 out (out_nibble_order) needs an int8 dst");
     else {
+        if (out_nib.value >= 0)
+            out_type = XE_OUT_CI4_RE_HIGH + out_nib.value;
         int bad = 0, nbad;
         Py_BEGIN_ALLOW_THREADS
         nbad = xe_gather(b[0].buf, b[1].buf, (long)nspec, b[2].buf, (int)nstream, scs, sim,

@@ -88,9 +88,12 @@ int xe_int8_peak(int isa, int nthreads, long iters, double *ops_wall, const char
  * channels c < nchan, streams s < nstream and spectra d < nspec, the sample at src[rs[d] +
  * soff[s] + c * scs] (imaginary part sim bytes on; enc ci8, ci4 (re_low) or ci16 little
  * endian) to element rd[d] + doff[s] + c * dcs of dst (imaginary part dim elements on), dst
- * of type out_type. Returns 0, or with a ci16 value outside -128..127 1 and *bad = the first
- * such value (every sample is still written, narrowed). */
-enum xe_out_type { XE_OUT_I8 = 0, XE_OUT_I16, XE_OUT_I32, XE_OUT_F32, XE_OUT_F64, XE_NOUT };
+ * of type out_type; or, out_type XE_OUT_CI4_*, one packed ci4 byte per sample of an int8 dst
+ * (dim unused). Returns 0, or 1 and *bad = the first value that does not fit the output
+ * (a ci16 value outside -128..127; for ci4 out, a ci8/ci16 value outside -8..7); every
+ * sample is still written (narrowed). */
+enum xe_out_type { XE_OUT_I8 = 0, XE_OUT_I16, XE_OUT_I32, XE_OUT_F32, XE_OUT_F64, XE_NOUT,
+                   XE_OUT_CI4_RE_HIGH = XE_NOUT, XE_OUT_CI4_RE_LOW };
 int xe_gather(const uint8_t *src, const int64_t *rs, long nspec, const int64_t *soff,
               int nstream, int64_t scs, int64_t sim, int enc, int re_low, void *dst,
               int out_type, const int64_t *rd, const int64_t *doff, int64_t dcs, int64_t dim,

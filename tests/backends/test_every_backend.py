@@ -1,7 +1,8 @@
 """Every backend (cpu, native, emulator, the NPU on its simulated device) on either sample width,
 ci8 or ci4 in either nibble order, exact against the int64 reference; ci4's own limits: more
-packets than an int8 device holds, all -8 at the largest P the int32 bound allows, the NPU
-unpacking straight into its buffer object.
+packets per device call than ci8's int32 bound allows, calls longer than the build's P, all -8
+at the largest P the int32 bound allows, the NPU taking ci4 frames in its buffer objects as
+they are (packed: half the bytes of ci8 synced).
 
 Expectations come from outside the code under test: random natural samples correlated by the
 reference, and the all -8 correlation known in closed form.
@@ -12,9 +13,6 @@ import pytest
 
 from tests.helpers.ci4 import ORDERS, random_ci4_natural
 from xengine_block.backends import availability, make_backend
-from xengine_block.backends.base import HostUnpack, device_geometry
-from xengine_block.backends.cpu import CpuBackend
-from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.frames import natural_to_frames
 from xengine_block.geometry import small_test_geometry
 from xengine_block.reference import reference_frames, reference_triangle
@@ -29,9 +27,10 @@ def npu_sim(tmp_path):
     xrt = SimulatedXrt()
 
     def make(g):
-        write_simulated_build(tmp_path, device_geometry(g))
+        write_simulated_build(tmp_path, g)
         return make_backend("npu", g, xrt=xrt, build_dir=tmp_path)
 
+    make.xrt = xrt
     return make
 
 
@@ -65,9 +64,15 @@ def test_every_backend_exact_on_random_input(name, sample, npu_sim):
         b.close()
 
 
+def device_calls(b) -> int | None:
+    """NPU calls a device backend made so far (None for the CPU backends)."""
+    return getattr(b, "ncalls", None) if b.name in ("emulator", "npu") else None
+
+
 @pytest.mark.parametrize("name", BACKENDS)
-def test_every_backend_exact_on_ci4_with_more_packets_than_the_int8_device(name, npu_sim):
-    """All -8 at P = 137: an int8-only device (P <= 136) runs two calls summed on the host."""
+def test_every_backend_exact_on_ci4_with_more_packets_than_ci8_allows(name, npu_sim):
+    """All -8 at P = 137 (ci8's int32 bound is 136): on the NPU one call of the ci4 build, its
+    int32 accumulators holding 137 * 480 * 128."""
     g = small_test_geometry(sample_bits=4, nstream=2, nchan=2, npacket=137)
     frames = np.full((137, *g.frame_shape), np.uint8(0x88)).view(np.int8)
     b = backend_for(name, g, npu_sim)
@@ -76,39 +81,59 @@ def test_every_backend_exact_on_ci4_with_more_packets_than_the_int8_device(name,
     finally:
         b.close()
     assert np.all(out[..., 0] == 137 * 480 * 128) and np.all(out[..., 1] == 0)
-    if name in ("emulator", "npu-sim"):
-        assert isinstance(b, HostUnpack) and b.device.geometry.npacket == 136
+    assert device_calls(b) in (None, 1)
 
 
-def test_npu_unpacks_straight_into_its_buffer_object(npu_sim):
-    g = small_test_geometry(sample_bits=4, npacket=2)
-    x = random_ci4_natural(g, 2, seed=3)
-    b = npu_sim(g)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("name", ["emulator", "npu-sim"])
+def test_ci4_calls_longer_than_the_build_are_summed(name, order, npu_sim):
+    """5 frames on a build for P = 3: two device calls (3 + 2 packets), summed exactly."""
+    g = small_test_geometry(sample_bits=4, nibble_order=order, nstream=40, npacket=3)
+    x = random_ci4_natural(g, 5, seed=13)
+    b = backend_for(name, g, npu_sim)
     try:
-        assert np.array_equal(b.correlate(natural_to_frames(x, g)), reference_triangle(x))
-        assert b.device.stats["in_place_calls"] == 1 and b.device.stats["copied_calls"] == 0
+        out = b.correlate(natural_to_frames(x, g))
     finally:
         b.close()
+    assert np.array_equal(out, reference_triangle(x))
+    assert device_calls(b) == 2 * len(g.npu_block_pairs)
 
 
-def test_int8_only_backends_refuse_ci4_when_built_directly():
-    with pytest.raises(ValueError, match="make_backend"):
-        EmulatorBackend(small_test_geometry(sample_bits=4))
+@pytest.mark.parametrize("order", ORDERS)
+def test_npu_takes_ci4_frames_in_its_buffer_objects_as_they_are(order, npu_sim):
+    """S = npu_block, one channel group: frames written into input_buffer() run in place, and
+    frames in allocate_host memory run zero copy; the device syncs the packed bytes (half of
+    ci8's) and unpacks them on its tiles."""
+    g = small_test_geometry(sample_bits=4, nibble_order=order, npacket=2)
+    x = random_ci4_natural(g, 2, seed=3)
+    frames = natural_to_frames(x, g)
+    b = npu_sim(g)
+    synced = npu_sim.xrt.counters["sync_to_device_bytes"]  # the instruction stream
+    try:
+        view = b.input_buffer()
+        view[...] = frames
+        assert np.array_equal(b.correlate(view), reference_triangle(x))
+        ring = b.allocate_host(frames.nbytes).view(np.int8).reshape(frames.shape)
+        ring[...] = frames
+        assert np.array_equal(b.correlate(ring), reference_triangle(x))
+        assert b.stats["in_place_calls"] == 1 and b.stats["zero_copy_calls"] == 1
+        assert b.stats["copied_calls"] == 0
+        assert npu_sim.xrt.counters["sync_to_device_bytes"] - synced == 2 * frames.nbytes
+        assert frames.nbytes * 2 == g.replace(sample_bits=8).npu_in_bytes
+    finally:
+        b.close()
 
 
 LARGEST = dict(nstream=2, nchan=1, nchan_pkt=1, npacket=34952, sample_bits=4)
 
 
-@pytest.mark.parametrize("name", ["cpu", "native", "host-unpack"])
+@pytest.mark.parametrize("name", ["cpu", "native"])
 def test_all_minus_8_at_the_largest_p_the_bound_allows(name):
     """re = 34952 * 480 * 128 = 2,147,450,880: 32,767 below int32's limit, exactly."""
     g = small_test_geometry(**LARGEST)
     assert g.npacket == g.max_npacket
     frames = np.full((g.npacket, *g.frame_shape), np.uint8(0x88)).view(np.int8)
-    if name == "host-unpack":  # the emulator/NPU wrapper's chunk sums, with an int8 device
-        b = HostUnpack(CpuBackend, g)
-    else:
-        b = backend_for(name, g, None)
+    b = backend_for(name, g, None)
     try:
         out = b.correlate(frames)
     finally:

@@ -30,13 +30,14 @@ class FramesSource(SourceBlock):
         return iter(range(0, len(self.frames), self.gulp_nframe))
 
     def on_sequence(self, reader, name):
-        g = self.header["geometry"]
+        g = Geometry.from_dict(self.header["geometry"])  # ci8 or ci4 frames
+        ndim = 1 + len(g.frame_shape)
         data = dict(self.header, name="test", time_tag=self.time_tag, _tensor={
-            "dtype": "i8", "shape": [-1, g["nstream"], g["nchan"], 60, 2, 8],
-            "labels": ["time", "stream", "freq", "coarse", "reim", "fine"],
-            "scales": [None] * 6, "units": [None] * 6})
+            "dtype": g.frame_dtype, "shape": [-1, *g.frame_shape],
+            "labels": ["time", *g.frame_labels], "scales": [None] * ndim,
+            "units": [None] * ndim})
         mask = dict(self.header, name="test.mask", time_tag=self.time_tag, _tensor={
-            "dtype": "u8", "shape": [-1, g["nstream"]], "labels": ["time", "stream"],
+            "dtype": "u8", "shape": [-1, g.nstream], "labels": ["time", "stream"],
             "scales": [None, None], "units": [None, None]})
         return [data, mask]
 

@@ -22,7 +22,10 @@ from xengine_block.npu.plan import KERNEL_FUNC, KERNEL_OBJECT, ZERO_FUNC, Dim
 
 BUILD_MODULE = [sys.executable, "-m", "xengine_block.npu.build"]
 PACKAGE = Path(xengine_block.__file__).resolve().parent
-PLANS = {"small": build_plan(small_test_geometry()), "seed": build_plan(SEED)}
+PLANS = {"small": build_plan(small_test_geometry()), "seed": build_plan(SEED),
+         "small-ci4-re_low": build_plan(small_test_geometry(sample_bits=4,
+                                                             nibble_order="re_low")),
+         "seed-ci4": build_plan(SEED.replace(sample_bits=4))}
 
 
 # ---------------------------------------------------------------------- independent decoding
@@ -82,13 +85,13 @@ def decoded_chains(calls):
     return chains
 
 
-@pytest.mark.parametrize("name", ["small", "seed"])
+@pytest.mark.parametrize("name", PLANS)
 def test_dma_bds_equal_the_plan(name):
     plan = PLANS[name]
     assert decoded_chains(design_calls(plan)) == plan_chains(plan)
 
 
-@pytest.mark.parametrize("name", ["small", "seed"])
+@pytest.mark.parametrize("name", PLANS)
 def test_tiles_buffers_locks_flows_and_cores_equal_the_plan(name):
     plan = PLANS[name]
     calls = [c for c, _ in walk(design_calls(plan))]
@@ -108,23 +111,34 @@ def test_tiles_buffers_locks_flows_and_cores_equal_the_plan(name):
     assert len(flows) == len(by_op["flow"])
     funcs = {c.args[0]: c.kwargs for c in by_op["external_func"]}
     g = plan.geometry
-    assert funcs[KERNEL_FUNC] == dict(inputs=[("int8", (g.tile_a_bytes,)),
-                                              ("int8", (g.tile_b_bytes,)),
-                                              ("int32", (g.tile_acc_bytes // 4,))],
-                                      link_with=KERNEL_OBJECT)
-    assert funcs[ZERO_FUNC]["inputs"] == [("int32", (g.tile_acc_bytes // 4,))]
+    # per call: A and B as the DMAs bring them (ci4: one byte per complex sample, N T 64 and
+    # M T 64), the accumulators, and for ci4 the int8 A and B it unpacks them into
+    sample_block = 64 if g.ci4 else 128
+    inputs = [("int8", (g.tile_n * g.tile_t * sample_block,)),
+              ("int8", (g.tile_m * g.tile_t * sample_block,)),
+              ("int32", (g.tile_n * g.tile_m * 128,))]
+    if g.ci4:
+        inputs += [("int8", (g.tile_n * g.tile_t * 128,)), ("int8", (g.tile_m * g.tile_t * 128,))]
+    kernel = f"xcorr_kernel_ci4_{g.nibble_order}" if g.ci4 else KERNEL_FUNC
+    assert set(funcs) == {kernel, ZERO_FUNC}
+    assert funcs[kernel] == dict(inputs=inputs, link_with=KERNEL_OBJECT)
+    assert funcs[ZERO_FUNC]["inputs"] == [("int32", (g.tile_n * g.tile_m * 128,))]
     # every core: forever { zero; P * calls_per_packet / 2 x (two kernel calls) }
     assert len(by_op["core"]) == len(plan.cores) == g.rows * g.cols
     loops = sorted({c.args[0] for c in by_op["for"]})
     assert loops == [g.npacket * g.npu_ncalls_per_packet // 2, FOREVER]
-    kernel_calls = [c for c in by_op["call"] if c.args[0].name == KERNEL_FUNC]
+    kernel_calls = [c for c in by_op["call"] if c.args[0].name == kernel]
     assert len(kernel_calls) == 2 * len(plan.cores)
     core = plan.cores[0]
-    assert [a.name for a in kernel_calls[0].args[1:]] == [core.a[0], core.b[0], core.acc]
-    assert [a.name for a in kernel_calls[1].args[1:]] == [core.a[1], core.b[1], core.acc]
+    unpacked = list(core.unpacked or ())
+    assert len(unpacked) == (2 if g.ci4 else 0)
+    assert [a.name for a in kernel_calls[0].args[1:]] == [core.a[0], core.b[0], core.acc,
+                                                          *unpacked]
+    assert [a.name for a in kernel_calls[1].args[1:]] == [core.a[1], core.b[1], core.acc,
+                                                          *unpacked]
 
 
-@pytest.mark.parametrize("name", ["small", "seed"])
+@pytest.mark.parametrize("name", PLANS)
 def test_runtime_sequence_equals_the_plan_tasks(name):
     plan = PLANS[name]
     (seq,) = [c for c, _ in walk(design_calls(plan)) if c.op == "runtime_sequence"]
@@ -263,6 +277,8 @@ def test_build_commands():
     assert KERNEL_SOURCE.is_file() and KERNEL_SOURCE.is_relative_to(PACKAGE)
     small = build.kernel_command(tc, small_test_geometry(), art)
     assert {"-DN=2", "-DM=1", "-DT=15"} <= set(small)
+    # one object serves ci8 and ci4: its entry points are all compiled, the plan names one
+    assert build.kernel_command(tc, small_test_geometry(sample_bits=4), art) == small
     cc = build.aiecc_command(tc)  # aiecc's generation unknown: the newest driver's form
     for flag in ("--get-xclbin", "--get-npu-insts", "--xclbin-name=xcorr.xclbin",
                  "--npu-insts-name=insts.bin"):
@@ -276,6 +292,21 @@ def test_design_script_prints_the_calls_without_mlir_aie():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("device('npu2'):")
     assert "dma_await_task(out_c0, out_c1, out_c2, out_c3)" in proc.stdout
+    assert "ci4" not in proc.stdout
+
+
+def test_design_and_build_scripts_emit_the_ci4_variant(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "xengine_block.npu.show_design", "--geometry",
+                           "small", "--bits", "4", "--nibble-order", "re_low", "--calls"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert ("call(xcorr_kernel_ci4_re_low, a_buf0_c0_r0, b_buf0_c0_r0, acc_c0_r0, "
+            "a_unpacked_c0_r0, b_unpacked_c0_r0)") in proc.stdout
+    proc = subprocess.run([*BUILD_MODULE, "--geometry", "seed", "--bits", "4", "--dry-run",
+                           "--build-root", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "b256_c9_k60_p136_n8m4t15_4x8_ci4_re_high" in proc.stdout
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
 
 
 # ---------------------------------------------------------------------- strict stand-in replay
@@ -287,7 +318,7 @@ def _standin(monkeypatch):
     return mlir_aie_standin
 
 
-@pytest.mark.parametrize("name", ["small", "seed"])
+@pytest.mark.parametrize("name", PLANS)
 def test_design_replays_against_the_strict_standin(name, monkeypatch):
     _standin(monkeypatch)
     from xengine_block.npu.design import to_mlir

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.ci4 import ORDERS
 from tests.helpers.npu import reference
 from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.base import BackendUnavailable
@@ -86,7 +87,11 @@ def test_fewer_frames_than_the_build_are_zero_padded(sim):
         frames = random_frames(g, n, seed=n)
         assert np.array_equal(backend.correlate(frames), reference(g, frames))
     with pytest.raises(ValueError, match="at most 3 packets"):
-        backend.correlate(random_frames(g, 4))
+        backend.submit(random_frames(g, 4))  # one NPU call
+    frames = random_frames(g, 4, seed=4)  # correlate: two calls, 3 + 1 packets
+    calls = backend.ncalls
+    assert np.array_equal(backend.correlate(frames), reference(g, frames))
+    assert backend.ncalls == calls + 2
 
 
 def test_zero_copy_input_buffer(sim, monkeypatch):
@@ -176,6 +181,26 @@ def test_unavailable_reasons(tmp_path, monkeypatch):
     assert NpuBackend.availability(g, xrt=SimulatedXrt(), build_dir=tmp_path / "other")[0]
 
 
+def test_a_ci4_geometry_needs_a_ci4_build(tmp_path, monkeypatch):
+    """ci8 and ci4 builds (and the two nibble orders) have their own directories and
+    manifests: a ci8 build never runs ci4 frames; the message says how to build the one
+    missing; P beyond what one call's DMAs take is capped in the build's geometry."""
+    monkeypatch.delenv(artifacts.BUILD_DIR_ENV, raising=False)
+    monkeypatch.setenv("XENGINE_CACHE_DIR", str(tmp_path / "none"))
+    g = small_test_geometry(sample_bits=4, nibble_order="re_low")
+    tags = {artifacts.geometry_tag(x) for x in (g, g.replace(sample_bits=8, nibble_order=
+                                                              "re_high"),
+                                                 g.replace(nibble_order="re_high"))}
+    assert len(tags) == 3 and artifacts.geometry_tag(g).endswith("_ci4_re_low")
+    write_simulated_build(tmp_path, g.replace(sample_bits=8, nibble_order="re_high"))
+    ok, why = probe(SimulatedXrt(), g, tmp_path)
+    assert not ok and "--bits 4 --nibble-order re_low" in why
+    long = g.replace(npacket=5000)
+    assert artifacts.design_geometry(long).npacket == 1023
+    assert artifacts.design_geometry(g.replace(sample_bits=8, nibble_order="re_high")) == \
+        g.replace(sample_bits=8, nibble_order="re_high", nstream=32, nchan=2)
+
+
 def test_build_dir_from_the_environment(tmp_path, monkeypatch):
     g = small_test_geometry()
     write_simulated_build(tmp_path, g)
@@ -217,6 +242,33 @@ def test_auto_needs_a_build_for_the_geometry(tmp_path, monkeypatch):
     assert choose_backend("auto", g)[0] == "npu"
     name, reason = choose_backend("auto", g.replace(npacket=3))
     assert name != "npu" and "npu: " in reason
+
+
+@pytest.mark.parametrize("share_diagonal", [True, False])
+@pytest.mark.parametrize("order", ORDERS)
+def test_ci4_block_pairs_on_the_device(sim, order, share_diagonal):
+    """ci4 through the ring on the simulated device (the ci4 build's plan inside): S = 48 in
+    two 32-stream blocks (3 pairs, the last padded), two channel groups; the input BOs hold the
+    packed bytes (half of ci8's) and the device syncs just those."""
+    g = small_test_geometry(sample_bits=4, nibble_order=order, nstream=48, nchan=4)
+    backend = sim(g, nring=2, share_diagonal=share_diagonal)
+    assert backend.design.ci4 and backend.design.npu_in_bytes * 2 == \
+        backend.design.replace(sample_bits=8).npu_in_bytes
+    synced = sim.xrt.counters["sync_to_device_bytes"]
+    for k in range(2):
+        frames = random_frames(g, g.npacket, seed=40 + k)
+        assert np.array_equal(backend.correlate(frames), reference(g, frames))
+    # per call and channel group: both blocks once, plus each diagonal's B copy if not shared
+    spare = 0 if share_diagonal else g.npu_nblock
+    assert sim.xrt.counters["sync_to_device_bytes"] - synced == \
+        2 * g.nchan_group * (g.npu_nblock + spare) * backend.design.npu_in_bytes
+
+
+@pytest.mark.slow
+def test_seed_ci4_on_the_device(sim):
+    g = SEED.replace(sample_bits=4, npacket=2, nibble_order="re_low")
+    frames = random_frames(g, g.npacket, seed=4)
+    assert np.array_equal(sim(g, nring=2).correlate(frames), reference(g, frames))
 
 
 @pytest.mark.slow

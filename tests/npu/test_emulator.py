@@ -1,14 +1,19 @@
-"""The NPU plan executed by the emulator equals the int64 reference bit for bit."""
+"""The NPU plan executed by the emulator equals the int64 reference bit for bit: ci8, and ci4
+sent packed and unpacked on the compute tiles (both nibble orders)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from tests.helpers.ci4 import ORDERS
 from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import SEED, small_test_geometry
-from xengine_block.npu import build_plan
+from xengine_block.npu import build_plan, hostio
+from xengine_block.npu.blockpairs import BlockPairJob
 from xengine_block.npu.emulate import EmulationError, PlanEmulator, expected_kernel_calls
 from xengine_block.npu.plan import Dim
 from xengine_block.reference import reference_triangle
@@ -133,3 +138,68 @@ def test_registered_with_low_priority():
     assert backend_class("emulator") is EmulatorBackend
     assert EmulatorBackend.priority == 1
     assert choose_backend("auto")[0] != "emulator"
+
+
+# ---------------------------------------------------------------------- ci4: packed to the tiles
+def ci4_edge_frames(g, nframe, seed):
+    """Random bytes (every byte is a ci4 sample), stream 1 all (-8, -8), stream 3 (7, -8) and
+    (-8, 7) alternating: the nibble values at both ends."""
+    frames = random_frames(g, nframe, seed=seed)
+    frames[:, 1] = np.uint8(0x88).view(np.int8)
+    frames[:, 3, ..., 0::2] = np.uint8(0x78).view(np.int8)
+    frames[:, 3, ..., 1::2] = np.uint8(0x87).view(np.int8)
+    return frames
+
+
+CI4_GEOMETRIES = {
+    "small": small_test_geometry(sample_bits=4),
+    # 32-stream blocks: S = 80 is 3 blocks (6 pairs), the last half padding; 2 channel groups
+    "small S=80 C=4": small_test_geometry(sample_bits=4, nstream=80, nchan=4),
+    "seed P=2": SEED.replace(sample_bits=4, npacket=2),
+    "seed S=300 P=1": SEED.replace(sample_bits=4, nstream=300, npacket=1),  # 2 blocks, 3 pairs
+}
+
+
+@pytest.mark.parametrize("name,order", [(name, order) for name in CI4_GEOMETRIES
+                                        for order in ORDERS][:-1])  # S=300 once (4 s)
+def test_ci4_plan_exact(name, order):
+    g = CI4_GEOMETRIES[name].replace(nibble_order=order)
+    frames = ci4_edge_frames(g, g.npacket, seed=len(name))
+    out, backend = correlate(g, frames)
+    assert np.array_equal(out, reference(g, frames))
+    plan = backend.emulator_for(g.npacket).plan
+    assert {c.kernel for c in plan.cores} == {f"xcorr_kernel_ci4_{order}"}
+    assert backend.ncalls == len(g.npu_block_pairs) * g.nchan_group
+
+
+def test_ci4_frames_are_the_plan_input_as_they_are():
+    """S = npu_block, one channel group: the packed frames, byte for byte, are the input."""
+    g = small_test_geometry(sample_bits=4)
+    frames = ci4_edge_frames(g, g.npacket, seed=2)
+    a = np.ascontiguousarray(frames).reshape(hostio.input_shape(g))
+    assert np.array_equal(hostio.npu_input(frames, g, 0, 0), a)
+    plan = build_plan(g)
+    out = np.zeros(plan.host_arg_map["out"].shape, np.int32)
+    PlanEmulator(plan).run({"a": a, "b": a, "out": out})
+    job = BlockPairJob(g, g.npacket)
+    job.add(0, 0, 0, out)
+    assert np.array_equal(job.triangle, reference(g, frames))
+
+
+def test_ci4_plan_of_the_other_nibble_order_is_wrong():
+    """The entry point the plan names decides which nibble is real: swapping it breaks the
+    result (only the conjugation-symmetric autocorrelations survive)."""
+    g = small_test_geometry(sample_bits=4)
+    plan = build_plan(g.replace(nibble_order="re_low"))
+    frames = random_frames(g, g.npacket, seed=8)
+    out, _ = correlate(g, frames, plan=plan)
+    assert not np.array_equal(out, reference(g, frames))
+
+
+def test_ci4_core_without_unpack_buffers_is_refused():
+    plan = build_plan(small_test_geometry(sample_bits=4))
+    core = dataclasses.replace(plan.cores[0], unpacked=None)
+    with pytest.raises(EmulationError, match="takes two unpack buffers"):
+        PlanEmulator(plan.replace(cores=(core, *plan.cores[1:]))).run(
+            {a.name: np.zeros(a.shape, np.int8 if a.dtype == "int8" else np.int32)
+             for a in plan.host_args})

@@ -1,13 +1,16 @@
 """The AIE2P kernel source, compiled with g++ through
-xengine_block/npu/kernel/aie_host_emu.h, bit for bit.
+xengine_block/npu/kernel/aie_host_emu.h, bit for bit: the ci8 entry point and the ci4 ones
+(both nibble orders), which unpack on the tile.
 
 The expected values come from an independent complex int64 formula, not from the kernel's
-own loop structure; the emulator's numpy kernel model is checked against the same library.
+own loop structure, and ci4 bytes are decoded by the tests' own nibble reader; the emulator's
+numpy kernel model is checked against the same library.
 """
 
 import numpy as np
 import pytest
 
+from tests.helpers.ci4 import ORDERS, decode
 from xengine_block.geometry import BLOCK, SEED, small_test_geometry
 from xengine_block.npu import kernel_model
 from xengine_block.npu.hostkernel import build_host_kernel, host_kernel, host_kernel_availability
@@ -111,3 +114,87 @@ def test_intrinsic_models(rng):
 def test_odd_n_is_rejected_at_compile_time():
     with pytest.raises(RuntimeError, match="N must be even"):
         build_host_kernel(3, 1, 15)
+
+
+# ---------------------------------------------------------------------- ci4 entry points
+def ci4_inputs(kind: str, n: int, m: int, t: int, rng: np.random.Generator):
+    """Packed A ``[n][t][8][8]`` and B bytes: any byte is a legal ci4 sample."""
+    shape_a, shape_b = (n, t, BLOCK, BLOCK), (m, t, BLOCK, BLOCK)
+    if kind == "min":  # every part -8: the largest products
+        return np.full(shape_a, 0x88, np.uint8).view(np.int8), \
+            np.full(shape_b, 0x88, np.uint8).view(np.int8)
+    if kind == "single":  # one byte in the last blocks: re and im of one sample told apart
+        a, b = np.zeros(shape_a, np.int8), np.zeros(shape_b, np.int8)
+        a[n - 1, t - 1, 5, 3] = np.uint8(0x3E).view(np.int8)  # nibbles 3 (high), -2 (low)
+        b[m - 1, t - 1, 2, 3] = np.uint8(0x95).view(np.int8)  # nibbles -7 (high), 5 (low)
+        return a, b
+    return (rng.integers(-128, 128, shape_a, dtype=np.int8),
+            rng.integers(-128, 128, shape_b, dtype=np.int8))
+
+
+def decoded(packed: np.ndarray, order: str) -> np.ndarray:
+    """Packed ``[..][8][8]`` bytes -> int8 ``[..][2][8][8]`` (re, im) by the tests' own decoder."""
+    parts = np.array([decode(int(v), order) for v in packed.view(np.uint8).ravel()], np.int8)
+    return np.moveaxis(parts.reshape(*packed.shape, 2), -1, -3)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dims", DIMS, ids=lambda d: "N{}M{}T{}".format(*d))
+@pytest.mark.parametrize("kind", ["single", "random", "min"])
+def test_ci4_kernel_unpacks_on_the_tile_and_correlates(kind, dims, order, rng):
+    n, m, t = dims
+    k = host_kernel(n, m, t)
+    a, b = ci4_inputs(kind, n, m, t, rng)
+    ua = rng.integers(-128, 128, k.a_shape, dtype=np.int8)  # garbage: the unpack overwrites it
+    ub = rng.integers(-128, 128, k.b_shape, dtype=np.int8)
+    acc = np.zeros(k.acc_shape, np.int32)
+    e0, e1 = k.events()
+    k.accumulate_ci4(a, b, acc, ua, ub, order)
+    assert k.events() == (e0 + 1, e1 + 1)  # the trace span covers unpack and MACs
+    assert np.array_equal(ua, decoded(a, order)) and np.array_equal(ub, decoded(b, order))
+    want = expected(decoded(a, order), decoded(b, order))
+    assert np.array_equal(acc, want)
+    if kind == "single":
+        za = complex(*decode(0x3E, order))
+        zb = complex(*decode(0x95, order))
+        assert np.count_nonzero(want) == 2 and za.imag != za.real
+        assert want[n - 1, m - 1, 0, 5, 2] == (za * zb.conjugate()).real
+        assert want[n - 1, m - 1, 1, 5, 2] == (za * zb.conjugate()).imag
+    if kind == "min":
+        assert np.all(want[:, :, 0] == t * 8 * 128) and not want[:, :, 1].any()
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dims", DIMS, ids=lambda d: "N{}M{}T{}".format(*d))
+def test_numpy_ci4_kernel_model_matches_compiled_kernel(dims, order, rng):
+    n, m, t = dims
+    k = host_kernel(n, m, t)
+    a, b = ci4_inputs("random", n, m, t, rng)
+    acc_c = rng.integers(-2**30, 2**30, k.acc_shape, dtype=np.int32)
+    ua_c, ub_c = np.zeros(k.a_shape, np.int8), np.zeros(k.b_shape, np.int8)
+    acc_py, ua_py, ub_py = acc_c.copy(), ua_c.copy(), ub_c.copy()
+    k.accumulate_ci4(a, b, acc_c, ua_c, ub_c, order)
+    kernel_model.xcorr_kernel_ci4(a.reshape(-1), b.reshape(-1), acc_py.reshape(-1),
+                                  ua_py.reshape(-1), ub_py.reshape(-1), n, m, t, order)
+    assert np.array_equal(acc_py, acc_c)
+    assert np.array_equal(ua_py, ua_c) and np.array_equal(ub_py, ub_c)
+
+
+def test_ci4_intrinsic_models(rng):
+    v = rng.integers(0, 256, (3, 32), dtype=np.uint8)
+    lanes = kernel_model.unpack_v64int4(v.view(np.int8))
+    for i in (0, 1, 17, 62, 63):  # lane i: nibble i, low nibble of each byte first
+        nib = (int(v[1, i // 2]) >> (4 * (i % 2))) & 15
+        assert lanes[1, i] == (nib - 16 if nib >= 8 else nib)
+    a = rng.integers(-128, 128, (2, 64), dtype=np.int8)
+    b = rng.integers(-128, 128, (2, 64), dtype=np.int8)
+    lo, hi = (kernel_model.shuffle_t8_64x2(a, b, h) for h in (False, True))
+    assert lo[1, 3] == a[1, 6] and hi[1, 3] == a[1, 7]  # lanes 2i and 2i + 1 of a ++ b
+    assert lo[1, 40] == b[1, 16] and hi[1, 63] == b[1, 63]
+
+
+def test_ci4_entry_points_refuse_a_wrong_nibble_order():
+    k = host_kernel(2, 1, 15)
+    with pytest.raises(ValueError, match="nibble_order"):
+        k.accumulate_ci4(*ci4_inputs("min", 2, 1, 15, None), np.zeros(k.acc_shape, np.int32),
+                         np.zeros(k.a_shape, np.int8), np.zeros(k.b_shape, np.int8), "im_high")

@@ -1,6 +1,7 @@
 """The NPU performance model: calibrated on the published design, computed from the plan, moving
-the right way with each input; its trace; ``xengine npu-model``; the single-read diagonal plan
-it prices, checked bit for bit in the emulator."""
+the right way with each input; the ci4 plan predicted from its own bytes and unpack loop, with
+the host-unpack path it replaced as the made change's baseline; its trace; ``xengine
+npu-model``; the single-read diagonal plan it prices, checked bit for bit in the emulator."""
 
 from __future__ import annotations
 
@@ -168,21 +169,49 @@ def test_our_schedule_from_the_backend():
     s512 = host_schedule(SEED.replace(nstream=512))
     assert (s512.npu_calls, s512.diagonal_calls) == (3, 2)
     assert dict(s512.fill)["copy"] == 2 * SEED.npu_in_bytes
-    ci4 = host_schedule(SEED.replace(sample_bits=4))
-    assert dict(ci4.fill)["ci4_unpack"] == SEED.npu_in_bytes // 2
+    ci4 = host_schedule(SEED.replace(sample_bits=4))  # packed frames are the input: no pass
+    assert ci4.fill == () and ci4.sync_bytes * 2 == SEED.npu_in_bytes
 
 
-def test_ci4_today_is_host_bound_and_ci4_on_tiles_is_priced():
+def test_unpack_cycles_from_the_unpack_loop():
+    # (N + M) T blocks of 64 ci4 bytes, 2 cycles each: two 512-bit stores, and two unpacks and
+    # two shuffles in the vector and move slots
+    assert perfmodel.tile_unpack_cycles(8, 4, 15) == 2 * (8 + 4) * 15 == 360
+    assert perfmodel.tile_unpack_cycles(2, 1, 15) == 90
+
+
+def test_ci4_plan_predicted_from_its_bytes_and_its_unpack():
     g = SEED.replace(sample_bits=4)
     pred = predicted(g)
-    assert pred.bottleneck == "host_fill"
-    plan = build_plan(SEED)
-    changes = {c["name"]: c for c in perfmodel.design_changes(plan, XDNA2, host_schedule(g))}
-    assert changes["ci4_on_tiles"]["gain"] > 2
-    on_tiles = perfmodel.predict(plan, XDNA2, host_schedule(g), ci4_on_tiles=True)
-    tr = pred.main.traffic
-    assert on_tiles.main.core == pred.kernel_cycles + 2 * (tr.n + tr.m) * tr.t
-    assert on_tiles.to_dict()["input_bytes_per_npu_call"] * 2 == tr.input_bytes
+    tr, tr8 = pred.main.traffic, perfmodel.plan_traffic(build_plan(SEED))
+    assert tr.unpacks and not tr8.unpacks
+    assert (tr.n, tr.m, tr.t, tr.kernel_calls) == (tr8.n, tr8.m, tr8.t, tr8.kernel_calls)
+    assert tr.input_bytes * 2 == tr8.input_bytes  # every hop to the compute tiles halves
+    for port, nbytes in tr8.port_bytes.items():
+        assert tr.port_bytes[port] * (2 if port in tr8.inputs else 1) == nbytes, port
+    assert pred.kernel_cycles == perfmodel.kernel_cycles(8, 4, 15)
+    assert pred.main.core == pred.kernel_cycles + perfmodel.tile_unpack_cycles(8, 4, 15)
+    out = pred.to_dict()
+    assert out["kernel"]["ci4_unpacked_on_tiles"] and out["input_bytes_per_npu_call"] == \
+        tr.input_bytes
+    assert pred.bottleneck == "compute"
+    assert any("480 B" in c for c in pred.caveats())  # one channel of one ci4 packet per run
+
+
+def test_ci4_on_tiles_is_made_and_priced_against_the_host_unpack():
+    g = SEED.replace(sample_bits=4)
+    plan, sched = build_plan(g), host_schedule(g)
+    assert "ci4_on_tiles" not in [c["name"] for c in perfmodel.design_changes(plan, XDNA2,
+                                                                               sched)]
+    (made,) = perfmodel.made_changes(plan, XDNA2, sched)
+    old_plan, old_sched = perfmodel.ci4_unpacked_on_host(plan, sched)
+    old = perfmodel.predict(old_plan, XDNA2, old_sched)
+    assert not old_plan.geometry.ci4 and old_sched.sync_bytes == 2 * sched.sync_bytes
+    assert dict(old_sched.fill)["ci4_unpack"] == SEED.npu_in_bytes // 2
+    assert made["name"] == "ci4_on_tiles" and made["msps_without"] == old.msps
+    assert made["bottleneck_without"] == "host_fill" and made["gain"] > 2
+    assert made["msps"] == predicted(g).msps
+    assert perfmodel.made_changes(build_plan(SEED), XDNA2, host_schedule(SEED)) == []
 
 
 def test_design_changes_only_list_gains():
@@ -258,10 +287,21 @@ def test_cli_published_json_and_trace(tmp_path, capsys):
 
 
 def test_cli_ours_names_the_change_it_points_to(capsys):
+    assert main(["npu-model", "--nstream", "512", "--bits", "8"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["design"] == "ours" and out["bits"] == 8 and out["bottleneck"] == "host_fill"
+    assert out["design_changes"][0]["name"] == "parallel_host_fill"
+    assert out["made_changes"] == []
+
+
+def test_cli_ci4_reports_the_made_change(capsys):
     assert main(["npu-model", "--nstream", "256", "--bits", "4"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["design"] == "ours" and out["bits"] == 4 and out["bottleneck"] == "host_fill"
-    assert out["design_changes"][0]["name"] == "ci4_on_tiles"
+    assert out["bits"] == 4 and out["bottleneck"] == "compute"
+    assert out["kernel"]["ci4_unpacked_on_tiles"]
+    assert out["made_changes"][0]["name"] == "ci4_on_tiles"
+    assert out["made_changes"][0]["bottleneck_without"] == "host_fill"
+    assert "ci4_on_tiles" not in [c["name"] for c in out["design_changes"]]
 
 
 def test_cli_figures_table(capsys):

@@ -251,3 +251,80 @@ def test_bank_conflict_names_the_buffers():
     # the same buffers without a conflict (A and B of one call in different banks) pass
     _placed(SEED_PLAN, a_buf1=1024, acc=16384, b_buf0=32768, b_buf1=40448,
             a_buf0=49152).validate()
+
+
+# ------------------------------------------------------------------ ci4: packed to the tiles
+SEED_CI4 = SEED.replace(sample_bits=4)
+CI4_PLAN = build_plan(SEED_CI4)
+
+
+def test_ci4_plan_moves_half_the_bytes_on_every_hop_to_the_tiles():
+    """The same tiles, flows, locks and BD chains as ci8, every input length, offset and stride
+    halved (one byte per complex sample); the output side unchanged."""
+    assert [f.dests for f in CI4_PLAN.flows] == [f.dests for f in SEED_PLAN.flows]
+    assert [lk.init for lk in CI4_PLAN.locks] == [lk.init for lk in SEED_PLAN.locks]
+    out_names = {"acc", "mem_out"}
+    for b8, b4 in zip(SEED_PLAN.bds(), CI4_PLAN.bds(), strict=True):
+        assert (b8.name, b8.bd_id, b8.acquire, b8.release) == (b4.name, b4.bd_id, b4.acquire,
+                                                               b4.release)
+        if any(b8.name.startswith(o) for o in out_names):
+            assert b4 == b8
+            continue
+        assert (b4.length * 2, b4.offset * 2) == (b8.length, b8.offset), b8.name
+    # memory-tile write: rows of 8 packed samples, 60 per stream (ci8: 120 rows of re or im)
+    a_in = CI4_PLAN.bd("mem_a_r0_in0_buf0")
+    assert a_in.dims == (Dim(4, 3840), Dim(8, 8), Dim(60, 64), Dim(8, 1))
+    assert CI4_PLAN.bd("mem_a_r0_out_buf0_call1").dims == (Dim(8, 3840), Dim(15, 64),
+                                                           Dim(64, 1))
+    task = next(t for t in CI4_PLAN.tasks if t.name == "in_a_r1_h1")
+    assert task.offset == 32 * 4320 * 3
+    assert task.dims == (Dim(9, 480), Dim(136, 4320 * 256), Dim(32, 4320), Dim(480, 1))
+    assert [a.nbytes for a in CI4_PLAN.host_args[:2]] == [SEED.npu_in_bytes // 2] * 2
+    assert CI4_PLAN.host_args[2] == SEED_PLAN.host_args[2]
+
+
+@pytest.mark.parametrize("order", ["re_high", "re_low"])
+def test_ci4_cores_unpack_into_their_own_buffers(order):
+    plan = build_plan(SEED_CI4.replace(nibble_order=order))
+    report = plan.validate()
+    kib = 1024
+    for core in plan.cores:
+        assert core.kernel == f"xcorr_kernel_ci4_{order}"
+        ua, ub = (plan.buffer_map[n] for n in core.unpacked)
+        assert ua.nbytes == SEED.tile_a_bytes and ub.nbytes == SEED.tile_b_bytes
+        assert core.kernel_args(1) == (core.a[1], core.b[1], core.acc, *core.unpacked)
+        got = {n.split("_c")[0]: plan.buffer_map[n].address
+               for n in (*core.a, *core.b, core.acc, *core.unpacked)}
+        assert got == {"b_unpacked": kib, "a_buf0": 8 * kib + kib // 2, "acc": 16 * kib,
+                       "a_unpacked": 32 * kib, "a_buf1": 48 * kib, "b_buf0": 55 * kib + kib // 2,
+                       "b_buf1": 59 * kib + kib // 4}
+        # the published design's 62,464 B of tile buffers: A and B halve, the unpacked A and B
+        # take their place
+        assert report.usage[core.tile].data_bytes == 62_464 == SEED_CI4.tile_data_bytes
+
+
+def test_ci4_unpack_and_mac_phases_keep_their_banks_apart():
+    """The MAC loop streams the unpacked A, B and the accumulators; each unpack reads a packed
+    buffer and writes an unpacked one: a shared bank in either phase is refused (layouts with
+    no overlap, each with one conflict)."""
+    def placed(**addresses):
+        plan = CI4_PLAN
+        for short, address in addresses.items():
+            plan = plan.replace_buffer(f"{short}_c0_r0", address=address)
+        return plan
+
+    mac = placed(a_buf0=1024, a_buf1=8704, b_buf0=32768, b_buf1=36608, a_unpacked=40960,
+                 b_unpacked=57344)  # the unpacked A spans banks 2 and 3, the unpacked B bank 3
+    with pytest.raises(PlanError, match=r"a_unpacked_c0_r0/b_unpacked_c0_r0"):
+        mac.validate()
+    unpack = placed(a_buf1=48128, b_buf0=55808, b_buf1=59648)  # A1 reaches into bank 2
+    with pytest.raises(PlanError, match=r"a_buf1_c0_r0/a_unpacked_c0_r0"):
+        unpack.validate()
+    placed(a_buf1=49152, b_buf0=56832, b_buf1=60672).validate()  # as built
+
+
+def test_ci4_plan_holds_up_to_the_dma_limit_of_packets():
+    """ci4's int32 bound allows 34,952 packets; one call's shim tasks walk at most 1023."""
+    assert build_plan(SEED_CI4.replace(npacket=1023)).validate()
+    with pytest.raises(PlanError, match="BD_DIM_SIZE"):
+        build_plan(SEED_CI4.replace(npacket=1024))

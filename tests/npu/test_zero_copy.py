@@ -69,8 +69,11 @@ def insts_bytes(tmp_path, g):
     return artifacts.Artifacts(tmp_path / artifacts.geometry_tag(g)).insts.stat().st_size
 
 
-def test_pipeline_runs_the_npu_on_the_ring_memory_without_copying(tmp_path):
-    g = small_test_geometry()
+@pytest.mark.parametrize("samples", [{}, {"sample_bits": 4, "nibble_order": "re_low"}],
+                         ids=["ci8", "ci4"])
+def test_pipeline_runs_the_npu_on_the_ring_memory_without_copying(tmp_path, samples):
+    """ci4 as ci8: packed frames are the ci4 build's input, so the ring is its memory too."""
+    g = small_test_geometry(**samples)
     assert g.nstream == g.npu_block and g.nchan == g.nchan_pkt  # frames are the NPU input
     nfull = 7  # laps of a ring of 7 frames (not whole gulps of 2): spans cross its end
     frames = random_frames(g, nfull * g.npacket + 1, seed=3)  # + a partial last gulp

@@ -10,7 +10,7 @@ import importlib
 import logging
 
 from ..geometry import Geometry
-from .base import Backend, BackendUnavailable, HostUnpack, device_geometry
+from .base import Backend, BackendUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +31,12 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def _availability(cls: type[Backend], geometry: Geometry | None) -> tuple[bool, str]:
-    """``cls.availability`` for the geometry it would run (int8-only devices: the ci8 twin)."""
-    if geometry is not None and geometry.ci4 and cls.unpacks_ci4_on_host:
-        usable, reason = cls.availability(device_geometry(geometry))
-        return usable, f"{reason}; ci4 unpacked on the host"
-    return cls.availability(geometry)
-
-
 def availability(geometry: Geometry | None = None) -> dict[str, tuple[bool, str]]:
     """name -> (usable, reason) for every registered backend (for ``geometry`` if given)."""
     result = {}
     for name in REGISTRY:
         try:
-            result[name] = _availability(backend_class(name), geometry)
+            result[name] = backend_class(name).availability(geometry)
         except ImportError as exc:  # optional dependency missing
             result[name] = (False, f"import failed: {exc}")
     return result
@@ -53,7 +45,7 @@ def availability(geometry: Geometry | None = None) -> dict[str, tuple[bool, str]
 def choose_backend(name: str = "auto", geometry: Geometry | None = None) -> tuple[str, str]:
     """Resolve ``auto`` to a backend name, for ``geometry`` if given; returns (name, reason)."""
     if name != "auto":
-        usable, reason = _availability(backend_class(name), geometry)
+        usable, reason = backend_class(name).availability(geometry)
         if not usable:
             raise BackendUnavailable(f"backend {name!r} is unavailable: {reason}")
         return name, f"requested by name ({reason})"
@@ -70,12 +62,8 @@ def choose_backend(name: str = "auto", geometry: Geometry | None = None) -> tupl
 
 
 def make_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
-    """Instantiate backend ``name`` (not ``auto``) for ``geometry``: ci4 on an int8-only device
-    (NPU, emulator) comes wrapped in :class:`HostUnpack`."""
-    cls = backend_class(name)
-    if geometry.ci4 and cls.unpacks_ci4_on_host:
-        return HostUnpack(cls, geometry, **kwargs)
-    return cls(geometry, **kwargs)
+    """Instantiate backend ``name`` (not ``auto``) for ``geometry``."""
+    return backend_class(name)(geometry, **kwargs)
 
 
 def get_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
@@ -87,5 +75,5 @@ def get_backend(name: str, geometry: Geometry, **kwargs) -> Backend:
     return backend
 
 
-__all__ = ["Backend", "BackendUnavailable", "HostUnpack", "REGISTRY", "availability",
+__all__ = ["Backend", "BackendUnavailable", "REGISTRY", "availability",
            "backend_class", "choose_backend", "get_backend", "make_backend"]

@@ -6,7 +6,9 @@ but slow, hence a low priority: ``auto`` prefers the CPU backends.
 
 Any S and any number of channel groups: :mod:`xengine_block.npu.blockpairs` (shared with the
 pyxrt backend) splits the streams into NPU blocks, runs one call per block pair (i <= j) and
-channel group, and assembles the triangle; here a call is one plan emulation.
+channel group, and assembles the triangle; here a call is one plan emulation. ci4 frames run
+the ci4 plan (packed bytes to the compute tiles, unpacked there), in calls of at most the
+build's P (``design_geometry``), as on the device.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import Geometry
+from ..npu.artifacts import design_geometry
 from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, correlate_layout_calls
 from ..npu.emulate import PlanEmulator
 from ..npu.hostio import input_shape
@@ -27,8 +30,6 @@ class EmulatorBackend(Backend):
 
     name = "emulator"
     priority = 1
-    #: The device reads int8 frames: ci4 is unpacked on the host (backends.base.HostUnpack).
-    unpacks_ci4_on_host = True
 
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
@@ -52,14 +53,20 @@ class EmulatorBackend(Backend):
             self._emulators[npacket] = PlanEmulator(plan)
         return self._emulators[npacket]
 
+    def frames_per_call(self) -> int:
+        """A device call's most packets: the P a build for this geometry has."""
+        return design_geometry(self.geometry).npacket
+
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         f = self.check_frames(frames)
+        if f.shape[0] > self.frames_per_call():
+            return self.correlate_frames(f, out)
         return _EmulatorExecutor(self, self.emulator_for(f.shape[0])).submit(f, out).result()
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
                          accumulate: bool = False) -> np.ndarray:
-        """Any layout through the host layout pass into the device's int8 input
+        """Any layout through the host layout pass into the device's input
         (``blockpairs.fill_inputs_layout``), P packets of spectra per emulated call."""
         if layout == SampleLayout.packet(self.geometry):
             return super().correlate_layout(data, layout, out, nframe, accumulate)
@@ -71,7 +78,7 @@ class EmulatorBackend(Backend):
             return _EmulatorExecutor(self, self.emulator_for(npk)).submit_layout(data, layout,
                                                                                  t0, n)
 
-        return correlate_layout_calls(submit, g, nspec, g.npacket,
+        return correlate_layout_calls(submit, g, nspec, self.frames_per_call(),
                                       self.new_output() if out is None else out, accumulate)
 
 

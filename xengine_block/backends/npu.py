@@ -46,6 +46,11 @@ cannot overlap in Python is a ``sync`` with any other Python work (the GIL is he
 ring loop in native code (``xengine_block/npu/native/npu_ring.cpp``, built only where XRT's headers
 exist) is the way round that.
 
+ci4 frames (one byte per complex sample) take the same paths with the ci4 build: the buffers
+hold the packed bytes as they arrive (half of ci8's, zero copy included) and the compute tiles
+unpack them (``docs/npu.md``); a call of more frames than the build's P, which ci4's int32 bound
+allows, is several NPU calls summed.
+
 ``correlate`` blocks until the triangle is ready; :meth:`NpuBackend.submit` returns the job at
 once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in flight and overlap
 its filling of the next entry with the device working on the previous one.
@@ -92,7 +97,7 @@ from ..npu.perfmodel import HostSchedule, Prediction, predict
 from ..npu.plan import build_plan
 from ..runtime.memory import bytes_at
 from ..sample_layout import SampleLayout
-from .base import Backend, BackendUnavailable, device_geometry
+from .base import Backend, BackendUnavailable
 
 PYXRT_HINT = ("pyxrt is not importable: install XRT >= 2.20 with the amdxdna driver "
               "(mainline Linux 6.14+) and `source /opt/xilinx/xrt/setup.sh` "
@@ -170,30 +175,24 @@ def host_schedule(geometry: Geometry) -> HostSchedule:
     """How this backend drives the NPU for one channel group of ``geometry``, as the
     performance model (:mod:`xengine_block.npu.perfmodel`) counts it: one NPU call per block
     pair; the sync thread syncs one input buffer per stream block (diagonal pairs pass it as A
-    and B); the caller's thread copies frames into the buffers unless they are the NPU input
-    layout (zero copy), and for ci4 first unpacks them (``HostUnpack``); the launch thread
-    polls every :data:`POLL_S` and places each output in the triangle before the next run;
-    pyxrt holds the GIL through each sync (module docstring)."""
-    design = design_geometry(device_geometry(geometry))
+    and B; ci4 packed, as it arrives); the caller's thread copies frames into the buffers
+    unless they are the NPU input layout (zero copy); the launch thread polls every
+    :data:`POLL_S` and places each output in the triangle before the next run; pyxrt holds
+    the GIL through each sync (module docstring)."""
+    design = design_geometry(geometry)
     nblock = geometry.npu_nblock
-    fill: list[tuple[str, int]] = []
-    if geometry.ci4:
-        fill.append(("ci4_unpack", geometry.nstream * design.nchan_pkt * design.npacket
-                     * design.nspectra_pkt))
-    if not frames_are_input(geometry):
-        fill.append(("copy", nblock * design.npu_in_bytes))
+    fill = () if frames_are_input(geometry) else (("copy", nblock * design.npu_in_bytes),)
     return HostSchedule(name="ours", nstream=geometry.nstream,
                         sample_bits=geometry.sample_bits,
                         npu_calls=len(geometry.npu_block_pairs), diagonal_calls=nblock,
-                        sync_bytes=nblock * design.npu_in_bytes, fill=tuple(fill),
+                        sync_bytes=nblock * design.npu_in_bytes, fill=fill,
                         place="launch", poll_s=POLL_S, gil=True)
 
 
 def predicted(geometry: Geometry = SEED, device: str = "xdna2") -> Prediction:
     """This backend's predicted rate for ``geometry`` on ``device`` (modelled, not measured):
     the plan it would build, driven as :func:`host_schedule` says."""
-    return predict(build_plan(design_geometry(device_geometry(geometry))), device,
-                   host_schedule(geometry))
+    return predict(build_plan(design_geometry(geometry)), device, host_schedule(geometry))
 
 
 def predicted_rate(geometry: Geometry = SEED, device: str = "xdna2") -> str:
@@ -234,8 +233,6 @@ class NpuBackend(Backend, BlockPairExecutor):
 
     name = "npu"
     priority = 100
-    #: The device reads int8 frames: ci4 is unpacked on the host (backends.base.HostUnpack).
-    unpacks_ci4_on_host = True
 
     def __init__(self, geometry: Geometry, *, xrt: Any = None,
                  build_dir: str | os.PathLike | None = None, nring: int = 4,
@@ -529,9 +526,18 @@ class NpuBackend(Backend, BlockPairExecutor):
         nruns = self.geometry.nchan_group * len(job.pairs) * (self.nring + 1)
         return job.result(self.timeout_s * (nruns + 1))
 
+    def frames_per_call(self) -> int:
+        """The build's P: one device call integrates at most this many frames."""
+        return self.design.npacket
+
     def correlate(self, frames: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The packed triangle of ``frames`` (waits; every run is bounded by ``timeout_s``)."""
-        return self._wait(self.submit(frames, out))
+        """The packed triangle of ``frames`` (waits; every run is bounded by ``timeout_s``);
+        more frames than the build's P (ci4's int32 bound allows that) are several calls,
+        summed."""
+        f = self.check_frames(frames)
+        if f.shape[0] > self.design.npacket:
+            return self.correlate_frames(f, out)
+        return self._wait(self.submit(f, out))
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,

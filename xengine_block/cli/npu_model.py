@@ -59,6 +59,7 @@ def run(a: argparse.Namespace) -> int:
     result = pred.to_dict()
     result["predicted_not_measured"] = True
     result["design_changes"] = perfmodel.design_changes(plan, a.device, schedule)
+    result["made_changes"] = perfmodel.made_changes(plan, a.device, schedule)
     if a.design == "published" and a.device == "xdna2":
         result["published_measured"] = {
             key: {"measured": perfmodel.figure(f"published_{key}"), "predicted": result[key],

@@ -13,13 +13,15 @@ is never run on the wrong data).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..geometry import SEED, Geometry, small_test_geometry
+from ..geometry import NIBBLE_ORDERS, SAMPLE_BITS, SEED, Geometry, small_test_geometry
 from .cache import cache_dir
+from .plan import MAX_NPACKET
 
 #: Environment variable naming a build directory (or a root of ``<tag>/`` directories).
 BUILD_DIR_ENV = "XENGINE_XCLBIN_DIR"
@@ -39,24 +41,52 @@ INSTR_GROUP, A_GROUP, B_GROUP, OUT_GROUP = 1, 3, 4, 5
 NAMED_GEOMETRIES = {"seed": SEED, "small": small_test_geometry()}
 
 
-def named_geometry(name: str, npacket: int | None = None) -> Geometry:
-    """A geometry of :data:`NAMED_GEOMETRIES`, optionally with another P."""
+def named_geometry(name: str, npacket: int | None = None, sample_bits: int = 8,
+                   nibble_order: str = "re_high") -> Geometry:
+    """A geometry of :data:`NAMED_GEOMETRIES`, optionally with another P, or ci4
+    (``sample_bits=4``) in either nibble order."""
     if name not in NAMED_GEOMETRIES:
         raise ValueError(f"unknown geometry {name!r}; choose one of {sorted(NAMED_GEOMETRIES)}")
     g = NAMED_GEOMETRIES[name]
-    return g if npacket is None else g.replace(npacket=npacket)
+    if npacket is not None:
+        g = g.replace(npacket=npacket)
+    if sample_bits != 8:
+        g = g.replace(sample_bits=sample_bits, nibble_order=nibble_order)
+    return g
+
+
+def add_geometry_arguments(p: argparse.ArgumentParser, default: str, *extra: str) -> None:
+    """``--geometry`` (a name of :data:`NAMED_GEOMETRIES` or ``extra``), ``--npacket``,
+    ``--bits`` and ``--nibble-order``: the options of the build and design scripts."""
+    p.add_argument("--geometry", choices=[*sorted(NAMED_GEOMETRIES), *extra], default=default)
+    p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
+    p.add_argument("--bits", type=int, choices=SAMPLE_BITS, default=8,
+                   help="bits per re/im part: 8 (ci8) or 4 (ci4, sent packed and unpacked on "
+                        "the compute tiles)")
+    p.add_argument("--nibble-order", choices=NIBBLE_ORDERS, default="re_high",
+                   help="ci4: which nibble holds the real part")
+
+
+def arguments_geometry(a: argparse.Namespace, name: str) -> Geometry:
+    """The geometry :func:`add_geometry_arguments`' options name, for geometry ``name``."""
+    return named_geometry(name, a.npacket, a.bits, a.nibble_order)
 
 
 def design_geometry(g: Geometry) -> Geometry:
-    """The geometry the xclbin is built for: one NPU block of streams, one channel group."""
-    return g.replace(nstream=g.npu_block, nchan=g.nchan_pkt)
+    """The geometry the xclbin is built for: one NPU block of streams, one channel group, and at
+    most :data:`~.plan.MAX_NPACKET` packets (only ci4's int32 bound allows more; a longer call
+    is several NPU calls, their int32 results summed)."""
+    return g.replace(nstream=g.npu_block, nchan=g.nchan_pkt,
+                     npacket=min(g.npacket, MAX_NPACKET))
 
 
 def geometry_tag(g: Geometry) -> str:
-    """Directory name of the build for ``g``: every field that changes the design."""
+    """Directory name of the build for ``g``: every field that changes the design (ci4 builds
+    end in ``_ci4_<nibble order>``)."""
     d = design_geometry(g)
+    samples = f"_ci4_{d.nibble_order}" if d.ci4 else ""
     return (f"b{d.npu_block}_c{d.nchan_pkt}_k{d.ncoarse}_p{d.npacket}"
-            f"_n{d.tile_n}m{d.tile_m}t{d.tile_t}_{d.rows}x{d.cols}")
+            f"_n{d.tile_n}m{d.tile_m}t{d.tile_t}_{d.rows}x{d.cols}{samples}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +165,7 @@ def find_artifacts(g: Geometry,
             if problem is None:
                 return art, f"build {directory}"
             tried.append(problem)
+    ci4 = f" --bits 4 --nibble-order {g.nibble_order}" if g.ci4 else ""
     return None, (f"no xclbin built for {geometry_tag(g)} (build it with "
-                  f"`python -m xengine_block.npu.build`, or set {BUILD_DIR_ENV}); tried: "
+                  f"`python -m xengine_block.npu.build{ci4}`, or set {BUILD_DIR_ENV}); tried: "
                   + "; ".join(tried))

@@ -76,8 +76,8 @@ def fill_inputs_layout(data: np.ndarray, layout: SampleLayout, t0: int, nspec: i
     """The host layout pass: spectra ``[t0, t0 + nspec)`` of channel group ``group`` of
     ``data`` in any ``layout`` written straight into one device input buffer per stream block
     (``[P_buf, npu_block, payload]`` int8: the packet layout of ``npu_block`` streams and one
-    channel group, :func:`~xengine_block.sample_layout.gather`); streams past S and spectra past
-    ``nspec`` zeroed (they add nothing)."""
+    channel group, ci8 or, for a ci4 device, packed ci4; :func:`~xengine_block.sample_layout.
+    gather`); streams past S and spectra past ``nspec`` zeroed (they add nothing)."""
     if len(buffers) != g.npu_nblock:
         raise ValueError(f"need {g.npu_nblock} input buffers, got {len(buffers)}")
     dev = SampleLayout.packet(g.replace(nstream=g.npu_block, nchan=g.nchan_pkt))
@@ -91,7 +91,7 @@ def fill_inputs_layout(data: np.ndarray, layout: SampleLayout, t0: int, nspec: i
         npk = -(-nspec // g.nspectra_pkt)
         tail = nspec - (npk - 1) * g.nspectra_pkt
         if tail < g.nspectra_pkt:  # the last packet's spectra past nspec
-            last = frames[npk - 1].reshape(g.npu_block, g.nchan_pkt, g.ncoarse * 2 * g.nfine)
+            last = frames[npk - 1].reshape(g.npu_block, g.nchan_pkt, -1)
             last[...] = 0
         gather(data, layout, frames, dev, t0=t0, nspec=nspec, streams=range(s0, s1),
                channels=(c0, c0 + g.nchan_pkt))
@@ -100,8 +100,9 @@ def fill_inputs_layout(data: np.ndarray, layout: SampleLayout, t0: int, nspec: i
 
 
 def dev_frame_shape(g: Geometry) -> tuple[int, ...]:
-    """One packet of one device input buffer: ``[npu_block, nchan_pkt, coarse, 2, fine]``."""
-    return (g.npu_block, g.nchan_pkt, g.ncoarse, 2, g.nfine)
+    """One packet of one device input buffer: ``[npu_block, nchan_pkt, coarse, 2, fine]``
+    (ci4: ``[npu_block, nchan_pkt, coarse, fine]``)."""
+    return (g.npu_block, *g.packet_shape)
 
 
 @lru_cache(maxsize=8)

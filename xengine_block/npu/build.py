@@ -15,6 +15,7 @@ directory, :func:`~.artifacts.default_build_root`, the last place the ``npu`` ba
 
     python -m xengine_block.npu.build                   # seed and small geometries
     python -m xengine_block.npu.build --geometry seed --npacket 68
+    python -m xengine_block.npu.build --bits 4 --nibble-order re_low   # ci4 designs
     python -m xengine_block.npu.build --check           # only report the toolchain
     python -m xengine_block.npu.build --dry-run         # print the commands, run nothing
 
@@ -50,9 +51,10 @@ from .artifacts import (
     NAMED_GEOMETRIES,
     XCLBIN_NAME,
     Artifacts,
+    add_geometry_arguments,
+    arguments_geometry,
     default_build_root,
     geometry_tag,
-    named_geometry,
 )
 from .design import INSTALL_HINT, to_mlir
 from .hostkernel import KERNEL_SOURCE
@@ -232,8 +234,7 @@ def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Arti
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--geometry", choices=[*sorted(NAMED_GEOMETRIES), "all"], default="all")
-    p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
+    add_geometry_arguments(p, "all", "all")
     p.add_argument("--build-root", type=Path, default=None,
                    help="where to build (default: the user's cache directory, "
                         f"{default_build_root()})")
@@ -256,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = sorted(NAMED_GEOMETRIES) if a.geometry == "all" else [a.geometry]
     for name in names:
-        build(named_geometry(name, a.npacket), a.build_root or default_build_root(), tc,
-              a.dry_run)
+        build(arguments_geometry(a, name), a.build_root or default_build_root(), tc, a.dry_run)
     return 0
 
 

@@ -24,8 +24,8 @@ are :class:`Ref`; enum members are their names as strings)::
     }
     external_func(name, inputs=[(dtype, shape), ...], link_with=KERNEL_OBJECT)
     core(tile) { for(FOREVER) { acquire acc; call(zero, acc);
-                 for(calls / 2) { k = 0, 1: acquire A, B; call(kernel, a[k], b[k], acc);
-                 release A, B }; release acc } }
+                 for(calls / 2) { k = 0, 1: acquire A, B; call(kernel, a[k], b[k], acc
+                 [, ua, ub]); release A, B }; release acc } }   # ua, ub: ci4's unpack buffers
     runtime_sequence((dtype, shape), ..., names=(...)) {
         dma_configure_task(shim, dir, ch, [repeat_count=], [issue_token=True]) -> Ref("task") {
             shim_dma_bd(Ref(arg), offset=, sizes=[4], strides=[4]); end() }
@@ -156,13 +156,12 @@ def _kernel_types(plan: NpuPlan) -> dict[str, list[tuple[str, tuple[int]]]]:
     """Argument types of the two kernel functions, from the cores' buffers (all alike)."""
     types = set()
     for core in plan.cores:
-        buf = [plan.buffer_map[n] for n in (core.a[0], core.b[0], core.acc)]
-        types.add(tuple((b.dtype, (b.nelem,)) for b in buf))
+        buf = [plan.buffer_map[n] for n in core.kernel_args(0)]
+        types.add((core.kernel, core.zero, tuple((b.dtype, (b.nelem,)) for b in buf)))
     if len(types) != 1:
-        raise ValueError(f"cores disagree on kernel argument types: {types}")
-    a, b, acc = types.pop()
-    core = plan.cores[0]
-    return {core.kernel: [a, b, acc], core.zero: [acc]}
+        raise ValueError(f"cores disagree on kernel functions or argument types: {types}")
+    kernel, zero, args = types.pop()
+    return {kernel: list(args), zero: [args[2]]}
 
 
 def _core(rec: Recorder, core: CoreProgram) -> None:
@@ -175,8 +174,8 @@ def _core(rec: Recorder, core: CoreProgram) -> None:
             for k in range(2):
                 _use_lock(rec, core.a_acquire, ACQUIRE)
                 _use_lock(rec, core.b_acquire, ACQUIRE)
-                rec.call(Ref("func", core.kernel), Ref("buffer", core.a[k]),
-                         Ref("buffer", core.b[k]), Ref("buffer", core.acc))
+                rec.call(Ref("func", core.kernel),
+                         *(Ref("buffer", name) for name in core.kernel_args(k)))
                 _use_lock(rec, core.a_release, RELEASE)
                 _use_lock(rec, core.b_release, RELEASE)
         _use_lock(rec, core.acc_release, RELEASE)

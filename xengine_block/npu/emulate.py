@@ -15,7 +15,8 @@ Model
   data arrives (partial progress, like the hardware). Producers stall while a destination FIFO
   holds more than ``FIFO_BYTES`` (back-pressure), so memory stays bounded.
 - A shim task moves its whole pattern once (host buffer <-> stream) and then is done.
-- A core runs its :class:`CoreProgram` loop with the kernel model.
+- A core runs its :class:`CoreProgram` loop with the kernel model (the ci4 entry point named
+  in the plan unpacks into the tile buffers the plan gives it, as the kernel does).
 - Scheduling is round-robin until nothing can move. If a task is then still pending, that is a
   deadlock (:class:`EmulationError` lists who waits on what). At the end every FIFO must be
   empty (bytes left over: producer and consumer patterns disagree) and every lock back at its
@@ -32,6 +33,8 @@ import numpy as np
 from . import kernel_model, limits
 from .plan import (
     ELEM_BYTES,
+    KERNEL_FUNC,
+    KERNEL_FUNC_CI4,
     MM2S,
     BufferDescriptor,
     CoreProgram,
@@ -269,6 +272,10 @@ class _Task:
         return self.xfer.step(self.m, self.task.port.direction, self.task.port) > 0
 
 
+#: The kernel model of each entry point a plan may name: nibble order for ci4, None for ci8.
+_ENTRY_POINTS = {KERNEL_FUNC: None, **{f: order for order, f in KERNEL_FUNC_CI4.items()}}
+
+
 class _Core:
     """A compute tile's core running its CoreProgram with the kernel model."""
 
@@ -276,6 +283,13 @@ class _Core:
         self.m, self.core = m, core
         g = m.plan.geometry
         self.dims = (g.tile_n, g.tile_m, g.tile_t)
+        if core.kernel not in _ENTRY_POINTS:
+            raise EmulationError(f"core {core.tile}: no kernel entry point {core.kernel!r}")
+        self.nibble_order = _ENTRY_POINTS[core.kernel]
+        if (self.nibble_order is None) != (core.unpacked is None):
+            raise EmulationError(f"core {core.tile}: {core.kernel} takes "
+                                 f"{'no' if self.nibble_order is None else 'two'} unpack "
+                                 f"buffers, the plan gives {core.unpacked}")
         self.state = "acc"  # acc -> a -> b -> (call) -> a ... -> release acc -> acc
         self.call = 0       # calls done in this integration
         self.slot = 0       # ping-pong index, continues across integrations like the DMAs
@@ -308,9 +322,15 @@ class _Core:
             progressed = True
         if not m.acquire(c.b_acquire):
             return progressed  # holds A, waits for B
-        kernel_model.xcorr_kernel(m.mem[c.a[self.slot]].view(np.int8),
-                                  m.mem[c.b[self.slot]].view(np.int8),
-                                  m.mem[c.acc].view(np.int32), *self.dims)
+        a, b, acc, *unpacked = (m.mem[name] for name in c.kernel_args(self.slot))
+        if self.nibble_order is None:
+            kernel_model.xcorr_kernel(a.view(np.int8), b.view(np.int8), acc.view(np.int32),
+                                      *self.dims)
+        else:
+            ua, ub = unpacked
+            kernel_model.xcorr_kernel_ci4(a.view(np.int8), b.view(np.int8), acc.view(np.int32),
+                                          ua.view(np.int8), ub.view(np.int8), *self.dims,
+                                          self.nibble_order)
         m.kernel_calls += 1
         m.release(c.a_release, str(c.tile))
         m.release(c.b_release, str(c.tile))

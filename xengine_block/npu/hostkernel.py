@@ -22,6 +22,7 @@ import numpy as np
 
 from ..geometry import BLOCK
 from .cache import cache_dir
+from .plan import KERNEL_FUNC_CI4
 
 #: The kernel's sources: package data beside this module.
 KERNEL_DIR = Path(__file__).resolve().parent / "kernel"
@@ -95,6 +96,8 @@ class HostKernel:
         self.lib = ctypes.CDLL(str(build_host_kernel(n, m, t)))
         vp = ctypes.c_void_p
         self.lib.xcorr_kernel.argtypes = [vp, vp, vp]
+        for name in KERNEL_FUNC_CI4.values():
+            getattr(self.lib, name).argtypes = [vp] * 5
         self.lib.xcorr_acc_zero.argtypes = [vp]
         dims = [ctypes.c_int() for _ in range(3)]
         self.lib.xcorr_host_dims(*(ctypes.byref(d) for d in dims))
@@ -114,6 +117,15 @@ class HostKernel:
     def acc_shape(self) -> tuple[int, ...]:
         return (self.n, self.m, 2, BLOCK, BLOCK)
 
+    @property
+    def a_ci4_shape(self) -> tuple[int, ...]:
+        """A as the ci4 entry points take it: ``[N][T][8][8]`` bytes, one per complex sample."""
+        return (self.n, self.t, BLOCK, BLOCK)
+
+    @property
+    def b_ci4_shape(self) -> tuple[int, ...]:
+        return (self.m, self.t, BLOCK, BLOCK)
+
     @staticmethod
     def _arg(x: np.ndarray, dtype: type, shape: tuple[int, ...], name: str) -> ctypes.c_void_p:
         if x.dtype != dtype or x.shape != shape or not x.flags.c_contiguous:
@@ -128,6 +140,24 @@ class HostKernel:
         self.lib.xcorr_kernel(self._arg(a, np.int8, self.a_shape, "a"),
                               self._arg(b, np.int8, self.b_shape, "b"),
                               self._arg(acc, np.int32, self.acc_shape, "acc"))
+
+    def accumulate_ci4(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray, ua: np.ndarray,
+                       ub: np.ndarray, nibble_order: str) -> None:
+        """One ci4 kernel call: ``a``, ``b`` packed (``a_ci4_shape``, ``b_ci4_shape`` int8),
+        unpacked by the kernel into ``ua``, ``ub`` (``a_shape``, ``b_shape``), then
+        ``acc += A B^H``."""
+        if nibble_order not in KERNEL_FUNC_CI4:
+            raise ValueError(f"nibble_order must be one of {sorted(KERNEL_FUNC_CI4)}, "
+                             f"got {nibble_order!r}")
+        for name, x in (("acc", acc), ("ua", ua), ("ub", ub)):
+            if not x.flags.writeable:
+                raise ValueError(f"{name} must be writeable")
+        getattr(self.lib, KERNEL_FUNC_CI4[nibble_order])(
+            self._arg(a, np.int8, self.a_ci4_shape, "a"),
+            self._arg(b, np.int8, self.b_ci4_shape, "b"),
+            self._arg(acc, np.int32, self.acc_shape, "acc"),
+            self._arg(ua, np.int8, self.a_shape, "ua"),
+            self._arg(ub, np.int8, self.b_shape, "ub"))
 
     def zero(self, acc: np.ndarray) -> None:
         self.lib.xcorr_acc_zero(self._arg(acc, np.int32, self.acc_shape, "acc"))

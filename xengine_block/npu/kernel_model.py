@@ -7,7 +7,11 @@ the kernel's layout: A ``[N][T][2][8][8]``, B ``[M][T][2][8][8]`` int8 with 8x8
 on batches of 64-lane blocks (vectorised over n, m, t):
 
 - ``mac_8x8_8x8(A, B, acc)``: ``acc[i*8+j] += sum_k A[i*8+k] * B[k*8+j]``; ``msc`` subtracts;
-- ``shuffle_t8_8x8(w)``: ``out[r*8+c] = w[c*8+r]`` (the kernel's in-register B transpose).
+- ``shuffle_t8_8x8(w)``: ``out[r*8+c] = w[c*8+r]`` (the kernel's in-register B transpose);
+- ci4: ``unpack_v64int4(v)``: 32 bytes -> 64 int8 lanes, lane 2k the sign-extended low nibble
+  of byte k and lane 2k + 1 its high nibble; ``shuffle_t8_64x2(a, b, hi)``: lanes 0, 2, ..., 126
+  (``hi``: 1, 3, ..., 127) of a then b (the semantics and their sources are listed in
+  ``kernel/aie_host_emu.h``).
 
 :func:`xcorr_kernel` forms the 8x8 block products of every (n, m, t) at once (one BLAS product
 per t, exact, see :func:`_pair_products`), combines them with the kernel's mac/msc signs and
@@ -50,6 +54,30 @@ def msc_8x8_8x8(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
     return acc - _matmul_8x8(a, b)
 
 
+def unpack_v64int4(v: np.ndarray) -> np.ndarray:
+    """``unpack(v64int4)`` on (batches of) 32 bytes: 64 int8 lanes, each nibble sign-extended,
+    low nibble first."""
+    b = v.view(np.uint8).astype(np.int16)
+    lanes = np.stack([b & 0xF, b >> 4], axis=-1).reshape(*v.shape[:-1], 2 * v.shape[-1])
+    return (lanes - ((lanes & 8) << 1)).astype(np.int8)
+
+
+def shuffle_t8_64x2(a: np.ndarray, b: np.ndarray, hi: bool) -> np.ndarray:
+    """``shuffle(a, b, T8_64x2_lo / _hi)``: the even (``hi``: odd) lanes of a then b."""
+    return np.concatenate([a, b], axis=-1)[..., int(hi)::2]
+
+
+def unpack_ci4_blocks(packed: np.ndarray, out: np.ndarray, nibble_order: str) -> None:
+    """The kernel's unpack loop: every 64-byte ci4 block of ``packed`` to its (re, im) pair of
+    int8 blocks in ``out`` (``2 x`` the bytes), as ``xcorr_unpack_ci4`` does with two
+    ``unpack`` and two ``shuffle`` per block."""
+    blocks = packed.reshape(-1, 2, 32)
+    u0, u1 = unpack_v64int4(blocks[:, 0]), unpack_v64int4(blocks[:, 1])
+    low, high = shuffle_t8_64x2(u0, u1, False), shuffle_t8_64x2(u0, u1, True)
+    pairs = out.reshape(-1, 2, LANES)
+    pairs[:, 0], pairs[:, 1] = (high, low) if nibble_order == "re_high" else (low, high)
+
+
 def xcorr_acc_zero(acc: np.ndarray) -> None:
     """The zeroing kernel: every accumulator lane to 0 (in place)."""
     acc[...] = 0
@@ -89,3 +117,13 @@ def xcorr_kernel(a: np.ndarray, b: np.ndarray, acc: np.ndarray, n: int, m: int, 
     out = acc.reshape(n, m, 2, LANES)
     out[:, :, 0] += re.sum(axis=2, dtype=np.int32)
     out[:, :, 1] += im.sum(axis=2, dtype=np.int32)
+
+
+def xcorr_kernel_ci4(a: np.ndarray, b: np.ndarray, acc: np.ndarray, ua: np.ndarray,
+                     ub: np.ndarray, n: int, m: int, t: int, nibble_order: str) -> None:
+    """One ci4 kernel call on flat buffers: ``a`` (n*t*64 bytes) and ``b`` (m*t*64) unpacked
+    into ``ua`` and ``ub`` (tile memory, written as the kernel writes it), then
+    :func:`xcorr_kernel` on them."""
+    unpack_ci4_blocks(a, ua, nibble_order)
+    unpack_ci4_blocks(b, ub, nibble_order)
+    xcorr_kernel(ua, ub, acc, n, m, t)

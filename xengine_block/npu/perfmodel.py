@@ -16,7 +16,9 @@ How a prediction is made, for one channel group (``nchan_pkt`` channels of P pac
    (``xengine_block/npu/kernel/xcorr.cc``): one 8x8x8 MAC per cycle in the inner loop, 4NMT of
    them, plus per (pair of A rows, B block) body the 4 accumulators loaded (one bank: one
    512-bit load a cycle) and stored (one store unit). The inner loop's pipeline fill is not
-   counted (no published figure); the published trace shows it as the remaining ~5 %.
+   counted (no published figure); the published trace shows it as the remaining ~5 %. A ci4
+   plan's cores (:attr:`~.plan.CoreProgram.unpacked`) first unpack their A and B
+   (:func:`tile_unpack_cycles`).
 3. Steady state: a kernel call takes the longest of the core's cycles, each DMA channel's bytes
    at its width, each input channel's bytes at its rate, and all inputs against their shared
    rate (XDNA2: the measured DDR read rate of all shim DMAs together).
@@ -25,7 +27,7 @@ How a prediction is made, for one channel group (``nchan_pkt`` channels of P pac
    output drain, plus, on a host-driven device, the launch thread's work between calls (XRT
    launch latency, polling, output sync, output placement), which the NPU waits for.
 5. Per channel group: the NPU calls (one per block pair), against what runs beside them: the
-   host's sync thread, fill thread (copy / ci4 unpack), a placement thread, and for a Python
+   host's sync thread, fill thread (frame copy), a placement thread, and for a Python
    loop over pyxrt the syncs and placements taking turns on the GIL; on a PL-fed device
    (AIE-ML v2) the array holds ``columns // plan columns`` copies of the plan working on
    different calls, and the wire (external IO) bounds the unique input bytes.
@@ -40,7 +42,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .plan import ELEM_BYTES, MM2S, S2MM, DmaChain, NpuPlan, Port, single_read_diagonal
+from .plan import (
+    ELEM_BYTES,
+    MM2S,
+    S2MM,
+    DmaChain,
+    NpuPlan,
+    Port,
+    build_plan,
+    single_read_diagonal,
+)
 
 HARDWARE = "hardware"  # a manual, the device model, or the published post's hardware facts
 MEASURED = "measured"  # measured on hardware (the published benchmarks and trace, XRT issues)
@@ -50,6 +61,7 @@ MEASURED_HERE = "measured here"
 POST = "D. Estévez, \"X-engine correlator on a Ryzen NPU\""
 AM027 = "AMD AM027, Versal AIE-ML v2 Architecture Manual"
 TARGET_MODEL = "Xilinx/mlir-aie include/aie/Dialect/AIE/IR/AIETargetModel.h"
+UG1603 = "AMD UG1603, AI Engine-ML Kernel and Graph Programming Guide"
 HOST_PASSES = ("benchmarks/bench_npu_host_passes.py, one thread on this project's 2-core Xeon "
                "CI VM (benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json)")
 
@@ -94,6 +106,11 @@ FIGURES: dict[str, Figure] = {
     "core_store_bytes_per_cycle": Figure(64, "B/cycle", HARDWARE,
                                          f"{AM027}, AIE-ML v2 Interfaces: one 512-bit store "
                                          "unit (and two 512-bit load units)"),
+    "core_permute_ops_per_cycle": Figure(
+        2, "ops/cycle", HARDWARE,
+        f"{UG1603}, Architecture Overview: a VLIW instruction carries at most two loads, one "
+        "store, one scalar, one vector and one move operation; the ci4 unpack loop's unpack "
+        "and shuffle operations are counted against the vector and move slots together"),
     "acc_bank_loads_per_cycle": Figure(1, "loads/cycle", HARDWARE,
                                        f"{POST}: the accumulators sit in one bank, so the two "
                                        "load units cannot load two of their 512-bit words in "
@@ -247,13 +264,21 @@ def kernel_cycles(n: int, m: int, t: int) -> int:
     return int(4 * n * m * t + (n // 2) * m * per_body)
 
 
+#: The ci4 unpack loop of ``xcorr.cc`` (``xcorr_unpack_ci4``), per 64-byte block of ci4
+#: samples: 2 loads of 32 bytes, 2 ``unpack`` and 2 ``shuffle`` (the permute operations) and 2
+#: stores of one int8 block (64 bytes) each.
+UNPACK_BLOCK_PERMUTES = 4
+UNPACK_BLOCK_STORE_BYTES = 2 * 64
+
+
 def tile_unpack_cycles(n: int, m: int, t: int) -> int:
-    """Cycles a kernel call would add to unpack its ci4 A and B on the tile (the "ci4 on the
-    tiles" design change): every 64 ci4 bytes become a 64-byte real and a 64-byte imaginary
-    vector, two stores on the one store unit; the loads and nibble shuffles issue beside
-    them."""
-    ci4_bytes = (n + m) * t * 64
-    return int(2 * ci4_bytes / figure("core_store_bytes_per_cycle"))
+    """Cycles a ci4 kernel call spends unpacking its A and B before the MAC loop: (N + M) T
+    blocks of 64 ci4 bytes, each as long as the busier of the one store unit (its two int8
+    blocks out) and the vector and move slots (its unpacks and shuffles); the two 256-bit loads
+    issue beside them. The loop's pipeline fill is not counted, as for :func:`kernel_cycles`."""
+    per_block = max(UNPACK_BLOCK_STORE_BYTES / figure("core_store_bytes_per_cycle"),
+                    UNPACK_BLOCK_PERMUTES / figure("core_permute_ops_per_cycle"))
+    return int((n + m) * t * per_block)
 
 
 # ---------------------------------------------------------------------- traffic
@@ -266,7 +291,7 @@ class Traffic:
     channels reading the input; ``kernel_calls``: kernel calls per core; ``integrations``:
     accumulator drains per core; ``mem_fill_calls``: kernel calls one memory-tile input buffer
     serves; ``columns``: columns spanned (shim and memory tiles included); ``rows``: compute
-    rows.
+    rows; ``unpacks``: the cores unpack ci4 before each call's MAC loop.
     """
 
     port_bytes: dict[Port, int]
@@ -282,6 +307,7 @@ class Traffic:
     mem_fill_calls: int
     columns: int
     rows: int
+    unpacks: bool = False
 
     def per_call(self, port: Port) -> float:
         """Bytes through ``port`` per kernel call."""
@@ -318,6 +344,10 @@ def plan_traffic(plan: NpuPlan) -> Traffic:
         raise ValueError("the plan has no compute cores")
     core = plan.cores[0]
     a_buf, b_buf = plan.buffer_map[core.a[0]], plan.buffer_map[core.b[0]]
+    if core.unpacked is not None:  # the kernel's dimensions: its unpacked A and B
+        a_kernel, b_kernel = (plan.buffer_map[n] for n in core.unpacked)
+    else:
+        a_kernel, b_kernel = a_buf, b_buf
     dests = {f.source: f.dests for f in plan.flows}
     known = {t.port: t.length * plan.host_arg_map[t.host].elem_bytes
              for t in plan.tasks if t.port.direction == MM2S}
@@ -353,13 +383,14 @@ def plan_traffic(plan: NpuPlan) -> Traffic:
     fills_per_lap = sum(1 for bd in writers_of(plan, mem_chain)[0].bds if bd.length)
     calls_per_lap = sum(1 for bd in mem_chain.bds if bd.length)
     return Traffic(port_bytes=known, inputs=frozenset(inputs), shim_inputs=shim_inputs,
-                   n=a_buf.shape[0], m=b_buf.shape[0], t=a_buf.shape[1],
+                   n=a_kernel.shape[0], m=b_kernel.shape[0], t=a_kernel.shape[1],
                    cores=len(plan.cores), kernel_calls=kernel_calls,
                    integrations=kernel_calls // core.calls_per_integration,
                    acc_bytes=plan.buffer_map[core.acc].nbytes,
                    mem_fill_calls=calls_per_lap // fills_per_lap,
                    columns=max(tile.col for tile in plan.tiles) + 1,
-                   rows=len({c.tile.row for c in plan.cores}))
+                   rows=len({c.tile.row for c in plan.cores}),
+                   unpacks=core.unpacked is not None)
 
 
 def shortest_input_run(plan: NpuPlan) -> int:
@@ -418,9 +449,9 @@ def published_schedule(plan: NpuPlan) -> HostSchedule:
 # ---------------------------------------------------------------------- prediction
 @dataclass(frozen=True)
 class PlanTiming:
-    """One plan on one device: its traffic, kernel cycles (``kernel``: the kernel body;
-    ``core``: with a ci4 unpack if the tiles do it), cycles per kernel call of each resource
-    (``per_call``) and seconds of one NPU call on the device (``device_s``)."""
+    """One plan on one device: its traffic, kernel cycles (``kernel``: the MAC loop;
+    ``core``: with the ci4 unpack of a plan whose cores unpack), cycles per kernel call of each
+    resource (``per_call``) and seconds of one NPU call on the device (``device_s``)."""
 
     plan: NpuPlan
     traffic: Traffic
@@ -428,7 +459,6 @@ class PlanTiming:
     core: int
     per_call: dict[str, float]
     device_s: float
-    input_scale: float
 
     @property
     def period(self) -> float:
@@ -440,28 +470,26 @@ class PlanTiming:
         return max(self.per_call, key=self.per_call.__getitem__)
 
 
-def plan_timing(plan: NpuPlan, dev: Device, ci4_on_tiles: bool = False) -> PlanTiming:
+def plan_timing(plan: NpuPlan, dev: Device) -> PlanTiming:
     """Cycles per kernel call of each resource of ``plan`` on ``dev``, and one NPU call's
-    seconds on the device (module docstring, steps 2-4). ``ci4_on_tiles``: input bytes
-    halved up to the compute tiles, :func:`tile_unpack_cycles` added to the core."""
+    seconds on the device (module docstring, steps 2-4)."""
     tr = plan_traffic(plan)
     if tr.rows > dev.compute_rows or tr.columns > dev.columns:
         raise ValueError(f"the plan spans {tr.columns} columns x {tr.rows} compute rows; "
                          f"{dev.name} has {dev.columns} x {dev.compute_rows}")
-    scale = 0.5 if ci4_on_tiles else 1.0
     kc = kernel_cycles(tr.n, tr.m, tr.t)
-    core = kc + (tile_unpack_cycles(tr.n, tr.m, tr.t) if ci4_on_tiles else 0)
-    per_call = _per_call_cycles(tr, dev, core, scale)
-    cycles = _npu_call_cycles(tr, dev, core, max(per_call.values()), scale)
-    return PlanTiming(plan, tr, kc, core, per_call, cycles / dev.clock_hz, scale)
+    core = kc + (tile_unpack_cycles(tr.n, tr.m, tr.t) if tr.unpacks else 0)
+    per_call = _per_call_cycles(tr, dev, core)
+    cycles = _npu_call_cycles(tr, dev, core, max(per_call.values()))
+    return PlanTiming(plan, tr, kc, core, per_call, cycles / dev.clock_hz)
 
 
-def _per_call_cycles(tr: Traffic, dev: Device, core: int, scale: float) -> dict[str, float]:
-    """Cycles each resource needs per kernel call; input bytes times ``scale``."""
+def _per_call_cycles(tr: Traffic, dev: Device, core: int) -> dict[str, float]:
+    """Cycles each resource needs per kernel call."""
     shim_key = "shim_dma" if dev.input_name == "ddr" else "pl_stream"
     per_call = {"compute": float(core), "tile_dma": 0.0, "memtile_dma": 0.0, shim_key: 0.0}
     for port in tr.port_bytes:
-        moved = tr.per_call(port) * (scale if port in tr.inputs else 1.0)
+        moved = tr.per_call(port)
         if port in tr.shim_inputs:
             key, cycles = shim_key, moved * dev.clock_hz / dev.shim_bytes_per_s
         else:
@@ -469,13 +497,12 @@ def _per_call_cycles(tr: Traffic, dev: Device, core: int, scale: float) -> dict[
             cycles = moved / dev.dma_bytes_per_cycle
         per_call[key] = max(per_call[key], cycles)
     if dev.input_bytes_per_s is not None:
-        per_call[dev.input_name] = (tr.input_bytes * scale / tr.kernel_calls * dev.clock_hz
+        per_call[dev.input_name] = (tr.input_bytes / tr.kernel_calls * dev.clock_hz
                                     / dev.input_bytes_per_s)
     return per_call
 
 
-def _npu_call_cycles(tr: Traffic, dev: Device, core: int, period: float,
-                     scale: float) -> float:
+def _npu_call_cycles(tr: Traffic, dev: Device, core: int, period: float) -> float:
     """One NPU call on the device: its integrations, each as long as its kernel calls at the
     steady-state period or, if longer, their core cycles plus the accumulator drain the core
     waits for (out at DMA speed, then zeroed at one store a cycle); plus the first memory-tile
@@ -484,10 +511,10 @@ def _npu_call_cycles(tr: Traffic, dev: Device, core: int, period: float,
     per_int = tr.kernel_calls // tr.integrations
     drain = tr.acc_bytes / dma + tr.acc_bytes / figure("core_store_bytes_per_cycle")
     integration = max(per_int * period, per_int * core + drain)
-    fill_bytes = {p: tr.port_bytes[p] * scale / tr.fills for p in tr.shim_inputs}
+    fill_bytes = {p: tr.port_bytes[p] / tr.fills for p in tr.shim_inputs}
     first_fill = max(max(fill_bytes.values()) * dev.clock_hz / dev.shim_bytes_per_s,
                      sum(fill_bytes.values()) * dev.clock_hz / (dev.input_bytes_per_s or 1e300))
-    first_call = max(tr.per_call(p) * scale for p in tr.inputs if p.tile.kind == "compute") / dma
+    first_call = max(tr.per_call(p) for p in tr.inputs if p.tile.kind == "compute") / dma
     last_out = tr.rows * tr.acc_bytes / dma
     return tr.integrations * integration + first_fill + first_call + last_out
 
@@ -580,7 +607,7 @@ class Prediction:
     def caveats(self) -> list[str]:
         """Where the prediction leaves what was measured."""
         notes = []
-        run = shortest_input_run(self.plan) * self.main.input_scale
+        run = shortest_input_run(self.plan)
         if self.device.input_name == "ddr" and run < figure("xdna2_ddr_min_run_bytes"):
             notes.append(f"host-memory reads in runs of {run:g} B, shorter than the "
                          f"{figure('xdna2_ddr_min_run_bytes'):g} B measured at the full DDR "
@@ -611,7 +638,7 @@ class Prediction:
             "npu_idle_fraction": self.idle_fraction,
             "kernel": {"n": tr.n, "m": tr.m, "t": tr.t, "vector_macs": macs,
                        "cycles": self.kernel_cycles, "mac_efficiency": macs / self.kernel_cycles,
-                       "ci4_unpacked_on_tiles": main.input_scale != 1.0,
+                       "ci4_unpacked_on_tiles": tr.unpacks,
                        "core_cycles_per_call": main.core},
             "kernel_call_cycles": {k: round(v, 1) for k, v in main.per_call.items()},
             "npu_call_seconds": main.device_s + self.launch_s,
@@ -622,7 +649,7 @@ class Prediction:
             "samples_per_group": self.samples_per_group,
             "tiles_used": self.partitions * tr.cores, "tiles": self.device.tiles,
             "plan_copies": self.partitions,
-            "input_bytes_per_npu_call": tr.input_bytes * main.input_scale,
+            "input_bytes_per_npu_call": tr.input_bytes,
             "geometry": {"npu_block": g.npu_block, "nchan_pkt": g.nchan_pkt,
                          "npacket": g.npacket, "tile_n": g.tile_n, "tile_m": g.tile_m,
                          "tile_t": g.tile_t, "rows": g.rows, "cols": g.cols},
@@ -640,25 +667,21 @@ def _samples(plan: NpuPlan) -> int:
 
 
 def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None = None,
-            *, diagonal_plan: NpuPlan | None = None, ci4_on_tiles: bool = False
-            ) -> Prediction:
+            *, diagonal_plan: NpuPlan | None = None) -> Prediction:
     """The predicted rate of ``plan`` on ``device`` driven as ``schedule`` (default: the
     published host).
 
     ``diagonal_plan``: a plan for the schedule's diagonal calls (A = B), e.g.
-    :func:`~xengine_block.npu.plan.single_read_diagonal`. ``ci4_on_tiles``: the design change
-    that sends ci4 as ci4 (half the input bytes up to the compute tiles and through the host's
-    sync, no host unpack) and unpacks it on the tiles (:func:`tile_unpack_cycles` more per
-    kernel call).
+    :func:`~xengine_block.npu.plan.single_read_diagonal`.
     """
     dev = DEVICES[device] if isinstance(device, str) else device
     sched = schedule or published_schedule(plan)
-    main = plan_timing(plan, dev, ci4_on_tiles)
+    main = plan_timing(plan, dev)
     partitions = dev.columns // main.traffic.columns
     diagonal = sched.diagonal_calls if diagonal_plan is not None else 0
     timings = [(main, (sched.npu_calls - diagonal) / partitions)]
     if diagonal:
-        timings.append((plan_timing(diagonal_plan, dev, ci4_on_tiles), diagonal / partitions))
+        timings.append((plan_timing(diagonal_plan, dev), diagonal / partitions))
     samples = _samples(plan)
     terms: dict[str, float] = {}
     for key in main.per_call:
@@ -668,17 +691,15 @@ def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None =
             terms[key] = samples / seconds / 1e6
     group: dict[str, float] = {}
     launch = 0.0
-    scale = main.input_scale
     if dev.host is not None:
         host, out_bytes = dev.host, plan.geometry.npu_out_bytes
         launch = host.launch_s + sched.poll_s / 2 + out_bytes / host.sync_bytes_per_s
         if sched.place == "launch":
             launch += out_bytes / host.place_bytes_per_s
         terms["host_launch"] = samples / (sched.npu_calls / partitions * launch) / 1e6
-        group["host_sync"] = sched.sync_bytes * scale / host.sync_bytes_per_s
-        fills = [(p, b) for p, b in sched.fill if not (ci4_on_tiles and p == "ci4_unpack")]
-        if fills:
-            group["host_fill"] = sum(b * scale / host.rate(p) for p, b in fills) / \
+        group["host_sync"] = sched.sync_bytes / host.sync_bytes_per_s
+        if sched.fill:
+            group["host_fill"] = sum(b / host.rate(p) for p, b in sched.fill) / \
                 sched.fill_threads
         place = sched.npu_calls * out_bytes / host.place_bytes_per_s if sched.place else 0.0
         if sched.place == "thread":
@@ -702,12 +723,14 @@ FILL_THREADS = 4
 
 @dataclass(frozen=True)
 class DesignChange:
-    """A change the model can price: ``applies(schedule, device)`` and the prediction with it
-    (``apply(plan, device, schedule)``); ``status``: how far the project has taken it."""
+    """A change the model can price: ``applies(schedule, device)``, and the prediction with it
+    (:meth:`options`) or, once ``made``, without it (:meth:`undone`); ``status``: how far the
+    project has taken it."""
 
     name: str
     what: str
     status: str
+    made: bool = False
 
     def applies(self, sched: HostSchedule, dev: Device) -> bool:
         host = dev.host is not None
@@ -723,11 +746,32 @@ class DesignChange:
             return sched.replace(place="thread"), {}
         if self.name == "single_read_diagonal":
             return sched, {"diagonal_plan": single_read_diagonal(plan)}
-        if self.name == "ci4_on_tiles":
-            return sched, {"ci4_on_tiles": True}
         if self.name == "native_ring":
             return sched.replace(gil=False), {}
         return sched.replace(fill_threads=FILL_THREADS), {}
+
+    def undone(self, plan: NpuPlan, sched: HostSchedule) -> tuple[NpuPlan, HostSchedule]:
+        """The plan and schedule without this made change."""
+        if self.name == "ci4_on_tiles":
+            return ci4_unpacked_on_host(plan, sched)
+        raise ValueError(f"{self.name} is not made")
+
+
+def ci4_unpacked_on_host(plan: NpuPlan, sched: HostSchedule) -> tuple[NpuPlan, HostSchedule]:
+    """The ci4 path ``ci4_on_tiles`` replaced, for a ci4 ``plan`` and its ``sched``: the ci8
+    plan of the same shape (P capped at ci8's int32 bound) fed by the host, which unpacks each
+    call's ci4 frames into int8 buffers (one pass, ci4 bytes read): the bytes synced and copied
+    are those of ci8."""
+    g = plan.geometry
+    if not g.ci4:
+        raise ValueError("ci4_unpacked_on_host needs a ci4 plan")
+    twin = g.replace(sample_bits=8, nibble_order="re_high", npacket=1)
+    twin = twin.replace(npacket=min(g.npacket, twin.max_npacket))
+    scale = twin.npu_in_bytes / g.npu_in_bytes
+    unpack = sched.nstream * g.nchan_pkt * twin.npacket * g.nspectra_pkt
+    fill = (("ci4_unpack", unpack), *((p, round(b * scale)) for p, b in sched.fill))
+    return build_plan(twin), sched.replace(sync_bytes=round(sched.sync_bytes * scale),
+                                           fill=fill)
 
 
 DESIGN_CHANGES = (
@@ -744,15 +788,17 @@ DESIGN_CHANGES = (
     DesignChange("ci4_on_tiles",
                  "send ci4 as ci4 (half the bytes synced and read) and unpack it on the compute "
                  "tiles before the MAC loop, instead of on the host",
-                 "not made (kernel, plan, emulator and host layout would change together)"),
+                 "made: the ci4 plan (plan.py), the kernel's ci4 entry points (xcorr.cc), "
+                 "bit-exact in the emulator and on the simulated device; not yet run on an NPU",
+                 made=True),
     DesignChange("native_ring",
                  "run the syncs, launches and waits in the native ring (C++ threads over XRT), "
                  "so an input sync no longer takes turns with Python work",
                  "built and tested over a fake device (npu/nativering.py); not wired into the "
                  "npu backend"),
     DesignChange("parallel_host_fill",
-                 f"split the host's copy / ci4 unpack over {FILL_THREADS} threads",
-                 "not made (backends.base.HostUnpack, blockpairs.fill_inputs)"),
+                 f"split the host's frame copy over {FILL_THREADS} threads",
+                 "not made (blockpairs.fill_inputs)"),
 )
 
 
@@ -761,15 +807,15 @@ MIN_GAIN = 0.005
 
 
 def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
-    """The :data:`DESIGN_CHANGES` that would raise the rate of ``plan`` on their own (by more
-    than :data:`MIN_GAIN`), each with its predicted rate and gain, largest first; then, where
-    it adds to them, every applicable change that does not lower the rate, together (a change
-    can matter only once another has moved the bottleneck)."""
+    """The :data:`DESIGN_CHANGES` not yet made that would raise the rate of ``plan`` on their
+    own (by more than :data:`MIN_GAIN`), each with its predicted rate and gain, largest first;
+    then, where it adds to them, every applicable change that does not lower the rate, together
+    (a change can matter only once another has moved the bottleneck)."""
     dev = DEVICES[device] if isinstance(device, str) else device
     base = predict(plan, dev, schedule)
     found, together = [], []
     for change in DESIGN_CHANGES:
-        if not change.applies(schedule, dev):
+        if change.made or not change.applies(schedule, dev):
             continue
         sched, opts = change.options(plan, schedule)
         pred = predict(plan, dev, sched, **opts)
@@ -792,3 +838,21 @@ def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) 
                       "msps": pred.msps, "gain": pred.msps / base.msps,
                       "bottleneck": pred.bottleneck, "caveats": pred.caveats()})
     return found
+
+
+def made_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
+    """The made :data:`DESIGN_CHANGES` that apply to ``plan``, each with the predicted rate of
+    ``plan`` and the rate, gain and bottleneck of the design without the change
+    (:meth:`DesignChange.undone`)."""
+    dev = DEVICES[device] if isinstance(device, str) else device
+    base = predict(plan, dev, schedule)
+    made = []
+    for change in DESIGN_CHANGES:
+        if not (change.made and change.applies(schedule, dev)):
+            continue
+        old_plan, old_schedule = change.undone(plan, schedule)
+        without = predict(old_plan, dev, old_schedule)
+        made.append({"name": change.name, "what": change.what, "status": change.status,
+                     "msps": base.msps, "msps_without": without.msps,
+                     "gain": base.msps / without.msps, "bottleneck_without": without.bottleneck})
+    return made

@@ -49,7 +49,6 @@ class _Schedule:
     def __init__(self, pred: Prediction) -> None:
         self.plan: NpuPlan = pred.plan
         tr, dev = pred.main.traffic, pred.device
-        self.scale = pred.main.input_scale
         self.dma = dev.dma_bytes_per_cycle
         self.sources = {d: f.source for f in self.plan.flows for d in f.dests}
         self.spans: list[Span] = []
@@ -99,7 +98,7 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
         for w in ws:
             fed[s.sources[w.port]].append((w.port, src))
     dests = {f.source: f.dests for f in plan.flows}
-    call_bytes = {c.port: tr.per_call(c.port) * s.scale for c in mem_sends}
+    call_bytes = {c.port: tr.per_call(c.port) for c in mem_sends}
     kernel_end: dict[tuple[Tile, int], float] = {}
     fill_end: dict[tuple[Port, int], float] = {}
     sent_end: dict[tuple[Port, int], float] = {}  # mem MM2S port, call -> end
@@ -112,7 +111,7 @@ def schedule(pred: Prediction, ncalls: int) -> list[Span]:
                 free_at = max(sent_end.get((src, (f - 1) * per_fill - 1), 0.0)
                               for _, src in targets)
                 span = s.busy(shim.tile, _track(shim), f"fill {f}", "dma_in", free_at,
-                              tr.port_bytes[shim] * s.scale / tr.fills * s.shim_cpb[shim])
+                              tr.port_bytes[shim] / tr.fills * s.shim_cpb[shim])
                 for w, _ in targets:
                     s.mirror(w, span, f"fill {f}")
                     fill_end[(w, f)] = span.end

@@ -27,9 +27,19 @@ small test geometry (2 x 4) uses columns 0..3 exactly as the published design us
 Host buffers (runtime sequence arguments, in order)
 ---------------------------------------------------
 - ``a``, ``b``: int8 ``[P][npu_block streams][payload]`` with payload
-  ``[nchan_pkt][ncoarse][re, im][8 fine]`` (the published design's DDR layout; see ``hostio.py``).
+  ``[nchan_pkt][ncoarse][re, im][8 fine]`` (the published design's DDR layout; see ``hostio.py``),
+  for ci4 ``[nchan_pkt][ncoarse][8 fine]`` bytes (our ci4 packet payload as it arrives).
 - ``out``: int32 ``[nchan_pkt][cols][rows][N][M][re, im][8][8]``: A stream
   ``8N row + 8n + r2``, B stream ``8M col + 8m + c2``.
+
+ci4 (``Geometry.sample_bits == 4``)
+----------------------------------
+The same plan with every input buffer, BD and task sized for one byte per complex sample: an
+8 x 8 sample block is 64 bytes instead of 128 (``Geometry.sample_block_bytes``), so every hop up
+to the compute tiles moves half the bytes of ci8 and the memory tiles write the same
+``[stream][sample]`` blocks (rows of 8 packed samples). Each compute tile has two more buffers,
+the int8 A and B of one call, which its kernel (``KERNEL_FUNC_CI4``) unpacks the packed
+buffers into before the MAC loop (:attr:`CoreProgram.unpacked`).
 """
 
 from __future__ import annotations
@@ -52,8 +62,10 @@ ELEM_BYTES = {INT8: 1, INT32: 4}
 S2MM = "S2MM"
 MM2S = "MM2S"
 
-#: Kernel entry points (extern "C" in xengine_block/npu/kernel/xcorr.cc).
+#: Kernel entry points (extern "C" in xengine_block/npu/kernel/xcorr.cc): ci8, and ci4 by nibble
+#: order (the nibble holding the real part; docs/design.md, ci4 nibble orders).
 KERNEL_FUNC = "xcorr_kernel"
+KERNEL_FUNC_CI4 = {"re_high": "xcorr_kernel_ci4_re_high", "re_low": "xcorr_kernel_ci4_re_low"}
 ZERO_FUNC = "xcorr_acc_zero"
 #: Object file the design links the kernel from.
 KERNEL_OBJECT = "xcorr.o"
@@ -71,6 +83,9 @@ COMPUTE_OUT_MM2S = 0
 #: Bytes of one (re or im) 8x8 int8 block and of one complex block pair.
 BLOCK_BYTES = BLOCK * BLOCK
 PAIR_BYTES = 2 * BLOCK_BYTES
+#: Most packets one NPU call walks: the shim tasks step through them in one BD dimension
+#: (sizes < ``limits.BD_DIM_SIZE``). Only ci4's int32 bound allows more (ci8: 136).
+MAX_NPACKET = limits.BD_DIM_SIZE - 1
 
 
 class Tile(NamedTuple):
@@ -216,7 +231,7 @@ class CoreProgram:
         acquire(acc_acquire); ZERO_FUNC(acc)
         for i in range(calls_per_integration):      # ping-pong: buffers a[i % 2], b[i % 2]
             acquire(a_acquire); acquire(b_acquire)
-            KERNEL_FUNC(a[i % 2], b[i % 2], acc)
+            kernel(*kernel_args(i % 2))             # (a, b, acc) or, ci4, (a, b, acc, ua, ub)
             release(a_release); release(b_release)
         release(acc_release)                        # the accumulators go out to the host
     """
@@ -234,6 +249,23 @@ class CoreProgram:
     calls_per_integration: int
     kernel: str = KERNEL_FUNC
     zero: str = ZERO_FUNC
+    #: ci4: the (A, B) buffers the kernel unpacks a[i % 2], b[i % 2] into, its last two
+    #: arguments; None for ci8.
+    unpacked: tuple[str, str] | None = None
+
+    def kernel_args(self, k: int) -> tuple[str, ...]:
+        """The buffers of a kernel call on ping-pong slot ``k``, in argument order."""
+        return (self.a[k], self.b[k], self.acc, *(self.unpacked or ()))
+
+    def streamed(self) -> list[tuple[str, ...]]:
+        """Buffers the kernel reads or writes in one phase of a call (they should sit in
+        different banks): ci8 A[k], B[k] and the accumulators; ci4 the unpack of A[k] and of
+        B[k], then the unpacked A, B and the accumulators."""
+        if self.unpacked is None:
+            return [(self.a[k], self.b[k], self.acc) for k in range(2)]
+        ua, ub = self.unpacked
+        return [(*self.unpacked, self.acc)] + [pair for k in range(2)
+                                               for pair in ((self.a[k], ua), (self.b[k], ub))]
 
 
 @dataclass(frozen=True)
@@ -447,36 +479,45 @@ def _geometry_sizes(g: Geometry) -> dict[str, int]:
     return dict(
         ncalls=ncalls,
         # one stream block (8 streams) of one channel of one packet in a memory-tile buffer
-        mem_block=g.ncoarse * PAIR_BYTES,
-        # one kernel call's slice of a stream block: T blocks of (re, im) 8x8
-        call_block=g.tile_t * PAIR_BYTES,
+        mem_block=g.ncoarse * g.sample_block_bytes,
+        # one kernel call's slice of a stream block: T sample blocks (ci8: (re, im) 8x8)
+        call_block=g.tile_t * g.sample_block_bytes,
         acc=g.tile_acc_bytes // ELEM_BYTES[INT32],
         acc_row=g.tile_m * PAIR_BYTES,  # one A stream-block row of accumulators, int32 words
     )
 
 
-def _mem_write_dims(g: Geometry, nblocks: int) -> tuple[Dim, ...]:
-    """Memory-tile S2MM pattern: stream-major payload -> [block][coarse][reim][8 s][8 f].
+def _sample_block_shape(g: Geometry) -> tuple[int, ...]:
+    """One sample block in tile memory: ci8 ``[re, im][8 s][8 f]``, ci4 ``[8 s][8 f]`` bytes."""
+    return (BLOCK, BLOCK) if g.ci4 else (2, BLOCK, BLOCK)
 
-    The stream arrives as ``nblocks*8`` streams x ``[coarse][reim][fine]``; outermost first:
-    stream block, stream in block (row of an 8x8 block), (coarse, reim) block, fine sample.
+
+def _mem_write_dims(g: Geometry, nblocks: int) -> tuple[Dim, ...]:
+    """Memory-tile S2MM pattern: stream-major payload -> [block][coarse][reim][8 s][8 f]
+    (ci4: [block][coarse][8 s][8 f] bytes).
+
+    The stream arrives as ``nblocks*8`` streams x ``[coarse][reim][fine]`` (ci4
+    ``[coarse][fine]``), i.e. rows of 8 bytes; outermost first: stream block, stream in block
+    (row of an 8x8 block), row of the stream ((coarse, reim) block), fine sample.
     """
     s = _geometry_sizes(g)
-    return (Dim(nblocks, s["mem_block"]), Dim(BLOCK, BLOCK), Dim(2 * g.ncoarse, BLOCK_BYTES),
-            Dim(BLOCK, 1))
+    return (Dim(nblocks, s["mem_block"]), Dim(BLOCK, BLOCK),
+            Dim(g.chan_bytes // BLOCK, BLOCK_BYTES), Dim(BLOCK, 1))
 
 
 def _mem_read_dims(g: Geometry, nblocks: int) -> tuple[Dim, ...]:
     """Memory-tile MM2S pattern for one kernel call: T of the ncoarse sample blocks of every
-    stream block; T*128 contiguous bytes are split as (T, 128) x (128, 1) to keep sizes < 1024."""
+    stream block; their T*128 (ci4: T*64) contiguous bytes are split as (T, 128) x (128, 1) to
+    keep sizes < 1024."""
     s = _geometry_sizes(g)
-    return (Dim(nblocks, s["mem_block"]), Dim(g.tile_t, PAIR_BYTES), Dim(PAIR_BYTES, 1))
+    return (Dim(nblocks, s["mem_block"]), Dim(g.tile_t, g.sample_block_bytes),
+            Dim(g.sample_block_bytes, 1))
 
 
 def _build_a_path(b: _Builder) -> None:
     g, s = b.g, _geometry_sizes(b.g)
     half_blocks = g.tile_n // 2
-    shape = (g.tile_n, g.ncoarse, 2, BLOCK, BLOCK)
+    shape = (g.tile_n, g.ncoarse, *_sample_block_shape(g))
     half_len = half_blocks * s["mem_block"]
     call_len = g.tile_n * s["call_block"]
     for row in range(g.rows):
@@ -523,7 +564,7 @@ def _build_a_path(b: _Builder) -> None:
 
 def _build_b_path(b: _Builder) -> None:
     g, s = b.g, _geometry_sizes(b.g)
-    shape = (g.tile_m, g.ncoarse, 2, BLOCK, BLOCK)
+    shape = (g.tile_m, g.ncoarse, *_sample_block_shape(g))
     full_len = g.tile_m * s["mem_block"]
     call_len = g.tile_m * s["call_block"]
     for col in range(g.cols):
@@ -556,19 +597,33 @@ def place_compute_buffers(g: Geometry) -> dict[str, int]:
     both B buffers right after it in bank 0, the accumulators alone in bank 1, A ping in bank 2 and
     A pong in bank 3 (banks of 16 KiB). So the kernel's streams (A[k], B[k], acc) never share
     a bank. The same rule for any tiling: B0, B1 after the stack, then acc, A0 and A1 each from
-    the next bank boundary. A tiling this cannot fit raises ValueError.
+    the next bank boundary.
+
+    ci4 (keys ``ua``, ``ub``: the unpacked A and B) keeps the rule for what the MAC loop streams
+    (unpacked A, unpacked B, acc) and for each unpack (A[k] -> unpacked A, B[k] -> unpacked
+    B): unpacked B and A0 after the stack, then acc, the unpacked A, then A1, B0, B1, each group
+    from the next bank boundary; for the published tiling that fills the four banks as ci8 does
+    (62,464 B). A tiling this cannot fit raises ValueError.
     """
     bank = limits.COMPUTE_TILE_BANK_BYTES
 
     def next_bank(addr: int) -> int:
         return -(-addr // bank) * bank
 
-    addr = {"b0": limits.COMPUTE_TILE_STACK}
-    addr["b1"] = addr["b0"] + g.tile_b_bytes
-    addr["acc"] = next_bank(addr["b1"] + g.tile_b_bytes)
-    addr["a0"] = next_bank(addr["acc"] + g.tile_acc_bytes)
-    addr["a1"] = next_bank(addr["a0"] + g.tile_a_bytes)
-    end = addr["a1"] + g.tile_a_bytes
+    if g.ci4:
+        groups = [["ub", "a0"], ["acc"], ["ua"], ["a1", "b0", "b1"]]
+        size = {"ua": g.tile_n * g.tile_t * PAIR_BYTES, "ub": g.tile_m * g.tile_t * PAIR_BYTES}
+    else:
+        groups = [["b0", "b1"], ["acc"], ["a0"], ["a1"]]
+        size = {}
+    size.update(a0=g.tile_a_bytes, a1=g.tile_a_bytes, b0=g.tile_b_bytes, b1=g.tile_b_bytes,
+                acc=g.tile_acc_bytes)
+    addr: dict[str, int] = {}
+    end = limits.COMPUTE_TILE_STACK
+    for k, group in enumerate(groups):
+        end = next_bank(end) if k else end
+        for name in group:
+            addr[name], end = end, end + size[name]
     if end > limits.COMPUTE_TILE_MEMORY:
         raise ValueError(f"tiling N={g.tile_n}, M={g.tile_m}, T={g.tile_t} does not fit the "
                          f"published design's bank placement: it ends at {end} B of "
@@ -581,18 +636,23 @@ def _build_compute(b: _Builder) -> None:
     try:
         place: dict[str, int | None] = dict(place_compute_buffers(g))
     except ValueError:  # left to the allocator; the validator reports what does not fit
-        place = dict.fromkeys(("a0", "a1", "b0", "b1", "acc"))
+        place = dict.fromkeys(("a0", "a1", "b0", "b1", "acc", "ua", "ub"))
+    block = _sample_block_shape(g)
     for col in range(g.cols):
         for row in range(g.rows):
             t = compute_tile(row, col)
             tag = f"c{col}_r{row}"
-            a = tuple(b.buffer(f"a_buf{k}_{tag}", t, INT8, (g.tile_n, g.tile_t, 2, BLOCK, BLOCK),
+            a = tuple(b.buffer(f"a_buf{k}_{tag}", t, INT8, (g.tile_n, g.tile_t, *block),
                                place[f"a{k}"]) for k in range(2))
-            bb = tuple(b.buffer(f"b_buf{k}_{tag}", t, INT8,
-                                (g.tile_m, g.tile_t, 2, BLOCK, BLOCK), place[f"b{k}"])
-                       for k in range(2))
+            bb = tuple(b.buffer(f"b_buf{k}_{tag}", t, INT8, (g.tile_m, g.tile_t, *block),
+                                place[f"b{k}"]) for k in range(2))
             acc = b.buffer(f"acc_{tag}", t, INT32, (g.tile_n, g.tile_m, 2, BLOCK, BLOCK),
                            place["acc"])
+            unpacked = None
+            if g.ci4:
+                unpacked = tuple(b.buffer(f"{what}_unpacked_{tag}", t, INT8,
+                                          (rows, g.tile_t, 2, BLOCK, BLOCK), place[f"u{what}"])
+                                 for what, rows in (("a", g.tile_n), ("b", g.tile_m)))
             a_prod, a_cons = b.lock(f"a_prod_{tag}", t, 2), b.lock(f"a_cons_{tag}", t, 0)
             b_prod, b_cons = b.lock(f"b_prod_{tag}", t, 2), b.lock(f"b_cons_{tag}", t, 0)
             acc_prod, acc_cons = b.lock(f"acc_prod_{tag}", t, 1), b.lock(f"acc_cons_{tag}", t, 0)
@@ -610,7 +670,9 @@ def _build_compute(b: _Builder) -> None:
                 acc_acquire=LockOp(acc_prod, 1), acc_release=LockOp(acc_cons, 1),
                 a_acquire=LockOp(a_cons, 1), a_release=LockOp(a_prod, 1),
                 b_acquire=LockOp(b_cons, 1), b_release=LockOp(b_prod, 1),
-                calls_per_integration=g.npacket * s["ncalls"]))
+                calls_per_integration=g.npacket * s["ncalls"],
+                kernel=KERNEL_FUNC_CI4[g.nibble_order] if g.ci4 else KERNEL_FUNC,
+                unpacked=unpacked))
             b.flows.append(Flow(Port(t, MM2S, COMPUTE_OUT_MM2S),
                                 (Port(out_mem_tile(col), S2MM, MEM_OUT_S2MM_BASE + row),)))
 
@@ -669,7 +731,8 @@ def _build_tasks(b: _Builder) -> None:
 
 
 def host_args(g: Geometry) -> tuple[HostArg, ...]:
-    """Runtime-sequence arguments in order: a, b (int8 inputs), out (int32)."""
+    """Runtime-sequence arguments in order: a, b (int8 inputs; ci4: packed bytes), out
+    (int32)."""
     inp = (g.npacket, g.npu_block, g.payload_bytes)
     out = (g.nchan_pkt, g.cols, g.rows, g.tile_n, g.tile_m, 2, BLOCK, BLOCK)
     return (HostArg("a", INT8, inp), HostArg("b", INT8, inp), HostArg("out", INT32, out))

@@ -6,6 +6,7 @@ The design is generated from the same ``NpuPlan`` the emulator verifies, by
     python -m xengine_block.npu.show_design --geometry seed > design.mlir  # needs mlir_aie
     python -m xengine_block.npu.show_design --geometry small --calls  # API calls; no mlir-aie
     python -m xengine_block.npu.show_design --geometry seed --report  # per-tile memory, BDs
+    python -m xengine_block.npu.show_design --geometry seed --bits 4 --calls  # the ci4 design
 
 :mod:`.build` runs this step and the rest of the build.
 """
@@ -17,14 +18,13 @@ import sys
 from pathlib import Path
 
 from . import build_plan
-from .artifacts import NAMED_GEOMETRIES, named_geometry
+from .artifacts import add_geometry_arguments, arguments_geometry
 from .design import MlirAieUnavailable, design_calls, format_calls, to_mlir
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--geometry", choices=sorted(NAMED_GEOMETRIES), default="seed")
-    p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
+    add_geometry_arguments(p, "seed")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--calls", action="store_true",
                       help="print the recorded mlir-aie calls instead of MLIR (no mlir-aie)")
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="print the plan's per-tile resource use (no mlir-aie)")
     p.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     a = p.parse_args(argv)
-    plan = build_plan(named_geometry(a.geometry, a.npacket))
+    plan = build_plan(arguments_geometry(a, a.geometry))
     if a.calls:
         text = format_calls(design_calls(plan))
     elif a.report:

@@ -241,9 +241,10 @@ def _check_placement(plan: NpuPlan, tile: Tile, stack: int, memory: int) -> None
 
 
 def _check_banks(plan: NpuPlan, core: CoreProgram) -> None:
-    """Buffers the kernel streams in one call (A[k], B[k], acc) must not share a bank."""
-    for k in range(2):
-        together = [plan.buffer_map[n] for n in (core.a[k], core.b[k], core.acc)]
+    """Buffers the kernel streams at once (:meth:`CoreProgram.streamed`: A[k], B[k], acc; ci4
+    each unpack and then the MAC loop) must not share a bank."""
+    for names in core.streamed():
+        together = [plan.buffer_map[n] for n in names]
         if any(b.address is None for b in together):
             continue  # left to aiecc's bank-aware allocator
         for i, x in enumerate(together):
@@ -309,7 +310,7 @@ def validate_plan(plan: NpuPlan) -> PlanReport:
     for core in plan.cores:
         if core.tile.kind != "compute":
             raise PlanError(limits.TILE_IN_ARRAY, core.tile, "a core program needs a compute tile")
-        for name in (core.acc, *core.a, *core.b):
+        for name in (core.acc, *core.a, *core.b, *(core.unpacked or ())):
             if name not in plan.buffer_map or plan.buffer_map[name].tile != core.tile:
                 raise PlanError(limits.BD_IN_BUFFER, core.tile, f"core uses buffer {name!r} "
                                 f"that is not on its tile")

@@ -14,6 +14,18 @@
 // fit the slots beside the MACs and at most one 512-bit load issues per cycle (no bank
 // conflicts between the two load units). Hence N must be even.
 //
+// ci4 (4-bit samples, one byte per complex sample, sent packed through every DMA):
+//   a   : N x T x 8 x 8 bytes         (stream block, sample block, [stream][sample])
+//   b   : M x T x 8 x 8 bytes
+//   ua  : N x T x 2 x 8 x 8 int8      (a unpacked: the layout above)
+//   ub  : M x T x 2 x 8 x 8 int8
+// xcorr_kernel_ci4_re_high / _re_low first unpack a into ua and b into ub (the real part in the
+// high / low nibble of each byte), then run the same MAC loop on them. Per 64-byte block: two
+// unpack(v64int4) (32 bytes -> 64 sign-extended nibbles, the low nibble of byte k at element
+// 2k), two shuffles that split even and odd elements (T8_64x2_lo / _hi) into the low-nibble and
+// high-nibble planes, two 512-bit stores. Unpacking once per call, not in the MAC loop, keeps
+// that loop as it is: in it every A block would be unpacked M times and every B block N/2 times.
+//
 // Build:
 //   AIE2P : Peano clang++ --target=aie2p-none-unknown-elf -O2 -std=c++20 -I<mlir-aie include>
 //           [-DN=8 -DM=4 -DT=15] -c xcorr.cc
@@ -57,7 +69,6 @@ template <int N, int M, int T>
   requires(N % 2 == 0)
 static inline void xcorr_accumulate(const v64int8 *__restrict a, const v64int8 *__restrict b,
                                     v64acc32 *__restrict acc) {
-  event0();
   // Rows n and n+1 of A against every column m of B; acc advances in (re, im) pairs.
   for (int n = 0; n < N; n += 2) {
     const v64int8 *__restrict pb = b;
@@ -90,6 +101,38 @@ static inline void xcorr_accumulate(const v64int8 *__restrict a, const v64int8 *
       row1[2 * m + 1] = im1;
     }
   }
+}
+
+// The MAC loop once in the object, whichever entry points call it (program memory is 16 KiB).
+__attribute__((noinline)) static void xcorr_mac(const v64int8 *__restrict a,
+                                                const v64int8 *__restrict b,
+                                                v64acc32 *__restrict acc) {
+  xcorr_accumulate<kXcorrN, kXcorrM, kXcorrT>(a, b, acc);
+}
+
+// NB ci4 blocks of 64 bytes -> NB (re, im) pairs of int8 blocks. kReHigh: the real part is the
+// high nibble. Element i of unpack(v64int4) is nibble i of the 32 bytes, low nibble first, so
+// even elements are low nibbles and odd elements high ones, in sample order.
+template <int NB, bool kReHigh>
+static inline void xcorr_unpack_ci4(const v64int4 *__restrict src, v64int8 *__restrict dst) {
+  for (int i = 0; i < NB; ++i) {
+    v64int8 u0 = unpack(*src++);  // samples 0..31 of the block: (low, high) nibble pairs
+    v64int8 u1 = unpack(*src++);  // samples 32..63
+    v64int8 low = shuffle(u0, u1, T8_64x2_lo);
+    v64int8 high = shuffle(u0, u1, T8_64x2_hi);
+    *dst++ = kReHigh ? high : low;  // real parts
+    *dst++ = kReHigh ? low : high;  // imaginary parts
+  }
+}
+
+template <bool kReHigh>
+static inline void xcorr_ci4(const v64int4 *__restrict a, const v64int4 *__restrict b,
+                             v64acc32 *__restrict acc, v64int8 *__restrict ua,
+                             v64int8 *__restrict ub) {
+  event0();
+  xcorr_unpack_ci4<kXcorrN * kXcorrT, kReHigh>(a, ua);
+  xcorr_unpack_ci4<kXcorrM * kXcorrT, kReHigh>(b, ub);
+  xcorr_mac(ua, ub, acc);
   event1();
 }
 
@@ -102,9 +145,24 @@ static inline void xcorr_zero(v64acc32 *__restrict acc) {
 
 extern "C" {
 
-// Entry points named in the NPU plan (xengine_block/npu/plan.py: KERNEL_FUNC, ZERO_FUNC).
+// Entry points named in the NPU plan (xengine_block/npu/plan.py: KERNEL_FUNC, KERNEL_FUNC_CI4,
+// ZERO_FUNC).
 void xcorr_kernel(v64int8 *__restrict a, v64int8 *__restrict b, v64acc32 *__restrict acc) {
-  xcorr_accumulate<kXcorrN, kXcorrM, kXcorrT>(a, b, acc);
+  event0();
+  xcorr_mac(a, b, acc);
+  event1();
+}
+
+void xcorr_kernel_ci4_re_high(v64int4 *__restrict a, v64int4 *__restrict b,
+                              v64acc32 *__restrict acc, v64int8 *__restrict ua,
+                              v64int8 *__restrict ub) {
+  xcorr_ci4<true>(a, b, acc, ua, ub);
+}
+
+void xcorr_kernel_ci4_re_low(v64int4 *__restrict a, v64int4 *__restrict b,
+                             v64acc32 *__restrict acc, v64int8 *__restrict ua,
+                             v64int8 *__restrict ub) {
+  xcorr_ci4<false>(a, b, acc, ua, ub);
 }
 
 void xcorr_acc_zero(v64acc32 *__restrict acc) { xcorr_zero<kXcorrN, kXcorrM>(acc); }
