@@ -5,6 +5,7 @@ never gives a failed output its final name.
 
 Three ways to fail writes, none needing root except the last:
 - in process, a disk of ``limit`` bytes: ``StagedFile``'s writes past it fail with ENOSPC;
+  or the creation of a file or of the output directory refused (``os.open``, ``mkdir``);
 - a subprocess with ``RLIMIT_FSIZE``: the kernel refuses writes past N bytes (EFBIG), the same
   for the old code, which lost data and segfaulted;
 - a real tmpfs of a few hundred KiB (``mount -t tmpfs``), where root and mount are available.
@@ -68,6 +69,23 @@ def full_disk(monkeypatch, limit: int) -> None:
 
     monkeypatch.setattr(StagedFile, "_pwrite", limited_pwrite)
     monkeypatch.setattr(StagedFile, "_ftruncate", limited_ftruncate)
+
+
+def refusing_creation(monkeypatch, code: int) -> dict[str, int]:
+    """While ``state["refusing"]`` is set, creating a UVH5 file (``StagedFile``'s
+    ``os.open``) fails with ``code``, as on a read-only filesystem (EROFS), with no inode left
+    (ENOSPC, EDQUOT) or a failing disk (EIO); ``state["refused"]`` counts the refusals."""
+    state = {"refusing": 1, "refused": 0}
+    os_open = os.open
+
+    def flaky(path, flags, *args, **kwargs):
+        if state["refusing"] and flags & os.O_CREAT and str(path).endswith(".uvh5"):
+            state["refused"] += 1
+            raise OSError(code, os.strerror(code), str(path))
+        return os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", flaky)
+    return state
 
 
 def fsize_limit(nbytes: int):
@@ -176,9 +194,33 @@ def test_writer_that_cannot_create_the_file_removes_it(tmp_path, monkeypatch, si
     path = tmp_path / "f.uvh5"
     full_disk(monkeypatch, sizes[0] // 2)
     site, _, _ = writer_inputs()
-    with pytest.raises(UVH5WriteError, match="file removed") as info:
+    with pytest.raises(UVH5WriteError, match="no file left") as info:
         UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
     assert info.value.errno == errno.ENOSPC and not path.exists()
+
+
+CREATE_ERRORS = [errno.EROFS, errno.EDQUOT, errno.ENOSPC, errno.EIO]
+
+
+@pytest.mark.parametrize("code", CREATE_ERRORS, ids=errno.errorcode.get)
+def test_writer_that_cannot_open_a_new_file_raises_the_write_error(tmp_path, monkeypatch, code):
+    """The file cannot even be created: the same :class:`UVH5WriteError` (errno, the path,
+    no dump kept) as a failed write, not a bare OSError that no caller handles; nothing left.
+    An existing file stays ``FileExistsError`` (the writer block then picks another name)."""
+    state = refusing_creation(monkeypatch, code)
+    site, _, _ = writer_inputs()
+    path = tmp_path / "f.uvh5"
+    with pytest.raises(UVH5WriteError) as info:
+        UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
+    err = info.value
+    assert state["refused"] == 1
+    assert (err.errno, err.filename, err.ndump) == (code, str(path), None)
+    assert f"[Errno {code} {errno.errorcode[code]}]" in str(err) and "no file left" in str(err)
+    assert not path.exists() and not list(tmp_path.iterdir())
+    state["refusing"] = 0
+    UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960).close()
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
 
 
 @pytest.mark.parametrize("which", ["superblock", "publishing"])
@@ -255,13 +297,15 @@ def recording(tmp_path_factory) -> tuple[Path, np.ndarray, Geometry]:
     return pcap, frames, g
 
 
-def assert_pipeline_file(path: Path, frames: np.ndarray, g: Geometry, ndump: int) -> None:
+def assert_pipeline_file(path: Path, frames: np.ndarray, g: Geometry, ndump: int,
+                         first: int = 0) -> None:
+    """The file holds exactly the ``ndump`` dumps from dump ``first`` of the recording."""
     uv = pyuvdata.UVData.from_file(path, file_type="uvh5")  # also NAME.uvh5.partial
     uv.check(strict_uvw_antpos_check=True)
     assert uv.Ntimes == ndump
-    for d in range(ndump):
+    for d in range(first, first + ndump):
         re, im = reference_full(frames_to_natural(frames[d * NPACKET:(d + 1) * NPACKET], g))
-        assert np.array_equal(uv.get_data(0, 2, "xy")[d], (re - 1j * im)[:, 0, 5])
+        assert np.array_equal(uv.get_data(0, 2, "xy")[d - first], (re - 1j * im)[:, 0, 5])
 
 
 def run_chain(pcap: Path, out: Path, retry_s: float | None = None,
@@ -341,12 +385,15 @@ def test_quicklook_failure_alone_is_one_clear_error(recording, tmp_path, monkeyp
     assert_pipeline_file(tmp_path / "obs.uvh5", frames, g, NDUMP)  # the writer finished
 
 
-def failing_for_a_while(monkeypatch, code: int, dumps: range) -> dict[str, int]:
+def failing_for_a_while(monkeypatch, code: int, dumps: range,
+                        create_code: int | None = None) -> dict[str, int]:
     """The disk refuses writes (errno ``code``) while the writer block handles the dumps in
-    ``dumps`` (by their order, from 0); returns the number of dumps handled and of writes
-    refused so far."""
+    ``dumps`` (by their order, from 0), and with ``create_code`` the creation of new files too
+    (:func:`refusing_creation`); returns the number of dumps handled and of writes and
+    creations refused so far."""
     seen = {"dumps": 0, "refused": 0}
     pwrite, write = StagedFile._pwrite, UVH5WriterBlock._write
+    creating = refusing_creation(monkeypatch, create_code) if create_code else {"refused": 0}
 
     def refusing(self, data, offset):
         if seen["dumps"] - 1 in dumps:
@@ -356,7 +403,10 @@ def failing_for_a_while(monkeypatch, code: int, dumps: range) -> dict[str, int]:
 
     def counting(self, *args):
         seen["dumps"] += 1
+        creating["refusing"] = seen["dumps"] - 1 in dumps
         write(self, *args)
+        seen["refused"] += creating["refused"]
+        creating["refused"] = 0
 
     monkeypatch.setattr(StagedFile, "_pwrite", refusing)
     monkeypatch.setattr(UVH5WriterBlock, "_write", counting)
@@ -383,17 +433,73 @@ def test_writer_that_skips_counts_dumps_and_resumes_into_a_new_file(recording, t
     first, second = w.files
     assert sorted(tmp_path.glob("*.uvh5")) == sorted(w.files)  # no file of the failed tries
     assert_pipeline_file(first, frames, g, 2)
-    uv = pyuvdata.UVData.from_file(second)
-    uv.check(strict_uvw_antpos_check=True)
-    assert uv.Ntimes == 2
-    for d in range(2):
-        re, im = reference_full(frames_to_natural(frames[(4 + d) * NPACKET:(5 + d) * NPACKET], g))
-        assert np.array_equal(uv.get_data(0, 2, "xy")[d], (re - 1j * im)[:, 0, 5])
+    assert_pipeline_file(second, frames, g, 2, first=4)
     name = errno.errorcode[code]
     lines = [r.getMessage() for r in caplog.records if r.name.endswith("blocks.writer")]
     assert len(lines) == 2, lines  # one line as the episode begins, one as it ends
     assert name in lines[0] and str(first) in lines[0] and "keeps the 2 dumps" in lines[0]
     assert str(second) in lines[1] and "after 2 dumps not written" in lines[1]
+
+
+@pytest.mark.parametrize("code", CREATE_ERRORS, ids=errno.errorcode.get)
+def test_writer_that_skips_counts_the_new_files_it_cannot_create(recording, tmp_path,
+                                                                 monkeypatch, caplog, code):
+    """``"skip"``: the disk refuses dump 2 (ENOSPC), and dump 3's try, into a new file, finds
+    no file can be created (``code``: a filesystem gone read-only, no inode left, EIO). That
+    is one more dump counted, not the end of the pipeline (before: a bare OSError stopped it);
+    dump 4 goes into a new file. One attempt per dump, two log lines for the episode."""
+    pcap, frames, g = recording
+    seen = failing_for_a_while(monkeypatch, errno.ENOSPC, range(2, 4), create_code=code)
+    with caplog.at_level(logging.WARNING):
+        _, chain = run_chain(pcap, tmp_path, retry_s=0.0, quicklook=False, filename=None,
+                             on_write_error="skip")
+    w = chain.writer
+    assert w.writer_counters() == {"dumps_written": 4, "dumps_not_written": 2,
+                                   "write_failures": 1}
+    assert w.write_error is None and seen["refused"] == 2  # dump 2's write, dump 3's file
+    first, second = w.files
+    assert sorted(tmp_path.glob("*.uvh5")) == sorted(w.files)
+    assert_pipeline_file(first, frames, g, 2)
+    assert_pipeline_file(second, frames, g, 2, first=4)
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("blocks.writer")]
+    assert len(lines) == 2 and "ENOSPC" in lines[0] and str(second) in lines[1], lines
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_output_directory_that_cannot_be_made(recording, tmp_path, monkeypatch, caplog, policy):
+    """The output directory cannot be created when the sequence starts (EROFS): with
+    ``"skip"`` the dumps are counted and tried again, each try making the directory first, and
+    once it can be made the dumps go in (before: the sequence start raised and the pipeline
+    stopped); with ``"stop"`` the pipeline stops with the one write error naming it."""
+    pcap, frames, g = recording
+    out = tmp_path / "out" / "x0"
+    refused = []
+    mkdir = Path.mkdir
+
+    def flaky(self, *args, **kwargs):
+        if self == out and len(refused) < 2:
+            refused.append(self)
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", flaky)
+    if policy == "stop":
+        with pytest.raises(PipelineError) as info:
+            run_chain(pcap, out, quicklook=False)
+        msg = str(info.value)
+        assert info.value.block_name.startswith("UVH5WriterBlock"), msg
+        assert f"writing {out} failed: [Errno {errno.EROFS} EROFS]" in msg, msg
+        assert not out.exists() and len(refused) == 1
+        return
+    with caplog.at_level(logging.WARNING):
+        _, chain = run_chain(pcap, out, retry_s=0.0, quicklook=False, on_write_error="skip")
+    w = chain.writer
+    assert w.writer_counters() == {"dumps_written": NDUMP - 2, "dumps_not_written": 2,
+                                   "write_failures": 1}
+    assert len(refused) == 2 and w.files == [out / "obs.uvh5"]
+    assert_pipeline_file(w.files[0], frames, g, NDUMP - 2, first=2)
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("blocks.writer")]
+    assert len(lines) == 2 and str(out) in lines[0] and "EROFS" in lines[0], lines
 
 
 def test_writer_that_skips_tries_again_at_most_every_retry_s(recording, tmp_path, monkeypatch):

@@ -11,15 +11,16 @@ service restarted on data it already wrote, e.g. a replayed recording) writes
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
 
-A dump that cannot be written (a full disk, a quota, an I/O error: any
-:class:`~xengine_block.outputs.uvh5.UVH5WriteError`) leaves the file with every dump completed
-before it (the UVH5 writer's crash guarantee). What follows is the block's ``on_write_error``:
-``"stop"`` (jobs: ``pipelines/fx.py``, reprocessing) raises it and the pipeline stops with that
-one error; ``"skip"`` (the live service, which must keep capturing, correlating and sending its
-SPEAD stream) counts the dump as not written and carries on: one log line when the failures
-begin, then at most one attempt per dump and per ``retry_s`` seconds to write again, each into
-a new file (dumps in between are counted, not written); the first that succeeds ends the
-episode with one more log line. Counters: :data:`WRITER_COUNTERS`.
+A dump that cannot be written (a full disk, a quota, an I/O error, a new file or the output
+directory that cannot be created: any :class:`~xengine_block.outputs.uvh5.UVH5WriteError`)
+leaves the file with every dump completed before it (the UVH5 writer's crash guarantee). What
+follows is the block's ``on_write_error``: ``"stop"`` (jobs: ``pipelines/fx.py``,
+reprocessing) raises it and the pipeline stops with that one error; ``"skip"`` (the live
+service, which must keep capturing, correlating and sending its SPEAD stream) counts the dump
+as not written and carries on: one log line when the failures begin, then at most one attempt
+per dump and per ``retry_s`` seconds to write again, each into a new file (dumps in between are
+counted, not written); the first that succeeds ends the episode with one more log line.
+Counters: :data:`WRITER_COUNTERS`.
 
 The visibilities may also come in Bifrost correlate's matrix or the TCC order (our
 ``xengine_block.bifrost.correlate`` outputs, ``cf32`` or ``ci32``: :func:`~xengine_block.
@@ -74,9 +75,9 @@ WRITER_COUNTERS: dict[str, str] = {
 
 
 class UVH5WriterLogic(BlockLogic):
-    """Sink of (visibilities, valid counts) writing UVH5 files into ``directory``;
-    ``on_write_error`` and ``retry_s``: what a dump that cannot be written does (module
-    docstring)."""
+    """Sink of (visibilities, valid counts) writing UVH5 files into ``directory`` (made, if
+    missing, as each file is opened); ``on_write_error`` and ``retry_s``: what a dump that
+    cannot be written does (module docstring)."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
@@ -129,7 +130,6 @@ class UVH5WriterLogic(BlockLogic):
                 raise ValueError(f"channels {bad.tolist()} are outside the sequence's "
                                  f"{self.freqs.size} channels")
             self.freqs = self.freqs[self.channels]
-        self.directory.mkdir(parents=True, exist_ok=True)
         return []
 
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
@@ -147,6 +147,10 @@ class UVH5WriterLogic(BlockLogic):
                      else self.filename.name]
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
+        try:  # for every file: a directory that cannot be made yet is a failed write too
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UVH5WriteError.caused_by(exc, self.directory, None) from exc
         for i, name in enumerate(names):
             path = self.directory / name
             try:

@@ -429,7 +429,7 @@ class UVH5WriteError(OSError):
 
     def __init__(self, code: int, reason: str, filename: str, ndump: int | None) -> None:
         super().__init__(code, reason, filename)
-        self.ndump = ndump  # dumps the file keeps; None: no dump was complete, file removed
+        self.ndump = ndump  # dumps the file keeps; None: no dump was complete, no file left
 
     @classmethod
     def caused_by(cls, exc: BaseException, path: Path, ndump: int | None) -> UVH5WriteError:
@@ -443,7 +443,7 @@ class UVH5WriteError(OSError):
 
     def __str__(self) -> str:
         name = errno.errorcode.get(self.errno, "?")
-        kept = ("no dump was complete, file removed" if self.ndump is None else
+        kept = ("no dump was complete, no file left" if self.ndump is None else
                 f"the file keeps the {self.ndump} dumps written before")
         return (f"writing {self.filename} failed: [Errno {self.errno} {name}] {self.strerror}; "
                 f"{kept}")
@@ -759,9 +759,11 @@ class UVH5Writer:
         append): for files that a rerun removes if a kill leaves them (reprocessing's
         ``.partial`` outputs). Write errors are handled the same either way.
 
-    Every failure to write raises :class:`UVH5WriteError` (from the constructor, ``append`` or
-    ``close``) and leaves the file as it was after the last successful append; a file without
-    a complete dump is removed. After a failure the writer refuses further appends.
+    Every failure to create or write the file raises :class:`UVH5WriteError` (from the
+    constructor, ``append`` or ``close``) and leaves the file as it was after the last
+    successful append; a file without a complete dump is removed. After a failure the writer
+    refuses further appends. An existing ``path`` without ``overwrite`` is no write failure
+    but ``FileExistsError`` (a caller may choose another name).
     """
 
     def __init__(self, path: str | os.PathLike, site: SiteInfo, freq_hz: np.ndarray,
@@ -787,6 +789,8 @@ class UVH5Writer:
         except FileExistsError:
             raise FileExistsError(f"{self.path} exists; refusing to overwrite it "
                                   f"(pass overwrite=True to replace it)") from None
+        except OSError as exc:  # not created (EROFS, no inode left, quota, EIO): nothing to undo
+            raise UVH5WriteError.caused_by(exc, self.path, None) from exc
         self._file: h5py.File | None = None
         _open_writers.add(self)
         try:
