@@ -32,6 +32,15 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def write_latin1_config(path: Path, config: dict[str, Any]) -> int:
+    """``config`` with output.prefix ``"café_"``, written in Latin-1 (an editor's encoding, not
+    TOML's UTF-8); returns the line of the "é" byte (0xe9)."""
+    text = toml_text(merged(config, output={"prefix": "cafe_"}))
+    data = text.replace('"cafe_"', '"caf\u00e9_"').encode("latin-1")
+    path.write_bytes(data)
+    return 1 + data[:data.index(b"\xe9")].count(b"\n")
+
+
 def merged(base: dict[str, Any], **sections: Any) -> dict[str, Any]:
     """``base`` with tables updated, top-level keys set, or removed (None)."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}

@@ -15,7 +15,15 @@ import pytest
 import pyuvdata
 
 from tests.conftest import random_frames
-from tests.helpers.service import BASE, Instance, env, merged, send, write_config
+from tests.helpers.service import (
+    BASE,
+    Instance,
+    env,
+    merged,
+    send,
+    write_config,
+    write_latin1_config,
+)
 from xengine_block.array import default_array
 from xengine_block.backends import availability
 from xengine_block.blocks.writer import WRITER_COUNTERS
@@ -28,6 +36,7 @@ from xengine_block.service.config import (
     RELOAD_RESULTS,
     REQUIRED,
     ConfigError,
+    ServiceConfig,
     add_flags,
     load_config,
 )
@@ -326,6 +335,56 @@ def test_reloaded_applies_live_keys_keeps_flags_and_names_the_rest(tmp_path):
         load_config(None, {k: v for k, v in running.values.items()
                            if k in ("sync_time", "fs_hz", "freq0_hz", "sources",
                                     "directory")}).reloaded()
+
+
+def test_a_file_not_utf8_is_one_error_naming_the_byte(tmp_path):
+    """Not UTF-8: a ConfigError for the file, at start one line and exit 2 (before: tomllib's
+    UnicodeDecodeError, a traceback; on SIGHUP, the end of the service)."""
+    path = tmp_path / "c.toml"
+    line = write_latin1_config(path, BASE)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"(file): not UTF-8, as TOML must be: byte 0xe9 on line {line}"
+    p = subprocess.run([sys.executable, "-m", "xengine_block.cli", "correlate", str(path)],
+                       capture_output=True, text=True, env=env(), timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"{path}: (file): not UTF-8" in p.stderr
+
+
+@pytest.fixture
+def service(tmp_path):
+    """A CorrelatorService built (not run) from BASE in tmp_path/c.toml; SIGHUP's work is its
+    ``reload``."""
+    from xengine_block.service.live import CorrelatorService
+
+    svc = CorrelatorService(load_config(write_config(tmp_path / "c.toml", BASE)),
+                            stdout=io.StringIO())
+    yield svc
+    svc.source.close()
+
+
+def sighup_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("SIGHUP")]
+
+
+def test_reload_that_fails_in_any_way_is_invalid(service, monkeypatch, caplog):
+    """A re-read that fails in any way (a file not UTF-8; an exception nobody foresaw) is one
+    ``invalid``, one log line with the reason, and the running configuration stays (before:
+    anything but ConfigError and OSError left the main thread and ended the service)."""
+    write_latin1_config(service.config.source_file, BASE)
+
+    def unforeseen(self):
+        raise RuntimeError("something unforeseen")
+
+    with caplog.at_level("WARNING"):
+        assert service.reload() == "invalid"
+        monkeypatch.setattr(ServiceConfig, "reloaded", unforeseen)
+        assert service.reload() == "invalid"
+    assert service.reloads == {"applied": 0, "refused": 0, "invalid": 2}
+    assert service.config.prefix == service.chain.writer.prefix == "xengine_"
+    utf8, other = sighup_lines(caplog)
+    assert "(file): not UTF-8" in utf8 and "the running configuration stays" in utf8
+    assert "(RuntimeError: something unforeseen); the running configuration stays" in other
 
 
 def test_deploy_doc_says_what_the_service_does_through_a_night():

@@ -21,7 +21,14 @@ import pytest
 import pyuvdata
 
 from tests.conftest import mounted_tmpfs, random_frames
-from tests.helpers.service import BASE, Instance, merged, send, write_config
+from tests.helpers.service import (
+    BASE,
+    Instance,
+    merged,
+    send,
+    write_config,
+    write_latin1_config,
+)
 from xengine_block.array import default_array
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
@@ -315,7 +322,9 @@ def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
     """The F-engines re-arm with a new sync time: the operator edits band.sync_time (and, by
     mistake, capture.window) and sends SIGHUP; the new sync time applies from the sequence
     their restart begins (its file's times count from it), capture.window is refused in one
-    line naming it; a file that does not parse is refused too; the service runs on."""
+    line naming it; a file that does not parse is refused too, and so is one that is not
+    UTF-8 (a Latin-1 byte; before, its UnicodeDecodeError ended the process); the service runs
+    on."""
     cfg_path = tmp_path / "c.toml"
     write_config(cfg_path, NIGHT)
     a, b = random_frames(G, 24, seed=21), random_frames(G, 16, seed=22)
@@ -338,10 +347,15 @@ def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
         m = wait_for(inst.scrape, lambda m: m["xengine_config_reloads_total{result=invalid}"],
                      "the refused reload")
         assert m["xengine_sync_time_seconds"] == new_sync and inst.proc.poll() is None
+        latin1_line = write_latin1_config(cfg_path, merged(NIGHT, band={"sync_time": new_sync}))
+        inst.proc.send_signal(signal.SIGHUP)
+        m = wait_for(inst.scrape, lambda m: m["xengine_config_reloads_total{result=invalid}"] == 2,
+                     "the reload of a file not UTF-8")
+        assert inst.proc.poll() is None
         inst.wait_packets(sent)
     finally:
         summary = inst.finish()
-    assert summary["reloads"] == {"applied": 0, "refused": 1, "invalid": 1}
+    assert summary["reloads"] == {"applied": 0, "refused": 1, "invalid": 2}
     assert summary["capture"]["restarts"] == 1
     first, second = (Path(f) for f in summary["files"])
     assert first.name.startswith("xengine_") and second.name.startswith("rearmed_")
@@ -355,3 +369,6 @@ def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
     assert f"band.sync_time = {new_sync}" in applied and "output.prefix = rearmed_" in applied
     [invalid] = [ln for ln in log if "not valid TOML" in ln]
     assert "the running configuration stays" in invalid
+    [latin] = [ln for ln in log if "not UTF-8" in ln]
+    assert f"byte 0xe9 on line {latin1_line}" in latin
+    assert "the running configuration stays" in latin

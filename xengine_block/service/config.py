@@ -176,7 +176,8 @@ RELOAD_RESULTS: dict[str, str] = {
     "applied": "the file re-read and every change in it applied (or none to apply)",
     "refused": "keys that cannot change while running were refused (one log line names them; "
                "their running values stay); the live keys' changes applied",
-    "invalid": "the file did not load (unreadable, not TOML, a bad key): nothing applied",
+    "invalid": "the file did not load (unreadable, not UTF-8, not TOML, a bad key): nothing "
+               "applied",
 }
 
 
@@ -374,6 +375,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("(file)", f"not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 (tomllib decodes before parsing)
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise ConfigError("(file)", f"not UTF-8, as TOML must be: byte "
+                                    f"0x{exc.object[exc.start]:02x} on line {line}") from None
     out: dict[str, Any] = {}
     for name, value in doc.items():
         if isinstance(value, dict):

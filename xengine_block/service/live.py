@@ -175,7 +175,8 @@ class CorrelatorService:
         """Re-read the configuration file (what SIGHUP does); returns the outcome, one of
         :data:`RELOAD_RESULTS`. Keys that can change live (``Key.live``) apply as that says;
         the others that changed are refused in one log line, their running values staying;
-        a file that does not load is refused whole. The service runs on in every case."""
+        a file that does not load, for whatever reason, is refused whole, in one log line. The
+        service runs on in every case."""
         where = self.config.source_file
         try:
             config, applied, refused = self.config.reloaded()
@@ -186,6 +187,10 @@ class CorrelatorService:
             result = "invalid"
             log.error("SIGHUP: cannot read %s: %s; the running configuration stays", where,
                       exc.strerror or exc)
+        except Exception as exc:  # whatever else the re-read raises: the service runs on
+            result = "invalid"
+            log.error("SIGHUP: %s could not be re-read (%s: %s); the running configuration "
+                      "stays", where, type(exc).__name__, exc)
         else:
             result = "refused" if refused else "applied"
             if refused:
