@@ -23,14 +23,16 @@ def needs_proc_udp() -> None:
 
 
 @contextlib.contextmanager
-def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` (``mount -o size=``: "128k", "1m") on the new directory ``where``,
-    unmounted afterwards: a disk that really fills. Skips, saying why, unless this runs as
-    root and the mount works (CI and the development machines run as root)."""
+def mounted_tmpfs(where: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``: "128k", "1m") and at most ``inodes`` files
+    and directories, if given, on the new directory ``where``, unmounted afterwards: a disk
+    that really fills. Skips, saying why, unless this runs as root and the mount works (CI and
+    the development machines run as root)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
     where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes is not None else "")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")

@@ -387,6 +387,35 @@ def test_reload_that_fails_in_any_way_is_invalid(service, monkeypatch, caplog):
     assert "(RuntimeError: something unforeseen); the running configuration stays" in other
 
 
+def test_reload_probes_nothing(service, monkeypatch, caplog):
+    """SIGHUP's re-read while the output directory takes no file (a quota) and no backend
+    would probe usable: output.prefix applies, and the probed keys that changed are refused by
+    name (before: the start-up probes ran again and refused the whole file as invalid)."""
+    from xengine_block.backends import BackendUnavailable
+    from xengine_block.service import config as config_module
+
+    def no_backend(*args):
+        raise BackendUnavailable("no backend is usable: probing is not allowed here")
+
+    monkeypatch.setattr(config_module, "directory_problem",
+                        lambda p: f"cannot write in {p}: Disk quota exceeded")
+    monkeypatch.setattr(config_module, "choose_backend", no_backend)
+    path, running = service.config.source_file, service.config.directory
+    with caplog.at_level("WARNING"):
+        write_config(path, merged(BASE, output={"prefix": "night_"}))
+        assert service.reload() == "applied"
+        assert service.chain.writer.prefix == "night_"
+        write_config(path, merged(BASE, output={"prefix": "n2_", "directory": "other"},
+                                  correlator={"backend": "native"}))
+        assert service.reload() == "refused"
+    assert service.reloads == {"applied": 1, "refused": 1, "invalid": 0}
+    assert service.chain.writer.prefix == service.config.prefix == "n2_"
+    assert service.config.directory == running and service.config.backend == "cpu"
+    applied, refused, also = sighup_lines(caplog)
+    assert "output.prefix = night_" in applied and "output.prefix = n2_" in also
+    assert "correlator.backend, output.directory cannot change while running" in refused
+
+
 def test_deploy_doc_says_what_the_service_does_through_a_night():
     """docs/deploy.md's Operations part names every key that can change live, and the
     metrics that show restarts, write failures and reloads."""

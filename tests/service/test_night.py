@@ -259,6 +259,67 @@ def test_a_real_disk_fills_and_frees_the_service_rides_through(tmp_path, small_t
     assert sink.datagrams > 0
 
 
+def fill_inodes(disk: Path) -> list[Path]:
+    """Create empty files until the filesystem has no inode left (ENOSPC); returns them."""
+    made: list[Path] = []
+    while True:
+        path = disk / f"inode-{len(made)}"
+        try:
+            path.touch(exist_ok=False)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return made
+        made.append(path)
+
+
+def test_no_inode_left_new_files_are_counted_and_sighup_still_applies(tmp_path):
+    """A file per dump on a tmpfs whose inodes run out: no new file can be created (ENOSPC
+    from open(2), not from a write), so each dump is counted, not written, and the service
+    stays up (before: the bare OSError stopped it). Meanwhile SIGHUP changes output.prefix:
+    applied, though the output directory takes no file (before: the re-read probed the
+    directory, as at start, and refused the whole file). Inodes freed: new files, under the
+    new prefix, take the dumps, exact."""
+    with mounted_tmpfs(tmp_path / "disk", "4m", inodes=64) as disk:
+        out = disk / "out"
+        config = merged(NIGHT, output={"directory": str(out), "dumps_per_file": 1})
+        cfg_path = write_config(tmp_path / "c.toml", config)
+        inst = Instance(cfg_path)
+        try:
+            phases = Phases(inst.port, inst.scrape, NDUMP)
+            phases.send(8)
+            phases.wait("three dumps written", lambda m: m["xengine_dumps_written_total"] >= 3)
+            fillers = fill_inodes(disk)
+            write_config(cfg_path, merged(config, output={"prefix": "later_"}))
+            inst.proc.send_signal(signal.SIGHUP)
+            phases.wait("the reload", lambda m: m["xengine_config_reloads_total{result=applied}"]
+                        + m["xengine_config_reloads_total{result=invalid}"] == 1)
+            phases.send(6)
+            failing = phases.wait("dumps not written",
+                                  lambda m: m["xengine_dumps_not_written_total"] >= 4)
+            assert failing["xengine_output_write_failing"] == 1
+            for f in fillers:
+                f.unlink()
+            time.sleep(1.2)  # the writer tries again once a second: the next dump is a try
+            phases.send(6)
+            phases.wait("a dump written again", lambda m: m["xengine_output_write_failing"] == 0)
+        finally:
+            summary = inst.finish()
+        files = [Path(f) for f in summary["files"]]
+        assert sorted(out.glob("*.uvh5")) == sorted(files)
+        starts = [s for f in files for s in assert_dumps_exact(f, phases.frames, 0)]
+    assert inst.proc.returncode == 0
+    assert summary["reloads"] == {"applied": 1, "refused": 0, "invalid": 0}
+    assert summary["write_failures"] == 1 and summary["dumps_not_written"] >= 4
+    assert summary["dumps_written"] == len(files) == len(starts)  # a file per dump
+    assert summary["dumps_written"] + summary["dumps_not_written"] == NDUMP
+    assert starts == sorted(starts) and starts[-1] == (NDUMP - 1) * NPACKET
+    renamed = [f.name.startswith("later_") for f in files]
+    assert renamed == sorted(renamed) and renamed[-1] and not renamed[0]  # from a new file on
+    log = "".join(inst.stderr)
+    assert log.count("[Errno 28 ENOSPC] No space left") == 1, log  # one line per episode
+    assert log.count("writing again") == 1 and "output.prefix = later_" in log
+
+
 class SpeadSink:
     """A UDP socket on 127.0.0.1 that counts what arrives (the SPEAD visibility stream)."""
 

@@ -3,9 +3,16 @@
 Every key is declared once in :data:`KEYS` (section, name, parser, default, help); the TOML
 reader, the command-line flags and docs/deploy.md's table all come from it. Parsers are argparse
 ``type=`` functions (they take the flag's text, or the TOML value) and raise
-:class:`argparse.ArgumentTypeError` with a short reason; :func:`load_config` adds the key's name,
+:class:`argparse.ArgumentTypeError` with a short reason; :func:`parse_config` adds the key's name,
 so every error is one line naming the key. The whole configuration, cross-key rules included
-(geometry, array, backend), is checked before anything is bound or written.
+(geometry, array, backend), is checked before anything is bound or written (:func:`load_config`).
+
+Two steps: :func:`parse_config` reads and validates the file and flags, touching nothing
+outside them; :func:`probe_environment` checks what they name against the machine (the output
+directory takes a file, the backend is usable). Start-up runs both; SIGHUP's re-read
+(:meth:`ServiceConfig.reloaded`) only the first: the probed keys cannot change live, so a probe
+would only repeat, on a running service, checks it passed at start, and could fail (a full disk)
+for a reason that has nothing to do with the file.
 """
 
 from __future__ import annotations
@@ -276,7 +283,8 @@ SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS if k.section))
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """A validated configuration; ``values`` holds every key by name (defaults filled in)."""
+    """A validated configuration; ``values`` holds every key by name (defaults filled in), as
+    the file and flags give it (nothing of the machine's: a re-read compares them key by key)."""
 
     values: dict[str, Any]
     array: ArrayDescription
@@ -284,6 +292,9 @@ class ServiceConfig:
     wire: Geometry | MeerkatFormat  # what the capture receives
     source_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # the flags given, by key name
+    #: The backend :func:`probe_environment` found for ``correlator.backend`` (``auto``
+    #: resolved); None before that probe.
+    probed_backend: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -302,10 +313,14 @@ class ServiceConfig:
     @property
     def backend_choice(self) -> tuple[str, dict[str, Any] | None]:
         """(backend name or "auto", constructor options): the native backend by name when
-        ``correlator.threads`` is set (validated: only then does it apply)."""
-        threads = self.values["threads"]
+        ``correlator.threads`` is set (validated: only then does it apply), or when
+        ``cpu.xengine`` is and the probe found the native backend: one worker per core given."""
+        v = self.values
+        threads = v["threads"]
+        if threads is None and v["xengine"] is not None and self.probed_backend == "native":
+            threads = len(v["xengine"])
         if threads is None:
-            return self.values["backend"], None
+            return v["backend"], None
         return "native", {"nthreads": threads}
 
     @property
@@ -342,10 +357,12 @@ class ServiceConfig:
         """The configuration file re-read (SIGHUP), with the same flags overriding it: (the
         running configuration with the new values of the keys that can change live, those
         keys -> new value, the dotted names of the other keys that changed: refused, their
-        running values stay). Raises as :func:`load_config` (nothing applies then)."""
+        running values stay). Raises as :func:`parse_config` (nothing applies then). Probes
+        nothing (:func:`probe_environment`): the keys it checks are restart-only, and a changed
+        one is refused by name like any other."""
         if self.source_file is None:
             raise ConfigError("(file)", "the service was started without a configuration file")
-        new = load_config(self.source_file, self.overrides)
+        new = parse_config(self.source_file, self.overrides)
         changed = [k for k in KEYS if new.values[k.name] != self.values[k.name]]
         applied = {k.name: new.values[k.name] for k in changed if k.live}
         refused = [k.dotted for k in changed if not k.live]
@@ -399,10 +416,19 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
-    """Read, merge flag ``overrides`` (already parsed; None = not given), validate everything.
+    """Read, merge flag ``overrides`` (already parsed; None = not given), validate everything,
+    the machine included (:func:`parse_config`, then :func:`probe_environment`).
 
     Raises :class:`ConfigError` naming the first bad key; ``OSError`` if the file is unreadable.
     """
+    return probe_environment(parse_config(path, overrides))
+
+
+def parse_config(path: str | Path | None, overrides: dict[str, Any] | None = None
+                 ) -> ServiceConfig:
+    """Read, merge flag ``overrides`` (already parsed; None = not given), validate every key
+    and cross-key rule, probing nothing (the array file, where given, is read: it is part of
+    the configuration). Raises as :func:`load_config`."""
     raw = read_toml(path) if path is not None else {}
     values: dict[str, Any] = {}
     for k in KEYS:
@@ -426,9 +452,6 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     if values["directory"] is None and values["spead"] is None:
         raise ConfigError("output.directory", "is required (or give --directory), unless "
                                               "output.spead sends the dumps")
-    why = values["directory"] is not None and directory_problem(values["directory"])
-    if why:  # as every command's output options
-        raise ConfigError("output.directory", why)
     if values["chan_bw_hz"] is None:
         values["chan_bw_hz"] = values["fs_hz"]
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -436,9 +459,29 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
                          overrides=given)
 
 
+def probe_environment(config: ServiceConfig) -> ServiceConfig:
+    """``config`` checked against this machine: the output directory takes a new file (a
+    probe file is created and removed, as every command's output options do) and
+    ``correlator.backend`` is usable for the geometry (``auto`` resolved: the backends are
+    probed, the NPU's included), ``correlator.threads`` only with the native one. Returns it
+    with :attr:`ServiceConfig.probed_backend` set; raises :class:`ConfigError` naming the key."""
+    v = config.values
+    why = v["directory"] is not None and directory_problem(v["directory"])
+    if why:
+        raise ConfigError("output.directory", why)
+    try:
+        backend = choose_backend(v["backend"], config.geometry)[0]
+    except (BackendUnavailable, KeyError, ValueError) as exc:
+        raise ConfigError("correlator.backend", str(exc).strip("'\"")) from None
+    if v["threads"] is not None and backend != "native":
+        raise ConfigError("correlator.threads", f"applies to the native backend; this "
+                                                f"configuration runs {backend!r}")
+    return replace(config, probed_backend=backend)
+
+
 def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | MeerkatFormat]:
-    """Cross-key rules: array, wire format, geometry, integration, backend, rotation, outputs,
-    multicast interface."""
+    """Cross-key rules: array, wire format, geometry, integration, rotation, outputs,
+    multicast interface (the backend's are :func:`probe_environment`'s)."""
     if v["array"] is not None and v["nant"] is not None:
         raise ConfigError("nant", "give either 'array' or 'nant', not both")
     try:
@@ -460,15 +503,6 @@ def _derived(v: dict[str, Any]) -> tuple[ArrayDescription, Geometry, Geometry | 
                 field = "array" if v["array"] else "nant"
             raise ConfigError(KEYS_BY_NAME[field].dotted, str(exc)) from None
         _check_integration(v, geometry.nspectra_pkt, geometry.sample_bits, "480-spectrum packets")
-    try:
-        backend = choose_backend(v["backend"], geometry)[0]
-    except (BackendUnavailable, KeyError, ValueError) as exc:
-        raise ConfigError("correlator.backend", str(exc).strip("'\"")) from None
-    if v["threads"] is not None and backend != "native":
-        raise ConfigError("correlator.threads", f"applies to the native backend; this "
-                                                f"configuration runs {backend!r}")
-    if v["xengine"] is not None and v["threads"] is None and backend == "native":
-        v["threads"] = len(v["xengine"])  # one worker per core it is given
     if v["dumps_per_file"] is not None and v["seconds_per_file"] is not None:
         raise ConfigError("output.seconds_per_file", "give dumps_per_file or seconds_per_file, "
                                                      "not both")

@@ -176,7 +176,8 @@ class CorrelatorService:
         :data:`RELOAD_RESULTS`. Keys that can change live (``Key.live``) apply as that says;
         the others that changed are refused in one log line, their running values staying;
         a file that does not load, for whatever reason, is refused whole, in one log line. The
-        service runs on in every case."""
+        service runs on in every case. Nothing of the machine is probed again (the output
+        directory, the backends: :func:`~.config.probe_environment`, at start only)."""
         where = self.config.source_file
         try:
             config, applied, refused = self.config.reloaded()
