@@ -250,6 +250,8 @@ def test_restart_back_is_followed_as_a_jump_forward_is(first, caplog):
                               packets=60 * NHEAP, **rest)
     [line] = [r.getMessage() for r in caplog.records if "resynchronised" in r.getMessage()]
     assert f"back: frame {first + 39} to frame 2" in line and "restarted" in line
+    # what monitoring reads of the counter the votes fell in says they vote
+    assert "vote for a restart" in COUNTERS[voted] and "vote" in COUNTERS["out_of_window"]
 
 
 def test_heaps_just_before_a_new_start_do_not_vote_it_again():

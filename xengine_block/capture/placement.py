@@ -91,7 +91,9 @@ from .spead import FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 COUNTERS: dict[str, str] = {
     "heaps": "heaps placed in delivered frames",
     "missing": "heaps absent from delivered frames (zero-filled, mask cleared)",
-    "late": "heaps for a frame window or more behind the head (already delivered or due)",
+    "late": "heaps for a frame window or more behind the head (already delivered or due; "
+            "dropped, they vote for a restart, an earlier time base, as out_of_window heaps "
+            "do for a jump forward)",
     "duplicate": "further copies of a heap whose slot a complete heap holds (dropped)",
     "displaced": "partial heaps whose slot a later complete heap took over",
     "bad_size": "heaps whose heap-size item is not payload_bytes",
@@ -107,7 +109,10 @@ COUNTERS: dict[str, str] = {
                    "(MeerKAT: not chan0, the substream's first channel)",
     "out_of_window": "heaps more than max_ahead frames ahead of the head (dropped, they vote "
                      "for a resynchronisation)",
-    "before_start": "heaps before the first (aligned) frame of a sequence",
+    "before_start": "heaps before the first (aligned) frame of a sequence (dropped; they vote "
+                    "for a restart, an earlier time base, as out_of_window heaps do for a jump "
+                    "forward; not those in the gap up to a new sequence's aligned start, nor "
+                    "any before an explicit start)",
     "start_rejected": "heaps placed in a provisional start that a quorum elsewhere overruled",
     "stop_heaps": "end-of-stream heaps received (any sender; per stream id: "
                   "stop_heaps_by_stream)",
