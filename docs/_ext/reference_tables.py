@@ -74,9 +74,10 @@ class _StandIn:
 
 
 def metrics() -> str:
+    from xengine_block.service.config import RELOAD_RESULTS
     from xengine_block.service.metrics import CorrelatorCollector
 
-    collector = CorrelatorCollector(_StandIn(), _StandIn(), [])
+    collector = CorrelatorCollector(_StandIn(), _StandIn(), [], dict.fromkeys(RELOAD_RESULTS, 0))
     rows = []
     for family in collector.collect():
         suffix = "_total" if family.type == "counter" else ""
