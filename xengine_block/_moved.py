@@ -39,6 +39,7 @@ MOVED: dict[str, str] = {
     "xengine_block.tools.tasks": "xengine_block.reprocess.tasks",
     "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
+    "xengine_block.npu.cache": "xengine_block.user_cache",
 }
 
 

@@ -85,6 +85,7 @@ from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
 from ..geometry import Geometry
+from . import numba_cache
 from .spead import FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 #: Every capture counter, declared once: name -> description (docs/capture.md has the policy).
@@ -601,6 +602,8 @@ _HIST = _NSCALAR
 _NSTAT = len(_Stat)
 _STOP = spead2.CTRL_STREAM_STOP
 _PAYLOAD_ID = PAYLOAD.id
+
+numba_cache.install()  # the cache=True loops below (and the callback) cache in the user cache
 
 
 @numba.njit(cache=True)

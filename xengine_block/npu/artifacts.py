@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..geometry import NIBBLE_ORDERS, SAMPLE_BITS, SEED, Geometry, small_test_geometry
-from .cache import cache_dir
+from ..user_cache import cache_dir
 from .plan import MAX_NPACKET
 
 #: Environment variable naming a build directory (or a root of ``<tag>/`` directories).
