@@ -30,16 +30,16 @@ def test_emulated_path_is_named_and_never_chosen(monkeypatch):
     it is the only SIMD-built path left."""
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
     assert EMU in nat.ISAS and EMU in nat.EMULATED_ISAS and EMU not in nat.AUTO_ISAS
-    ok, why = nat.isa_status()[EMU]
+    why = nat.isa_status()[EMU].reason
     assert "emulat" in why
     runnable(EMU)
     monkeypatch.setenv(nat.DISABLE_ENV, ",".join(nat.AUTO_ISAS))
     assert nat.isa_status()[EMU][0]
     with pytest.raises(BackendUnavailable, match="no SIMD path runnable"):
         nat.select_isa("auto")
-    assert nat.select_isa(EMU) == (EMU, f"{EMU} forced: {why}")
+    assert nat.select_isa(EMU) == (EMU, f"{EMU} forced: {why}", False)
     monkeypatch.setenv(nat.DISABLE_ENV, EMU)
-    assert nat.isa_status()[EMU] == (False, f"disabled by {nat.DISABLE_ENV}={EMU}")
+    assert nat.isa_status()[EMU] == (False, f"disabled by {nat.DISABLE_ENV}={EMU}", False)
 
 
 def test_extension_built_before_the_emulation_says_rebuild(monkeypatch):
@@ -49,7 +49,7 @@ def test_extension_built_before_the_emulation_says_rebuild(monkeypatch):
     monkeypatch.setattr(nat, "_extension", lambda: type("Old", (), {
         "isa_status": staticmethod(lambda: dict(old))}))
     status = nat.isa_status()
-    assert status["scalar"] == (True, "x")
+    assert status["scalar"] == (True, "x", False)
     assert not status[EMU][0] and "pip install -e ." in status[EMU][1]
 
 

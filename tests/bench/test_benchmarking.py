@@ -57,7 +57,7 @@ def test_best_exact_peer_ignores_inexact_and_skipped_peers():
 
 
 def test_scaling_rows_have_peaks_and_are_exact():
-    if not any(ok for isa, (ok, _) in nat.isa_status().items() if isa != "scalar"):
+    if not any(s.runnable for isa, s in nat.isa_status().items() if isa != "scalar"):
         pytest.skip("no native SIMD path here: nothing to scale")
     rows = benchmarking.scaling(nstreams=(16, 32), threads=(1,), repeat=1)
     assert [r["S"] for r in rows] == [16, 32]
@@ -141,7 +141,7 @@ def test_an_amx_machine_gets_amx_rows(monkeypatch):
 
     compiled("amx", "avx512vnni", "avx2")
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
-    here, _ = nat.select_isa()
+    here = nat.select_isa().isa
     ext, spr = nat._extension(), decide("sapphire_rapids")
 
     def run_here(isa: str) -> str:

@@ -13,9 +13,9 @@ from xengine_block.geometry import Geometry
 
 
 def runnable(isa: str) -> None:
-    ok, reason = nat.isa_status()[isa]
-    if not ok:
-        pytest.skip(f"native path {isa} cannot run here: {reason}")
+    status = nat.isa_status()[isa]
+    if not status.runnable:
+        pytest.skip(f"native path {isa} cannot run here: {status.reason}")
 
 
 def correlate(isa: str, g: Geometry, frames: np.ndarray, **kwargs) -> np.ndarray:
@@ -60,7 +60,8 @@ MACHINES = {
 }
 
 
-def decide(machine: str, permit_error: str | None = None) -> dict[str, tuple[bool, str]]:
+def decide(machine: str, permit_error: str | None = None) -> dict[str, tuple[bool, str, bool]]:
+    """The extension's decision for ``machine``: path -> (runnable, reason, refused)."""
     return nat._extension()._decide_isas(*MACHINES[machine], amx_permit_error=permit_error)
 
 

@@ -155,7 +155,7 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
                                            if per_cpu else None),
         "per_isa": {},
     }
-    for isa, (ok, why) in isa_status().items():
+    for isa, (ok, why, _) in isa_status().items():
         if not ok:
             details["per_isa"][isa] = {"runnable": False, "reason": why}
             continue
