@@ -7,9 +7,10 @@ are this benchmark's figures:
 
 - ``copy``: regrouping ring frames into one stream block's input buffer
   (``hostio.npu_input``, S > 256 or several channel groups); rate in bytes written per second;
-- ``ci4_unpack``: ci4 frames unpacked into the int8 input layout (``layout.unpack_frames``);
-  rate in bytes of ci4 read per second. The backend no longer does this (ci4 goes packed to
-  the compute tiles); the model prices that change against it (``ci4_unpacked_on_host``);
+- ``ci4_unpack``: ci4 frames unpacked into the int8 input layout (``frames.unpack_frames``);
+  rate in bytes of ci4 read per second. The backend sends ci4 packed to the compute tiles and
+  does not run this pass; the model prices the host-side alternative with it
+  (``ci4_unpacked_on_host``);
 - ``place``: one NPU call's output placed into the packed triangle (``BlockPairJob.add``, on
   the launch thread); rate in bytes of NPU output per second.
 
@@ -70,7 +71,7 @@ def main() -> None:
     for name, (nbytes, run, peer_bytes) in passes(a.npacket).items():
         src = np.ones(peer_bytes, np.uint8)
         memcpy = partial(np.copyto, np.empty_like(src), src)
-        run()  # compile (numba) and fault pages in before timing
+        run()  # fault the buffers' pages in before timing
         ours, peer = interleaved_best([run, memcpy], a.repeat)
         result["passes"][name] = {"bytes_per_s": nbytes / ours,
                                   "memcpy_bytes_per_s": peer_bytes / peer,

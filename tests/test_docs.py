@@ -24,8 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Top-level folders whose paths are ours: a path starting with one of them must exist.
-OUR_TOP = ("docs", "src", "xengine_block", "tests", "benchmarks", "scripts", "pipelines",
-           "kernels", "aie", ".ci")
+OUR_TOP = ("docs", "src", "xengine_block", "tests", "benchmarks", "scripts", "pipelines", ".ci")
 #: Subpackages named without ``xengine_block/`` in the docs (``capture/receive.py``); not
 #: ``bifrost``, whose relative paths are usually Bifrost's own.
 SUBPACKAGES = tuple(p.name for p in (ROOT / "xengine_block").iterdir()
@@ -41,8 +40,7 @@ UPSTREAM_WINDOW = 160
 #: A repository named as ``owner/name`` just before a path: the path is in that repository.
 REPOSITORY_RE = re.compile(r"\b([\w.-]+)/[\w.-]+[\s`'(,]+$")
 #: Build outputs (ignored by git): named in the docs, absent from a clean checkout.
-GENERATED = ("aie/build", "kernels/build", "docs/_build", "docs/_generated",
-             "xengine_block/_native", "xengine_block/_readbw")
+GENERATED = ("docs/_build", "docs/_generated", "xengine_block/_native", "xengine_block/_readbw")
 
 #: Mentions of what is not in the repository. Built from parts so this file does not match.
 FORBIDDEN = {
