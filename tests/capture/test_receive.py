@@ -222,10 +222,10 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
 @pytest.mark.parametrize("first", [0, 1000], ids=["back_to_the_start", "back_before_it"])
 def test_restart_back_is_followed_as_a_jump_forward_is(first, caplog):
     """The F-engines run 40 frames from frame ``first``, re-arm and start again from frame 0
-    (the sync time unchanged). Before, every heap after that was late (or before_start) and
-    nothing more was delivered. Now the old frames vote as far-ahead ones do: once two frames
-    hold a quorum while the old time base is silent, a new sequence begins at the next aligned
-    frame (2), one log line says so and ``restarts`` counts it."""
+    (the sync time unchanged). Frames behind the time base vote as far-ahead ones do: once two
+    frames hold a quorum while the old time base is silent, a new sequence begins at the next
+    aligned frame (2), one log line says so and ``restarts`` counts it; the heaps after the
+    restart are delivered, not counted late or before_start."""
     sim = simulator(seed=6)
     a, b = sim.frames(480 * first, 40), sim.frames(0, 20)
     queue = spead2.InprocQueue()
@@ -377,10 +377,10 @@ def test_capture_block_set_sky_replaces_header_fields_and_names_a_wrong_one():
 
 def test_one_forged_start_heap_costs_no_real_data():
     """The first heap of a capture (CaptureBlock defaults, no start_timestamp)
-    claims a far-future time, then the F-engines send 24 frames. Before, the quorum overruled
-    the forged start after 4 frames: 1280 of the 1536 heaps delivered, the sequence at frame 4.
-    Now the heaps that arrive while the start is provisional wait in the reorder window: all
-    1536 are delivered from frame 0 and the first dump (P = 4 frames) is complete."""
+    claims a far-future time, then the F-engines send 24 frames. The heaps that arrive while
+    the start is provisional wait in the reorder window, so once the quorum overrules the
+    forged start all 1536 are delivered from frame 0 and the first dump (P = 4 frames) is
+    complete: the forged heap costs no real heap."""
     g = Geometry(nstream=64, nchan=9, npacket=4)
     frames = np.random.default_rng(22).integers(-128, 128, (24, *g.frame_shape), dtype=np.int8)
     queue = spead2.InprocQueue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from xengine_block.npu.emulate import PlanEmulator
 from xengine_block.npu.plan import Port, build_plan, single_read_diagonal
 from xengine_block.reference import reference_triangle
 
+ROOT = Path(__file__).resolve().parents[2]
 XDNA2 = perfmodel.DEVICES["xdna2"]
 VERSAL = perfmodel.DEVICES["aie-ml-v2"]
 
@@ -62,6 +64,18 @@ def test_every_figure_has_a_kind_and_a_source():
     kinds = {perfmodel.HARDWARE, perfmodel.MEASURED, perfmodel.MEASURED_HERE}
     for name, fig in perfmodel.FIGURES.items():
         assert fig.kind in kinds and len(fig.source) > 20 and fig.unit, name
+
+
+def test_host_pass_rates_are_the_results_file_s():
+    """The host passes' rates (:data:`~xengine_block.npu.perfmodel.MEASURED_HERE`) are those of
+    the results file their source names, to the 3 significant figures the table keeps: a
+    re-measured file without the model's table updated fails here."""
+    results = json.loads((ROOT / perfmodel.HOST_PASSES_RESULTS).read_text())
+    assert set(perfmodel.HOST_PASS_FIGURES) == set(results["passes"])
+    for host_pass, name in perfmodel.HOST_PASS_FIGURES.items():
+        fig = perfmodel.FIGURES[name]
+        assert fig.kind == perfmodel.MEASURED_HERE and perfmodel.HOST_PASSES_RESULTS in fig.source
+        assert fig.value == float(f"{results['passes'][host_pass]['bytes_per_s']:.3g}"), name
 
 
 def test_kernel_cycles_from_the_loop_structure():

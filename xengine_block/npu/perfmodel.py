@@ -55,15 +55,21 @@ from .plan import (
 
 HARDWARE = "hardware"  # a manual, the device model, or the published post's hardware facts
 MEASURED = "measured"  # measured on hardware (the published benchmarks and trace, XRT issues)
-#: measured by this project on its CI machine (not a Ryzen host); the docs say what to redo
+#: measured by this project's benchmarks on a CPU that is not a Ryzen host (the source names
+#: the results file); docs/npu.md says what to measure on a Ryzen host instead
 MEASURED_HERE = "measured here"
 
 POST = "D. Estévez, \"X-engine correlator on a Ryzen NPU\""
 AM027 = "AMD AM027, Versal AIE-ML v2 Architecture Manual"
 TARGET_MODEL = "Xilinx/mlir-aie include/aie/Dialect/AIE/IR/AIETargetModel.h"
 UG1603 = "AMD UG1603, AI Engine-ML Kernel and Graph Programming Guide"
-HOST_PASSES = ("benchmarks/bench_npu_host_passes.py, one thread on this project's 2-core Xeon "
-               "CI VM (benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json)")
+#: The results file the host passes' rates are taken from (an Intel Xeon of CPU class
+#: intel-avx512vnni), and the figure each of its passes gives.
+HOST_PASSES_RESULTS = "benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json"
+HOST_PASS_FIGURES = {"copy": "host_copy_bytes_per_s", "ci4_unpack": "host_ci4_unpack_bytes_per_s",
+                     "place": "host_place_bytes_per_s"}
+HOST_PASSES = (f"benchmarks/bench_npu_host_passes.py, one thread of an intel-avx512vnni Xeon "
+               f"({HOST_PASSES_RESULTS}, to 3 significant figures)")
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ FIGURES: dict[str, Figure] = {
                                     f"frames regrouped into an input buffer (hostio.npu_input), "
                                     f"bytes written; {HOST_PASSES}"),
     "host_ci4_unpack_bytes_per_s": Figure(2.70e9, "B/s/core", MEASURED_HERE,
-                                          f"ci4 frames unpacked to int8 (layout.unpack_frames), "
+                                          f"ci4 frames unpacked to int8 (frames.unpack_frames), "
                                           f"ci4 bytes read; {HOST_PASSES}"),
     "host_place_bytes_per_s": Figure(1.59e9, "B/s/core", MEASURED_HERE,
                                      f"one call's output placed in the triangle "
@@ -615,10 +621,10 @@ class Prediction:
         if self.device.host is None:
             notes.append("PL-fed array: the PL's buffering, re-reads of a block for several "
                          "block pairs, and control are not modelled")
-        if any(FIGURES[n].kind == MEASURED_HERE for n in _HOST_PASS_FIGURES) and (
+        if any(FIGURES[n].kind == MEASURED_HERE for n in HOST_PASS_FIGURES.values()) and (
                 self.schedule.fill or self.schedule.place) and self.device.host is not None:
-            notes.append("host copy / unpack / placement rates were measured on this "
-                         "project's CI VM, not on a Ryzen host")
+            notes.append("host copy / unpack / placement rates were measured on an "
+                         f"intel-avx512vnni Xeon ({HOST_PASSES_RESULTS}), not on a Ryzen host")
         return notes
 
     def to_dict(self) -> dict:
@@ -655,10 +661,6 @@ class Prediction:
                          "tile_t": g.tile_t, "rows": g.rows, "cols": g.cols},
             "caveats": self.caveats(),
         }
-
-
-_HOST_PASS_FIGURES = ("host_copy_bytes_per_s", "host_ci4_unpack_bytes_per_s",
-                      "host_place_bytes_per_s")
 
 
 def _samples(plan: NpuPlan) -> int:
