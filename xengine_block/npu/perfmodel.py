@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..triangle import full_int8_tops, triangle_int8_tops
 from .plan import (
     ELEM_BYTES,
     MM2S,
@@ -168,6 +169,9 @@ FIGURES: dict[str, Figure] = {
 
 #: The limit the published post names: input, at the NPU's measured DDR ingest rate.
 PUBLISHED_BOTTLENECK = "ddr"
+#: The published measurements (``published_<key>`` in :data:`FIGURES`) a prediction of the
+#: published design is compared with, by :class:`Prediction` attribute.
+PUBLISHED_KEYS = ("msps", "calls_per_s", "tops", "kernel_cycles")
 
 
 def figure(name: str) -> float:
@@ -443,6 +447,14 @@ class HostSchedule:
         return dataclasses.replace(self, **changes)
 
 
+def published_comparison(pred: Prediction) -> dict[str, dict[str, float]]:
+    """``pred`` (the published design on xdna2) beside what its author measured: per
+    :data:`PUBLISHED_KEYS` key the measured and predicted values and their ratio."""
+    return {key: {"measured": figure(f"published_{key}"), "predicted": getattr(pred, key),
+                  "ratio": getattr(pred, key) / figure(f"published_{key}")}
+            for key in PUBLISHED_KEYS}
+
+
 def published_schedule(plan: NpuPlan) -> HostSchedule:
     """The published benchmark's host (x-engine/benchmark.cc): pre-generated inputs, a sync
     thread syncing separate A and B buffers for every call, a C++ launch thread that waits on
@@ -579,13 +591,12 @@ class Prediction:
     def tops(self) -> float:
         """int8 ops per second the array executes (full blocks, 2 ops per MAC), in TOPS."""
         g = self.plan.geometry
-        return 8 * g.npu_block_a * g.npu_block_b * self.schedule.npu_calls * self.msps / 1e6
+        return self.schedule.npu_calls * full_int8_tops(self.msps, g.npu_block_a, g.npu_block_b)
 
     @property
     def tops_useful(self) -> float:
         """The Hermitian triangle's useful int8 TOPS: 8 S(S+1)/2 ops per sample time."""
-        s = self.schedule.nstream
-        return 8 * s * (s + 1) / 2 * self.msps / 1e6
+        return triangle_int8_tops(self.msps, self.schedule.nstream)
 
     @property
     def device_s(self) -> float:
@@ -808,13 +819,13 @@ DESIGN_CHANGES = (
 MIN_GAIN = 0.005
 
 
-def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
-    """The :data:`DESIGN_CHANGES` not yet made that would raise the rate of ``plan`` on their
-    own (by more than :data:`MIN_GAIN`), each with its predicted rate and gain, largest first;
-    then, where it adds to them, every applicable change that does not lower the rate, together
-    (a change can matter only once another has moved the bottleneck)."""
-    dev = DEVICES[device] if isinstance(device, str) else device
-    base = predict(plan, dev, schedule)
+def design_changes(base: Prediction) -> list[dict]:
+    """The :data:`DESIGN_CHANGES` not yet made that would raise the rate of ``base`` (a
+    :func:`predict` of a plan on a device driven by a schedule) on their own (by more than
+    :data:`MIN_GAIN`), each with its predicted rate and gain, largest first; then, where it adds
+    to them, every applicable change that does not lower the rate, together (a change can
+    matter only once another has moved the bottleneck)."""
+    plan, dev, schedule = base.plan, base.device, base.schedule
     found, together = [], []
     for change in DESIGN_CHANGES:
         if change.made or not change.applies(schedule, dev):
@@ -842,12 +853,11 @@ def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) 
     return found
 
 
-def made_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
-    """The made :data:`DESIGN_CHANGES` that apply to ``plan``, each with the predicted rate of
-    ``plan`` and the rate, gain and bottleneck of the design without the change
+def made_changes(base: Prediction) -> list[dict]:
+    """The made :data:`DESIGN_CHANGES` that apply to ``base``'s plan and schedule, each with
+    ``base``'s rate and the rate, gain and bottleneck of the design without the change
     (:meth:`DesignChange.undone`)."""
-    dev = DEVICES[device] if isinstance(device, str) else device
-    base = predict(plan, dev, schedule)
+    plan, dev, schedule = base.plan, base.device, base.schedule
     made = []
     for change in DESIGN_CHANGES:
         if not (change.made and change.applies(schedule, dev)):
