@@ -23,7 +23,6 @@ pass on one thread.
 from __future__ import annotations
 
 import argparse
-import os
 from functools import partial
 
 import numpy as np
@@ -66,7 +65,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     add_option(ap)
     a = ap.parse_args()
-    result: dict = {"machine": machine_identity(), "load_average_1min": os.getloadavg()[0],
+    result: dict = {"machine": machine_identity(),
                     "threads": 1, "npacket": a.npacket, "passes": {}}
     for name, (nbytes, run, peer_bytes) in passes(a.npacket).items():
         src = np.ones(peer_bytes, np.uint8)

@@ -101,6 +101,7 @@ def check_reprocess(work: Path) -> None:
     from xengine_block.capture.spead import pcap_sender
     from xengine_block.frames import frames_to_natural
     from xengine_block.geometry import Geometry
+    from xengine_block.outputs.uvh5 import POLARIZATIONS
     from xengine_block.reference import reference_full
 
     nant, npacket, ndump = 4, 2, 2
@@ -137,8 +138,8 @@ def check_reprocess(work: Path) -> None:
             fail(f"{uvh5}: dump {d} has {len(rows)} baselines, expected {nant * (nant + 1) // 2}")
         for row in rows:
             a1, a2 = int(ant1[row]), int(ant2[row])
-            for ip, (p1, p2) in ((pols.index(c), pp) for c, pp in
-                                 ((-5, (0, 0)), (-6, (1, 1)), (-7, (0, 1)), (-8, (1, 0)))):
+            for code, p1, p2 in POLARIZATIONS:  # the convention itself: tests/outputs
+                ip = pols.index(code)
                 want = k[:, 2 * a2 + p2, 2 * a1 + p1]
                 got = vis["r"][row, :, ip].astype(np.int64) + 1j * vis["i"][row, :, ip]
                 if not np.array_equal(got, want):

@@ -94,13 +94,12 @@ def repository_texts() -> list[Text]:
 
 def help_texts() -> list[Text]:
     """``xengine --help`` and every subcommand's, and the pipelines' ``--help``."""
-    from xengine_block.cli import build_parser
+    from xengine_block.cli import build_parser, subcommand_parsers
 
     parser = build_parser()
     out = [Text("xengine --help", parser.format_help())]
-    for action in parser._subparsers._group_actions:  # argparse keeps subparsers here
-        for name, sub in action.choices.items():
-            out.append(Text(f"xengine {name} --help", sub.format_help()))
+    out += [Text(f"xengine {name} --help", sub.format_help())
+            for name, sub in subcommand_parsers(parser).items()]
     for script in sorted((ROOT / "pipelines").glob("*.py")):
         run = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
                              text=True, cwd=ROOT, timeout=120)

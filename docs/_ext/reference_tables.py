@@ -15,18 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from markdown_table import table
+
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
-
-
-def cell(text: Any) -> str:
-    """Text for one cell of a Markdown table."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def config_keys() -> str:
@@ -87,13 +78,12 @@ def metrics() -> str:
 
 
 def cli_help() -> str:
-    from xengine_block.cli import build_parser
+    from xengine_block.cli import build_parser, subcommand_parsers
 
     parser = build_parser()
     parts = ["## `xengine`\n", "```text\n" + parser.format_help() + "```\n"]
-    for action in parser._subparsers._group_actions:  # argparse keeps subparsers here
-        for name, sub in action.choices.items():
-            parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
+    for name, sub in subcommand_parsers(parser).items():
+        parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
     return "\n".join(parts)
 
 

@@ -34,6 +34,7 @@ from tests.helpers.native import (
     compiled,
     decide,
 )
+from xengine_block import native_extension
 from xengine_block.backends import BackendUnavailable
 from xengine_block.backends import native as nat
 from xengine_block.geometry import Geometry
@@ -43,11 +44,11 @@ from xengine_block.geometry import Geometry
 def on(monkeypatch):
     """Make the Python dispatch see the decision for a given machine."""
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
-    ext = nat._extension()
+    ext = native_extension.native()
 
     def use(machine: str, permit_error: str | None = None) -> None:
         status = decide(machine, permit_error)
-        monkeypatch.setattr(nat, "_extension", lambda: type("Facts", (), {
+        monkeypatch.setattr(native_extension, "native", lambda: type("Facts", (), {
             "isa_status": staticmethod(lambda: dict(status)),
             "_decide_isas": ext._decide_isas}))
     return use
@@ -90,7 +91,8 @@ def test_old_kernel_without_tile_state(on):
 def test_half_the_tile_state_is_not_enough(tile_state):
     compiled("amx")
     ecx1, ebx7, ecx7, edx7, _ = MACHINES["sapphire_rapids"]
-    status = nat._extension()._decide_isas(ecx1, ebx7, ecx7, edx7, AVX512_XCR0 | tile_state)
+    status = native_extension.native()._decide_isas(ecx1, ebx7, ecx7, edx7,
+                                                    AVX512_XCR0 | tile_state)
     assert status["amx"] == (False, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)",
                              True)
 
@@ -161,7 +163,7 @@ def test_the_hook_decides_as_the_detection_does_here():
     """Over this CPU's own CPUID words and XCR0 the hook says what isa_status() says (the AMX
     permission aside: the hook grants it), and the words agree with the kernel's own reading
     of them, /proc/cpuinfo's flags: the bit positions are right on this machine at least."""
-    ext = nat._extension()
+    ext = native_extension.native()
     facts = ext._cpu_facts()
     if facts is None:
         pytest.skip("not an x86-64 CPU: no CPUID to read")

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import random_frames
 from tests.helpers.native import correlate, runnable
+from xengine_block import native_extension
 from xengine_block.backends import BackendUnavailable, choose_backend
 from xengine_block.backends import native as nat
 from xengine_block.frames import frames_to_natural
@@ -32,7 +33,7 @@ def random_case(nstream: int, npacket: int) -> tuple[Geometry, np.ndarray, np.nd
 def test_extension_built():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the build is only required to produce SIMD paths on x86-64")
-    ext = nat._extension()  # ImportError here means `pip install -e .` did not build it
+    ext = native_extension.native()  # ImportError here means `pip install -e .` did not build it
     assert set(ext.ISA_NAMES) == set(nat.ISAS)
     assert ext.isa_status()["scalar"][0]  # the build, whatever XENGINE_NATIVE_DISABLE says
 
@@ -148,7 +149,7 @@ def test_bad_arguments():
     g = Geometry(nstream=8, nchan=9, npacket=1)
     with pytest.raises(ValueError, match="unknown isa"):
         nat.NativeBackend(g, isa="neon")
-    ext = nat._extension()
+    ext = native_extension.native()
     frames = np.zeros((1, *g.frame_shape), np.int8)
     out = np.empty(g.output_shape, np.int32)
     with pytest.raises(ValueError, match="whole number"):

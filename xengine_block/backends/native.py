@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -59,16 +58,11 @@ class IsaStatus(NamedTuple):
     refused: bool = False
 
 
-def _extension() -> ModuleType:
-    """The compiled extension; ImportError says how to build it."""
-    return native_extension.native()
-
-
 def isa_status() -> dict[str, IsaStatus]:
     """ISA name -> its :class:`IsaStatus` here, in dispatch order, honouring
     XENGINE_NATIVE_DISABLE (a path disabled there is not runnable, and not refused)."""
     try:
-        status = _extension().isa_status()
+        status = native_extension.native().isa_status()
     except ImportError as exc:
         return {isa: IsaStatus(False, str(exc)) for isa in ISAS}
     stale = (False, "not in this build of xengine_block._native (built from older sources): "
@@ -141,7 +135,7 @@ class NativeBackend(Backend):
     def __init__(self, geometry: Geometry, isa: str = "auto", nthreads: int | None = None,
                  chunk_ksteps: int = 0) -> None:
         super().__init__(geometry)
-        self._ext = _extension()
+        self._ext = native_extension.native()
         self.isa, self.isa_reason, past_refused = select_isa(isa)
         # The choice is logged at INFO, fallbacks included (a CPU without AMX is no fault);
         # WARNING only where the system refuses a path this CPU has (the user can act on it);
