@@ -52,7 +52,8 @@ FORBIDDEN = {
     "an issue number": re.compile(r"\bissues? #?\d+", re.IGNORECASE),
     "a dated run log or one machine's timing": re.compile(
         r"\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d\b|"
-        r"\b\d{1,2} Dec\b|development VM|\bthis (?:\w+ )?VM\b|dev VM|fresh VM"),
+        r"\b\d{1,2} Dec\b|development VM|\bthis (?:\w+ )?VM\b|dev VM|fresh VM|\bCI VM\b|"
+        r"\bCI machine\b|\bproject's (?:[\w-]+ ){0,3}VM\b"),
 }
 #: Files allowed a forbidden mention, and which: CI's script names where CI finds its vendored
 #: tarballs (its documented default).
@@ -232,6 +233,8 @@ def test_help_references_resolve() -> None:
     ("(issue " "12 item 2)", "an issue number"),
     ("../" "shared/vendor/x.tar.gz", "a sibling checkout"),
     ("measured 6 " "Dec 17:05", "a dated run log"),
+    ("on this project's 2-core Xeon " "CI VM", "one machine's timing"),
+    ("measured on the " "CI machine", "one machine's timing"),
 ])
 def test_a_planted_bad_reference_is_caught(planted: str, expected: str) -> None:
     """The check fails on each kind of bad reference, and says which."""

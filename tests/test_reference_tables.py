@@ -40,3 +40,21 @@ def test_metrics_table_names_every_family_the_collector_declares(reference_table
     assert declared <= rows, f"missing from the metrics reference: {sorted(declared - rows)}"
     reloads = next(line for line in rendered.splitlines() if "config_reloads" in line)
     assert all(result in reloads for result in RELOAD_RESULTS), reloads
+
+
+def test_npu_tables_are_the_model_s_predictions(reference_tables) -> None:
+    """docs/npu.md's tables of predicted rates are rendered from the model, one row per case,
+    each with the rate ``predicted`` gives (no figure typed in by hand)."""
+    from xengine_block.backends.npu import predicted
+    from xengine_block.geometry import Geometry
+
+    assert "_generated/npu_model.md" in (ROOT / "docs" / "npu.md").read_text()
+    rows = [line.split(" | ") for line in reference_tables.npu_model().splitlines()[2:]]
+    cases = [(d, s, b) for d in reference_tables.NPU_DEVICES
+             for s, b in reference_tables.NPU_MODEL_CASES]
+    assert len(rows) == len(cases)
+    for row, (device, nstream, bits) in zip(rows, cases, strict=True):
+        msps = predicted(Geometry(nstream=nstream, sample_bits=bits), device).msps
+        assert row[:4] == [f"| {nstream}", f"ci{bits}", device, f"{msps:.1f}"], row
+    assert "_generated/npu_calibration.md" in (ROOT / "docs" / "npu.md").read_text()
+    assert "| rate |" in reference_tables.npu_calibration()
