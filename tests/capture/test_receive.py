@@ -414,16 +414,16 @@ def test_deliveries_are_the_ring_slots_and_heaps_land_there():
         sender.send_frames(frames, 0)
     rings = [Ring(), Ring()]
     with rings[0].begin_writing() as wf, rings[1].begin_writing() as wm:
-        lay = CapturePlan(G, chan0=CHAN0)
-        slots = RingSlots.for_rings(lay, [wf, wm], 2)
-        cap = Capture(InprocSource(queue), lay, slots=slots)
+        plan = CapturePlan(G, chan0=CHAN0)
+        slots = RingSlots.for_rings(plan, [wf, wm], 2)
+        cap = Capture(InprocSource(queue), plan, slots=slots)
         got = []
         for d in cap.deliveries():
             assert d.frame_id is not None
             assert np.shares_memory(d.data, rings[0]._buf)
             assert np.shares_memory(d.present, rings[1]._buf)
             got.append(d.data.view(np.int8).reshape(-1, *G.frame_shape)[:d.nframe].copy())
-    assert lay.chunk_frames > 1 and len(got) == -(-6 // lay.chunk_frames)  # frames share chunks
+    assert plan.chunk_frames > 1 and len(got) == -(-6 // plan.chunk_frames)  # frames share chunks
     assert np.array_equal(np.concatenate(got), frames)
 
 
@@ -590,7 +590,7 @@ def test_capture_drops_ci8_sized_heaps_on_a_ci4_stream(tmp_path):
     got = list(cap)
     assert np.array_equal(np.stack([c.frame for c in got]), good)
     assert cap.counters()["bad_size"] == 1
-    (hdr, _) = capture_headers(cap.layout, default_array(2), time_tag=0, sync_time=0.0,
+    (hdr, _) = capture_headers(cap.plan, default_array(2), time_tag=0, sync_time=0.0,
                                fs_hz=1.0, freq0_hz=1.0, chan_bw_hz=1.0, name="x")
     assert hdr["_tensor"]["dtype"] == "ci4" and hdr["_tensor"]["shape"] == [-1, 4, 9, 60, 8]
     assert hdr["_tensor"]["labels"] == ["time", "stream", "freq", "coarse", "fine"]

@@ -176,7 +176,7 @@ class _State(IntEnum):
     CAND_QFRAMES = 12  # its frames holding a quorum of votes
     CAND_ACCEPTED0 = 13  # ACCEPTED when it appeared
     NEPOCH = 14  # sequences recorded so far
-    # The layout's parameters (one compiled callback serves every layout and format: HeapGrid).
+    # The plan's parameters (one compiled callback serves every plan and format: HeapGrid).
     NSTREAM = 15  # source ids (our stream ids; MeerKAT feng_ids)
     NGROUP = 16
     NCHAN_PKT = 17  # channels per heap
@@ -893,7 +893,7 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
 
 @functools.cache
 def _place_cfunc() -> Any:
-    """The compiled callback: one for every layout (its parameters are in the state), compiled
+    """The compiled callback: one for every plan (its parameters are in the state), compiled
     on first use and cached on disk by numba."""
     return numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
                                   types.CPointer(types.int64)), nopython=True,
