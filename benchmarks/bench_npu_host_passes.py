@@ -30,7 +30,7 @@ from results_file import add_option, emit
 
 from xengine_block.bench.machine import interleaved_best, machine_identity
 from xengine_block.frames import unpack_frames
-from xengine_block.geometry import SEED
+from xengine_block.geometry import PUBLISHED
 from xengine_block.npu import hostio
 from xengine_block.npu.blockpairs import BlockPairJob
 
@@ -38,16 +38,16 @@ from xengine_block.npu.blockpairs import BlockPairJob
 def passes(npacket: int) -> dict[str, tuple[int, object, int]]:
     """name -> (bytes the rate counts, the pass as a callable, bytes its memcpy peer moves)."""
     rng = np.random.default_rng(0)
-    g512 = SEED.replace(nstream=512, npacket=npacket)
+    g512 = PUBLISHED.replace(nstream=512, npacket=npacket)
     frames = rng.integers(-128, 128, (npacket, *g512.frame_shape), dtype=np.int8)
     block = np.empty(hostio.input_shape(g512, npacket), np.int8)
-    g4 = SEED.replace(sample_bits=4, npacket=npacket)
+    g4 = PUBLISHED.replace(sample_bits=4, npacket=npacket)
     ci4 = rng.integers(0, 256, (npacket, *g4.frame_shape), dtype=np.uint8).view(np.int8)
-    unpacked = np.empty((npacket, *SEED.frame_shape), np.int8)
-    npu_out = rng.integers(-2**20, 2**20, hostio.output_shape(SEED), dtype=np.int32)
+    unpacked = np.empty((npacket, *PUBLISHED.frame_shape), np.int8)
+    npu_out = rng.integers(-2**20, 2**20, hostio.output_shape(PUBLISHED), dtype=np.int32)
 
     def place() -> None:
-        BlockPairJob(SEED, SEED.npacket).add(0, 0, 0, npu_out)
+        BlockPairJob(PUBLISHED, PUBLISHED.npacket).add(0, 0, 0, npu_out)
 
     return {
         "copy": (block.nbytes, lambda: hostio.npu_input(frames, g512, 0, 0, out=block),

@@ -59,7 +59,7 @@ def check_host_kernel(cache: Path) -> None:
     """One kernel call of the small geometry's tiling on random data and the published
     design's on -128s, against :func:`xengine_block.reference.reference_full` of the same
     streams."""
-    from xengine_block.geometry import BLOCK, SEED, small_test_geometry
+    from xengine_block.geometry import BLOCK, PUBLISHED, small_test_geometry
     from xengine_block.npu.hostkernel import host_kernel, host_kernel_availability
     from xengine_block.reference import reference_full
 
@@ -67,7 +67,7 @@ def check_host_kernel(cache: Path) -> None:
     if not usable:
         fail(f"host kernel cannot be built from the wheel: {why}")
     rng = np.random.default_rng(45)
-    for g, fill in ((small_test_geometry(), None), (SEED, -128)):
+    for g, fill in ((small_test_geometry(), None), (PUBLISHED, -128)):
         n, m, t = g.tile_n, g.tile_m, g.tile_t
         k = host_kernel(n, m, t)
         a = rng.integers(-128, 128, k.a_shape, dtype=np.int8) if fill is None else \

@@ -87,11 +87,11 @@ NPU_DEVICES = ("xdna2", "aie-ml-v2")
 def npu_calibration() -> str:
     """The published design predicted on xdna2 beside its author's measurements
     (``xengine npu-model --design published``)."""
-    from xengine_block.geometry import SEED
+    from xengine_block.geometry import PUBLISHED
     from xengine_block.npu import perfmodel
     from xengine_block.npu.plan import build_plan
 
-    pred = perfmodel.predict(build_plan(SEED), "xdna2")  # the published host by default
+    pred = perfmodel.predict(build_plan(PUBLISHED), "xdna2")  # the published host by default
     units = {"msps": ("rate", "Msps", 1), "calls_per_s": ("NPU calls", "/s", 1),
              "tops": ("int8 TOPS (full square)", "", 1), "kernel_cycles": ("kernel cycles per "
                                                                          "call", "", 0)}

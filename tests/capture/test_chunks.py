@@ -84,7 +84,7 @@ def assert_same_as_one_frame_chunks(runs: dict) -> None:
             assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
 
 
-def test_default_groups_the_seeds_frames_four_to_a_chunk():
+def test_default_groups_the_published_frames_four_to_a_chunk():
     plan = CapturePlan(G, chan0=CHAN0)
     assert (plan.chunk_frames, plan.chunk_heaps) == (4, 4 * NHEAP)
     assert plan.spead_chunks == 4  # 12 frames in a row, wherever they start
