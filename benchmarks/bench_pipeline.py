@@ -389,8 +389,7 @@ def main() -> None:
     frames = np.random.default_rng(0).integers(-128, 128, (g.npacket, *g.frame_shape),
                                                dtype=np.int8)
     result: dict = {"S": g.nstream, "nchan": g.nchan, "P": g.npacket, "frames": nframe,
-                    "cpus": os.cpu_count(), "machine": machine_identity(),
-                    "load_average_1min": os.getloadavg()[0]}
+                    "cpus": os.cpu_count(), "machine": machine_identity()}
     bare = bare_backend(g, frames, a.backend, a.repeat)
     result["backend"] = bare["backend"]
     result["isa"] = bare["isa"]
@@ -445,7 +444,6 @@ def main() -> None:
                 cap["fraction_of_read_bandwidth"] = cap["input_gbps"] / read_gbps
     result["input_gbps"] = best["input_gbps"]
     result["fraction_of_read_bandwidth"] = best["input_gbps"] / read_gbps
-    result["load_average_1min_end"] = os.getloadavg()[0]
     emit("bench_pipeline", result, a, indent=2)
 
 

@@ -480,14 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     add_option(p)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_reprocess_", dir=args.workdir))
-    result: dict[str, Any] = {"load_average_1min": {"start": os.getloadavg()[0]},
-                              "cpus": os.cpu_count(), "machine": machine_identity()}
+    result: dict[str, Any] = {"cpus": os.cpu_count(), "machine": machine_identity()}
     try:
         for fmt in args.formats:
             result[fmt] = FORMATS[fmt](work, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["load_average_1min"]["end"] = os.getloadavg()[0]
     emit("bench_reprocess", result, args)
     return 0
 

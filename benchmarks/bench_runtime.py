@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import os
 import statistics
 import time
 from typing import Any
@@ -296,8 +295,7 @@ def layout_ratios(a: argparse.Namespace, rng: np.random.Generator) -> dict[str, 
     if a.quick:
         configs = [("S=32 ci8", Geometry(nstream=32, nchan=9, npacket=4), 2),
                    ("S=32 ci4", Geometry(nstream=32, nchan=9, npacket=4, sample_bits=4), 2)]
-    out: dict[str, Any] = {"runtime": rt_name, "machine": machine_identity(),
-                           "loadavg_before": os.getloadavg()}
+    out: dict[str, Any] = {"runtime": rt_name, "machine": machine_identity()}
     for label, g, ngulp in configs:
         inputs = layout_inputs(g, rng)
         for inp in inputs.values():  # warm-up: imports, numba, first allocations
@@ -319,7 +317,6 @@ def layout_ratios(a: argparse.Namespace, rng: np.random.Generator) -> dict[str, 
             f, t = min(res["frame"][key]), min(res["bifrost_tensor"][key])
             entry[f"ratio_{key}"] = round(f / t, 3) if t > 0 else None
         out[label] = entry
-    out["loadavg_after"] = os.getloadavg()
     return out
 
 

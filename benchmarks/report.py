@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # the docs' Markdown table, shared
+from markdown_table import table  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "performance.md"
 README = ROOT / "README.md"
@@ -52,14 +55,11 @@ def by_streams(runs: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def load_average(d: dict) -> str:
-    """The 1-minute load average a result recorded (start, or start to end), as text."""
-    raw = d.get("load_average_1min", get(d, "layouts", "loadavg_before", 0))
-    if isinstance(raw, dict):
-        raw = [raw.get("start"), raw.get("end")]
-    values = [v for v in (raw if isinstance(raw, list) else [raw]) if isinstance(v, int | float)]
-    if d.get("load_average_1min_end") is not None:
-        values.append(d["load_average_1min_end"])
-    return "-".join(f"{v:.1f}" for v in values[:2]) if values else DASH
+    """The 1-minute load average a result recorded (``results_file.emit``'s ``{"start",
+    "end"}``, either may be null), as text: start-end, or the one known."""
+    load = d.get("load_average_1min") or {}
+    values = [v for v in (load.get("start"), load.get("end")) if v is not None]
+    return "-".join(f"{v:.1f}" for v in values) if values else DASH
 
 
 def num(x: Any, digits: int = 2, suffix: str = "") -> str:
@@ -78,6 +78,11 @@ class Benchmark:
     command: str
     about: str
     rows: Callable[[dict], list[Row]]
+
+    @property
+    def script(self) -> str:
+        """The benchmark's script, as :attr:`command` runs it."""
+        return self.command.split()[1]
 
 
 # ------------------------------------------------------------------------- the benchmarks
@@ -279,13 +284,6 @@ def load_results(root: Path = RESULTS) -> dict[str, dict[str, dict]]:
     return out
 
 
-def script_of(name: str) -> str:
-    for candidate in (f"benchmarks/{name}.py", f"benchmarks/bench_{name}.py"):
-        if (ROOT / candidate).exists():
-            return candidate
-    return f"benchmarks/{name}.py"
-
-
 def machine_line(results: dict[str, dict]) -> str:
     """The CPU of a class's results (the first file's), with its ISA flags and cores."""
     m = next(iter(results.values())).get("machine") or {}
@@ -301,10 +299,6 @@ def dates(results: dict[str, dict]) -> str:
 
 def roofline_name(cpu: str) -> str:
     return f"roofline-{cpu}.png"
-
-
-def table(rows: list[Row]) -> list[str]:
-    return ["| measured | value |", "|---|---|", *[f"| {a} | {b} |" for a, b in rows]]
 
 
 def render_page(all_results: dict[str, dict[str, dict]]) -> str:
@@ -337,11 +331,12 @@ def render_page(all_results: dict[str, dict[str, dict]]) -> str:
             b = BENCHMARKS.get(name)
             title = b.title if b else name
             when = str(result.get("measured_utc", "undated"))[:10]
-            lines += [f"### {title}", "", f"`{script_of(name)}`, {when}, 1-minute load average "
+            script = b.script if b else f"benchmarks/{name}.py"
+            lines += [f"### {title}", "", f"`{script}`, {when}, 1-minute load average "
                       f"{load_average(result)} on {result.get('machine', {}).get('cpus', DASH)} "
                       "cores.", ""]
             if b:
-                lines += [*table(b.rows(result)), ""]
+                lines += [table(["measured", "value"], b.rows(result))]
             else:
                 lines += ["(No table for this benchmark yet: see its JSON file.)", ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -360,16 +355,15 @@ def readme_cells(results: dict[str, dict]) -> list[str]:
 
 
 def render_readme_table(all_results: dict[str, dict[str, dict]]) -> str:
-    lines = ["| CPU class | correlator: fraction of roofline | ours / best exact library peer "
-             "| live chain / bare backend | GUPPI reprocessing / bare backend |",
-             "|---|---|---|---|---|"]
-    notes = []
-    for i, (cpu, results) in enumerate(all_results.items(), 1):
-        lines.append(f"| `{cpu}`[^{i}] | " + " | ".join(readme_cells(results)) + " |")
-        notes.append(f"[^{i}]: {machine_line(results)}; measured {dates(results)}.")
+    header = ["CPU class", "correlator: fraction of roofline", "ours / best exact library peer",
+              "live chain / bare backend", "GUPPI reprocessing / bare backend"]
+    rows = [[f"`{cpu}`[^{i}]", *readme_cells(results)]
+            for i, (cpu, results) in enumerate(all_results.items(), 1)]
+    notes = [f"[^{i}]: {machine_line(results)}; measured {dates(results)}."
+             for i, results in enumerate(all_results.values(), 1)]
     plots = [f"![Roofline of {cpu}](docs/{roofline_name(cpu)})" for cpu, results in
              all_results.items() if "bench_correlator" in results][:1]
-    return "\n".join([*lines, "", f"{DASH}: not measured for that CPU class yet.", "",
+    return "\n".join([table(header, rows), f"{DASH}: not measured for that CPU class yet.", "",
                       *notes, *(["", *plots] if plots else [])]) + "\n"
 
 

@@ -3,25 +3,38 @@ from a directory outside the checkout: the package imports from the installation
 host-compiled AIE kernel builds from the package's own sources into the cache directory and
 matches the int64 reference bit for bit, and ``xengine reprocess`` of a small recording made
 with the library writes visibilities equal to the reference. Nothing is written into the
-installation. Exit status 0 only if every check passed; each failure says what differed."""
+installation (numba's cache included) but Python's own ``*.pyc``. Exit status 0 only if every
+check passed; each failure says what differed, and the last line counts the checks passed."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
+#: What each check that passed reported, in order.
+PASSED: list[str] = []
+
 
 def fail(what: str) -> None:
     print(f"check_wheel: FAILED: {what}", file=sys.stderr)
+    print(f"check_wheel: {len(PASSED)} passed, 1 failed", file=sys.stderr)
     sys.exit(1)
 
 
+def passed(what: str) -> None:
+    PASSED.append(what)
+    print(f"check_wheel: {what}")
+
+
 def installation_files(package: Path) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime for p in package.rglob("*")}
+    """Every file of the installed package -> its modification time (directories change when
+    Python adds a ``*.pyc``, so only files count)."""
+    return {str(p): p.stat().st_mtime for p in package.rglob("*") if p.is_file()}
 
 
 def check_imports_from_installation(checkout: Path) -> Path:
@@ -32,7 +45,7 @@ def check_imports_from_installation(checkout: Path) -> Path:
         fail(f"xengine_block imported from {package}, not from the installation")
     if "site-packages" not in package.parts:
         fail(f"xengine_block imported from {package}, not a site-packages directory")
-    print(f"check_wheel: xengine_block from {package}")
+    passed(f"xengine_block from {package}")
     return package
 
 
@@ -46,7 +59,7 @@ def check_host_kernel(cache: Path) -> None:
     """One kernel call of the small geometry's tiling on random data and the published
     design's on -128s, against :func:`xengine_block.reference.reference_full` of the same
     streams."""
-    from xengine_block.geometry import BLOCK, SEED, small_test_geometry
+    from xengine_block.geometry import BLOCK, PUBLISHED, small_test_geometry
     from xengine_block.npu.hostkernel import host_kernel, host_kernel_availability
     from xengine_block.reference import reference_full
 
@@ -54,7 +67,7 @@ def check_host_kernel(cache: Path) -> None:
     if not usable:
         fail(f"host kernel cannot be built from the wheel: {why}")
     rng = np.random.default_rng(45)
-    for g, fill in ((small_test_geometry(), None), (SEED, -128)):
+    for g, fill in ((small_test_geometry(), None), (PUBLISHED, -128)):
         n, m, t = g.tile_n, g.tile_m, g.tile_t
         k = host_kernel(n, m, t)
         a = rng.integers(-128, 128, k.a_shape, dtype=np.int8) if fill is None else \
@@ -71,11 +84,11 @@ def check_host_kernel(cache: Path) -> None:
         if not np.array_equal(got, want):
             fail(f"host kernel N{n}M{m}T{t}: {np.count_nonzero(got != want)} values differ "
                  "from the reference")
-        print(f"check_wheel: host kernel N{n}M{m}T{t} exact ({acc.size} values)")
+        passed(f"host kernel N{n}M{m}T{t} exact ({acc.size} values)")
     built = sorted(p.name for p in cache.rglob("*.so"))
     if not built:
         fail(f"no kernel library under the cache directory {cache}")
-    print(f"check_wheel: kernel libraries in the cache: {built}")
+    passed(f"kernel libraries in the cache: {built}")
 
 
 def check_reprocess(work: Path) -> None:
@@ -88,6 +101,7 @@ def check_reprocess(work: Path) -> None:
     from xengine_block.capture.spead import pcap_sender
     from xengine_block.frames import frames_to_natural
     from xengine_block.geometry import Geometry
+    from xengine_block.outputs.uvh5 import POLARIZATIONS
     from xengine_block.reference import reference_full
 
     nant, npacket, ndump = 4, 2, 2
@@ -100,6 +114,7 @@ def check_reprocess(work: Path) -> None:
     with pcap_sender(g, rec) as sender:
         sender.send_frames(frames, 0)
     out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)  # a reused WORKDIR: no file of an earlier run counts
     proc = subprocess.run(["xengine", "reprocess", str(rec), "-o", str(out), "--backend", "cpu"],
                           capture_output=True, text=True)
     if proc.returncode:
@@ -123,15 +138,15 @@ def check_reprocess(work: Path) -> None:
             fail(f"{uvh5}: dump {d} has {len(rows)} baselines, expected {nant * (nant + 1) // 2}")
         for row in rows:
             a1, a2 = int(ant1[row]), int(ant2[row])
-            for ip, (p1, p2) in ((pols.index(c), pp) for c, pp in
-                                 ((-5, (0, 0)), (-6, (1, 1)), (-7, (0, 1)), (-8, (1, 0)))):
+            for code, p1, p2 in POLARIZATIONS:  # the convention itself: tests/outputs
+                ip = pols.index(code)
                 want = k[:, 2 * a2 + p2, 2 * a1 + p1]
                 got = vis["r"][row, :, ip].astype(np.int64) + 1j * vis["i"][row, :, ip]
                 if not np.array_equal(got, want):
                     fail(f"{uvh5}: dump {d} baseline ({a1}, {a2}) pol {pols[ip]} differs "
                          "from the reference")
                 checked += got.size
-    print(f"check_wheel: xengine reprocess exact ({checked} visibilities, {uvh5.name})")
+    passed(f"xengine reprocess exact ({checked} visibilities, {uvh5.name})")
 
 
 def main() -> None:
@@ -142,12 +157,11 @@ def main() -> None:
     check_host_kernel(cache)
     check_reprocess(work)
     after = installation_files(package)
-    written = sorted(p for p in after if before.get(p) != after[p] and "__pycache__" not in p)
+    written = sorted(p for p in after if before.get(p) != after[p] and not p.endswith(".pyc"))
     if written:
         fail(f"files written into the installation: {written}")
-    # a closing line in the form CI reads (every check above exits at its first failure)
-    print("check_wheel: import location, host kernel x2, reprocess, installation untouched")
-    print("check_wheel: 5 passed, 0 failed")
+    passed("nothing written into the installation but *.pyc")
+    print(f"check_wheel: {len(PASSED)} passed, 0 failed")  # each check exits at its failure
 
 
 if __name__ == "__main__":

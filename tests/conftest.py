@@ -50,9 +50,9 @@ def random_frames(g: Geometry, nframe: int, seed: int = 0) -> np.ndarray:
 @pytest.fixture(autouse=True, scope="session")
 def offline_iers() -> None:
     """astropy may not download IERS tables here (docs/design.md, "UVH5 conventions"), and
-    pyuvdata's LST check reads them: set the offline configuration once, for every test. Before, a
-    test reading a file written in a subprocess (the SIGKILL test) got it only from an earlier test
-    whose writer ran in this process, and failed when run alone."""
+    pyuvdata's LST check reads them: set the offline configuration once, for every test, so that
+    a test reading a file written in a subprocess (the SIGKILL test) passes alone as in the whole
+    run, not only after a test whose writer ran in this process."""
     from astropy.utils import iers
 
     iers.conf.auto_download = False

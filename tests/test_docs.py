@@ -24,8 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Top-level folders whose paths are ours: a path starting with one of them must exist.
-OUR_TOP = ("docs", "src", "xengine_block", "tests", "benchmarks", "scripts", "pipelines",
-           "kernels", "aie", ".ci")
+OUR_TOP = ("docs", "src", "xengine_block", "tests", "benchmarks", "scripts", "pipelines", ".ci")
 #: Subpackages named without ``xengine_block/`` in the docs (``capture/receive.py``); not
 #: ``bifrost``, whose relative paths are usually Bifrost's own.
 SUBPACKAGES = tuple(p.name for p in (ROOT / "xengine_block").iterdir()
@@ -41,8 +40,7 @@ UPSTREAM_WINDOW = 160
 #: A repository named as ``owner/name`` just before a path: the path is in that repository.
 REPOSITORY_RE = re.compile(r"\b([\w.-]+)/[\w.-]+[\s`'(,]+$")
 #: Build outputs (ignored by git): named in the docs, absent from a clean checkout.
-GENERATED = ("aie/build", "kernels/build", "docs/_build", "docs/_generated",
-             "xengine_block/_native", "xengine_block/_readbw")
+GENERATED = ("docs/_build", "docs/_generated", "xengine_block/_native", "xengine_block/_readbw")
 
 #: Mentions of what is not in the repository. Built from parts so this file does not match.
 FORBIDDEN = {
@@ -54,7 +52,8 @@ FORBIDDEN = {
     "an issue number": re.compile(r"\bissues? #?\d+", re.IGNORECASE),
     "a dated run log or one machine's timing": re.compile(
         r"\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d\b|"
-        r"\b\d{1,2} Dec\b|development VM|\bthis (?:\w+ )?VM\b|dev VM|fresh VM"),
+        r"\b\d{1,2} Dec\b|development VM|\bthis (?:\w+ )?VM\b|dev VM|fresh VM|\bCI VM\b|"
+        r"\bCI machine\b|\bproject's (?:[\w-]+ ){0,3}VM\b"),
 }
 #: Files allowed a forbidden mention, and which: CI's script names where CI finds its vendored
 #: tarballs (its documented default).
@@ -96,13 +95,12 @@ def repository_texts() -> list[Text]:
 
 def help_texts() -> list[Text]:
     """``xengine --help`` and every subcommand's, and the pipelines' ``--help``."""
-    from xengine_block.cli import build_parser
+    from xengine_block.cli import build_parser, subcommand_parsers
 
     parser = build_parser()
     out = [Text("xengine --help", parser.format_help())]
-    for action in parser._subparsers._group_actions:  # argparse keeps subparsers here
-        for name, sub in action.choices.items():
-            out.append(Text(f"xengine {name} --help", sub.format_help()))
+    out += [Text(f"xengine {name} --help", sub.format_help())
+            for name, sub in subcommand_parsers(parser).items()]
     for script in sorted((ROOT / "pipelines").glob("*.py")):
         run = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
                              text=True, cwd=ROOT, timeout=120)
@@ -235,6 +233,8 @@ def test_help_references_resolve() -> None:
     ("(issue " "12 item 2)", "an issue number"),
     ("../" "shared/vendor/x.tar.gz", "a sibling checkout"),
     ("measured 6 " "Dec 17:05", "a dated run log"),
+    ("on this project's 2-core Xeon " "CI VM", "one machine's timing"),
+    ("measured on the " "CI machine", "one machine's timing"),
 ])
 def test_a_planted_bad_reference_is_caught(planted: str, expected: str) -> None:
     """The check fails on each kind of bad reference, and says which."""

@@ -13,7 +13,7 @@ from xengine_block.frames import (
     unpack_ci4,
     unpack_frames,
 )
-from xengine_block.geometry import SEED, small_test_geometry
+from xengine_block.geometry import PUBLISHED, small_test_geometry
 
 
 def test_layout_matches_definition(rng):
@@ -31,7 +31,7 @@ def test_layout_matches_definition(rng):
 
 
 def test_packet_payload_is_the_stream_channel_group_bytes(rng):
-    g = SEED.replace(nchan=18)
+    g = PUBLISHED.replace(nchan=18)
     x = rng.integers(-128, 128, size=(g.nstream, g.nchan, g.nspectra_pkt, 2), dtype=np.int8)
     frame = natural_to_frames(x, g)[0]
     payload = packet_payload(frame, g, stream=5, group=1)

@@ -1,14 +1,14 @@
-"""Geometry: seed values, derived sizes and one error per impossible field."""
+"""Geometry: the published design's values, derived sizes and one error per impossible field."""
 
 import json
 
 import pytest
 
-from xengine_block.geometry import SEED, Geometry, GeometryError, small_test_geometry
+from xengine_block.geometry import PUBLISHED, Geometry, GeometryError, small_test_geometry
 
 
-def test_seed_sizes():
-    g = SEED
+def test_published_sizes():
+    g = PUBLISHED
     assert (g.nstream, g.nchan_pkt, g.nspectra_pkt) == (256, 9, 480)
     assert g.payload_bytes == 8640
     assert g.frame_bytes == 256 * 8640
@@ -26,16 +26,16 @@ def test_seed_sizes():
 def test_ci4_npu_sizes():
     """ci4 sample blocks are 64 bytes (one per complex sample): A and B buffers halve and the
     int8 A and B the tile unpacks them into take their place."""
-    g = SEED.replace(sample_bits=4)
-    assert g.sample_block_bytes == 64 and SEED.sample_block_bytes == 128
+    g = PUBLISHED.replace(sample_bits=4)
+    assert g.sample_block_bytes == 64 and PUBLISHED.sample_block_bytes == 128
     assert g.tile_a_bytes == 7680 and g.tile_b_bytes == 3840 and g.tile_acc_bytes == 16384
-    assert g.tile_unpack_bytes == 15360 + 7680 and SEED.tile_unpack_bytes == 0
+    assert g.tile_unpack_bytes == 15360 + 7680 and PUBLISHED.tile_unpack_bytes == 0
     assert g.tile_data_bytes == 62464
-    assert g.npu_in_bytes * 2 == SEED.npu_in_bytes
+    assert g.npu_in_bytes * 2 == PUBLISHED.npu_in_bytes
 
 
 def test_larger_arrays_split_into_npu_blocks():
-    g = SEED.replace(nstream=600)
+    g = PUBLISHED.replace(nstream=600)
     assert g.npu_nblock == 3
     assert g.npu_block_pairs == [(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2)]
 
@@ -60,7 +60,7 @@ def test_roundtrip_dict():
 ])
 def test_geometry_errors(changes, field, limit):
     with pytest.raises(GeometryError) as exc:
-        SEED.replace(**changes)
+        PUBLISHED.replace(**changes)
     assert field in str(exc.value) and limit in str(exc.value)
 
 
@@ -91,3 +91,12 @@ def test_geometry_dict_round_trip_and_old_dicts_are_ci8():
     old = {k: v for k, v in Geometry().to_dict().items()
            if k not in ("sample_bits", "nibble_order")}
     assert Geometry.from_dict(old).sample_bits == 8
+
+
+def test_the_old_name_of_the_published_design_still_works_with_a_warning():
+    import xengine_block.geometry as geometry
+
+    with pytest.warns(DeprecationWarning, match="geometry.SEED is PUBLISHED"):
+        assert geometry.SEED is PUBLISHED
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        geometry.NOPE  # noqa: B018

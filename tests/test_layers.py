@@ -6,9 +6,9 @@ the table fails too, so a new subpackage must be placed. Within one layer import
 
 Why each layer sits where it does (what the code needs, not what it was once allowed):
 
-- model: the numbers and formats everything derives from; imports nothing above it (the C
-  extensions ``_native``/``_readbw`` and the package root, whose only import is the table of
-  moved modules, belong here);
+- model: the numbers and formats everything derives from, and where build outputs go
+  (``user_cache``); imports nothing above it (the C extensions ``_native``/``_readbw`` and the
+  package root, whose only import is the table of moved modules, belong here);
 - runtime: rings and pipelines; knows blocks only by their hooks;
 - backends and npu: the correlators; the NPU backend takes the runtime's page-locked memory;
 - I/O and tools: capture (packets in), readers (recordings), outputs (UVH5, SPEAD heaps,
@@ -35,7 +35,7 @@ import xengine_block
 
 PACKAGE = Path(xengine_block.__file__).resolve().parent
 MODEL = ("geometry", "frames", "sample_layout", "triangle", "array", "integration", "reference",
-         "visibility_orders", "native_extension", "_moved", "_native", "_readbw")
+         "visibility_orders", "native_extension", "user_cache", "_moved", "_native", "_readbw")
 #: Lowest first: (layer name, the top-level modules and subpackages in it).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("", *MODEL)),

@@ -42,3 +42,16 @@ def test_every_new_module_exists_and_no_old_one_does():
         base = root.joinpath(*old.split("."))
         assert not base.with_suffix(".py").exists() and not (base / "__init__.py").exists(), \
             f"{old} still exists as a module"
+
+
+def test_the_new_module_keeps_its_own_spec():
+    """Importing the old name leaves the module's ``__spec__`` naming the new module, so
+    ``importlib.reload`` reloads it under its own name (in a fresh interpreter: a reload here
+    would give the other tests' modules stale classes)."""
+    code = ("import importlib, warnings; warnings.simplefilter('ignore')\n"
+            "import xengine_block.frames as f, xengine_block.layout\n"
+            "print(f.__spec__.name, f.__name__)\n"
+            "assert importlib.reload(f) is f\n"
+            "print(f.__spec__.name, f.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["xengine_block.frames"] * 4, out.stdout + out.stderr

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import configparser
 import fnmatch
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import xengine_block
-from xengine_block.npu import artifacts, cache, hostkernel, nativering
+from xengine_block import user_cache
+from xengine_block.npu import artifacts, hostkernel, nativering
 from xengine_block.service import instances
 
 PACKAGE = Path(xengine_block.__file__).resolve().parent
@@ -61,13 +64,13 @@ def test_every_data_file_of_the_package_is_package_data():
 def test_cache_directory_order(monkeypatch, tmp_path):
     monkeypatch.setenv("XENGINE_CACHE_DIR", str(tmp_path / "mine"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.cache_dir() == tmp_path / "mine"
-    assert cache.cache_dir("kernel") == tmp_path / "mine" / "kernel"
+    assert user_cache.cache_dir() == tmp_path / "mine"
+    assert user_cache.cache_dir("kernel") == tmp_path / "mine" / "kernel"
     monkeypatch.delenv("XENGINE_CACHE_DIR")
-    assert cache.cache_dir() == tmp_path / "xdg" / "xengine_block"
+    assert user_cache.cache_dir() == tmp_path / "xdg" / "xengine_block"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "xengine_block"
+    assert user_cache.cache_dir() == tmp_path / "home" / ".cache" / "xengine_block"
 
 
 def test_build_outputs_go_to_the_cache_never_the_installation(monkeypatch, tmp_path):
@@ -85,6 +88,45 @@ def test_build_outputs_go_to_the_cache_never_the_installation(monkeypatch, tmp_p
     lib = hostkernel.build_host_kernel(2, 1, 15)
     assert lib.is_relative_to(tmp_path / "kernel") and lib.is_file()
     assert not lib.is_relative_to(PACKAGE)
+
+
+NUMBA_CACHES = """
+import json, sys
+from pathlib import Path
+from numba.core.registry import CPUDispatcher
+from xengine_block.capture import pcap, placement
+mod = Path(sys.argv[1]); mod.mkdir(); (mod / "other_pkg.py").write_text(
+    "import numba\\n@numba.njit(cache=True)\\ndef f(x):\\n    return x + 1\\n")
+sys.path.insert(0, str(mod))
+import other_pkg
+placement.spead_chunks(10, 2)  # compiled and saved
+ours = {f"{m.__name__}.{k}": v._cache.cache_path for m in (pcap, placement)
+        for k, v in vars(m).items() if isinstance(v, CPUDispatcher)}
+print(json.dumps({"ours": ours, "other": other_pkg.f._cache.cache_path}))
+"""
+
+
+@pytest.mark.parametrize("numba_cache_dir", [False, True])
+def test_numba_caches_our_loops_in_the_user_cache(tmp_path, numba_cache_dir):
+    """The capture and pcap loops compiled with ``cache=True`` are cached under
+    ``cache_dir("numba")``, not in the ``__pycache__`` beside their source (inside an
+    installation); ``NUMBA_CACHE_DIR`` set by the application wins, and other packages'
+    functions keep numba's own choice."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["XENGINE_CACHE_DIR"] = str(tmp_path / "cache")
+    if numba_cache_dir:
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba_dir")
+    run = subprocess.run([sys.executable, "-c", NUMBA_CACHES, str(tmp_path / "other")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    paths = json.loads(run.stdout.splitlines()[-1])
+    want = tmp_path / ("numba_dir" if numba_cache_dir else "cache/numba")
+    assert len(paths["ours"]) >= 5, paths  # the pcap walk's and the placement's loops
+    wrong = {k: p for k, p in paths["ours"].items() if not Path(p).is_relative_to(want)}
+    assert not wrong, f"cached outside {want}: {wrong}"
+    assert list(want.rglob("placement.spead_chunks-*.nbi")), sorted(want.rglob("*"))
+    other = tmp_path / ("numba_dir" if numba_cache_dir else "other/__pycache__")
+    assert Path(paths["other"]).is_relative_to(other), paths["other"]
 
 
 def test_instances_run_this_interpreter_with_its_own_environment(monkeypatch, tmp_path):

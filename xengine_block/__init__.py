@@ -6,7 +6,7 @@ says why each layer sits where it does):
 
 - the model every part derives from: ``geometry``, ``frames`` (our packet/frame format),
   ``sample_layout`` (where the samples of any input lie), ``triangle``, ``array``,
-  ``integration``, ``reference`` (the test oracle);
+  ``integration``, ``reference`` (the test oracle), ``user_cache`` (where build outputs go);
 - ``runtime/``: rings and pipeline with Bifrost's semantics;
 - ``backends/``: cpu, native (C extension in ``src/native``), NPU emulator, NPU; ``npu/``: the
   NPU dataflow plan, validator, host code, the AIE kernel source (package data) and its build;
@@ -23,7 +23,8 @@ says why each layer sits where it does):
 
 Process-wide settings stay the application's: the library never freezes the garbage collector
 (``runtime.pipeline.frozen_heap`` is there for programs that own their process), and build
-outputs go to the user's cache directory (``npu.cache``), never into the installation.
+outputs (numba's cache of the capture loops included) go to the user's cache directory
+(``user_cache``), never into the installation.
 """
 
 from . import _moved

@@ -2,7 +2,10 @@
 ``DeprecationWarning`` naming the new path.
 
 The table is the one record of what moved where; an import of an old name gets the new module
-itself (one module object, so ``isinstance`` checks and module state are shared).
+itself (one module object, so ``isinstance`` checks and module state are shared). The module
+keeps its own ``__spec__`` (the import system sets the alias's spec on whatever
+``create_module`` returns; ``exec_module`` puts the original back), so ``importlib.reload`` and
+anything else that reads the spec see the new name.
 """
 
 from __future__ import annotations
@@ -36,20 +39,26 @@ MOVED: dict[str, str] = {
     "xengine_block.tools.tasks": "xengine_block.reprocess.tasks",
     "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
+    "xengine_block.npu.cache": "xengine_block.user_cache",
 }
 
 
 class _Alias(importlib.abc.Loader):
     def __init__(self, new: str) -> None:
         self.new = new
+        self.spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         warnings.warn(f"{spec.name} has moved to {self.new}; the old name will be removed in "
                       f"the next release", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the new module is already imported."""
+        """Nothing to run (the new module is already imported); give it back its own spec,
+        which the import system replaced with the alias's after ``create_module``."""
+        module.__spec__ = self.spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

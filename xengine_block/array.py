@@ -10,9 +10,9 @@ Conventions written down once:
 
 - Two streams per antenna: stream ``s = 2 * antenna_index + pol``, pol 0 = X, 1 = Y.
 - ``antenna_positions`` are ECEF positions minus the site's ECEF position, metres (what UVH5
-  stores); the ENU -> ECEF rotation is :attr:`ArrayDescription.enu_to_ecef`. - uvw of a baseline
-  (ant_1, ant_2) is ``position(ant_2) - position(ant_1)``
-  (docs/design.md, "Sign and conjugation").
+  stores); the ENU -> ECEF rotation is :attr:`ArrayDescription.enu_to_ecef`.
+- uvw of a baseline (ant_1, ant_2) is ``position(ant_2) - position(ant_1)`` (docs/design.md,
+  "Sign and conjugation").
 
 The default array is the MWA's 128 tiles shipped as pyuvdata package data
 (``pyuvdata/data/mwa128_ant_layouts.npz``: ``ENH`` east/north/height-above-sea offsets and

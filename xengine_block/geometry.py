@@ -17,6 +17,7 @@ Invalid combinations raise :class:`GeometryError` naming the field and the limit
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -84,7 +85,7 @@ class Geometry:
     ----------
     nstream : number of streams S (antennas x 2 polarisations); any even number.
     nchan : channels handled by this X-engine; a multiple of ``nchan_pkt``.
-    nchan_pkt : channels carried by one packet (seed: 9).
+    nchan_pkt : channels carried by one packet (the published design: 9).
     ncoarse, nfine : spectra per packet = ncoarse * nfine, stored [coarse][reim][fine].
     npacket : P, packets (ring frames) per NPU integration / X-engine output frame.
     tile_n, tile_m, tile_t : NPU kernel tiling N, M, T (one call = 8T samples).
@@ -379,8 +380,21 @@ class Geometry:
         return cls(**fields)
 
 
-#: The published design: 256 streams, 9 channels, P = 136.
-SEED = Geometry()
+#: The published design (D. Estévez, "X-engine correlator on a Ryzen NPU"): 256 streams,
+#: 9 channels, P = 136.
+PUBLISHED = Geometry()
+
+#: Old names of this module's values, kept for one release with a DeprecationWarning.
+_RENAMED = {"SEED": "PUBLISHED"}
+
+
+def __getattr__(name: str) -> object:
+    """``SEED``, the published design's old name: :data:`PUBLISHED`, with a warning."""
+    if name in _RENAMED:
+        warnings.warn(f"xengine_block.geometry.{name} is {_RENAMED[name]}; the old name will be "
+                      "removed in the next release", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def small_test_geometry(**changes: int | str) -> Geometry:

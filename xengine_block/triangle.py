@@ -17,6 +17,18 @@ def nbaseline(nstream: int) -> int:
     return nstream * (nstream + 1) // 2
 
 
+def full_int8_tops(msps: float, nstream_a: int, nstream_b: int | None = None) -> float:
+    """int8 TOPS of every product of an ``nstream_a`` x ``nstream_b`` block (default square) at
+    ``msps`` million sample times a second: 8 ops per complex product (4 real MACs of 2 ops)."""
+    return 8 * nstream_a * (nstream_a if nstream_b is None else nstream_b) * msps / 1e6
+
+
+def triangle_int8_tops(msps: float, nstream: int) -> float:
+    """Useful int8 TOPS of the Hermitian triangle, autocorrelations included: 8 S(S+1)/2 ops per
+    sample time, the ops an exact triangle correlator cannot avoid."""
+    return 8 * nbaseline(nstream) * msps / 1e6
+
+
 def baseline_index(j: int | np.ndarray, k: int | np.ndarray) -> int | np.ndarray:
     """Index of stream pair (j, k), j <= k, in the packed triangle."""
     return k * (k + 1) // 2 + j

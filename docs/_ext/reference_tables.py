@@ -7,7 +7,9 @@ renders from it into ``docs/_generated/`` (ignored by git) when the build starts
 - ``capture_counters.md``: ``xengine_block.capture.placement.COUNTERS``;
 - ``metrics.md``: the metric families ``CorrelatorCollector.collect`` yields, read from a
   collection over a stand-in service, so a metric added in code appears here by itself;
-- ``cli.md``: ``xengine --help`` and every subcommand's help, from the argparse parser.
+- ``cli.md``: ``xengine --help`` and every subcommand's help, from the argparse parser;
+- ``npu_calibration.md``, ``npu_model.md``: the NPU performance model's predictions for the
+  published design (beside its measurements) and for our plan, computed from the plan.
 """
 
 from __future__ import annotations
@@ -15,18 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from markdown_table import table
+
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
-
-
-def cell(text: Any) -> str:
-    """Text for one cell of a Markdown table."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def config_keys() -> str:
@@ -74,9 +67,10 @@ class _StandIn:
 
 
 def metrics() -> str:
+    from xengine_block.service.config import RELOAD_RESULTS
     from xengine_block.service.metrics import CorrelatorCollector
 
-    collector = CorrelatorCollector(_StandIn(), _StandIn(), [])
+    collector = CorrelatorCollector(_StandIn(), _StandIn(), [], dict.fromkeys(RELOAD_RESULTS, 0))
     rows = []
     for family in collector.collect():
         suffix = "_total" if family.type == "counter" else ""
@@ -85,21 +79,70 @@ def metrics() -> str:
     return table(["metric", "type", "labels", "meaning"], rows)
 
 
+#: The rows of docs/npu.md's table of our plan: (S, bits) on each device.
+NPU_MODEL_CASES = [(s, bits) for s in (256, 512, 1024) for bits in (8, 4)]
+NPU_DEVICES = ("xdna2", "aie-ml-v2")
+
+
+def npu_calibration() -> str:
+    """The published design predicted on xdna2 beside its author's measurements
+    (``xengine npu-model --design published``)."""
+    from xengine_block.geometry import PUBLISHED
+    from xengine_block.npu import perfmodel
+    from xengine_block.npu.plan import build_plan
+
+    pred = perfmodel.predict(build_plan(PUBLISHED), "xdna2")  # the published host by default
+    units = {"msps": ("rate", "Msps", 1), "calls_per_s": ("NPU calls", "/s", 1),
+             "tops": ("int8 TOPS (full square)", "", 1), "kernel_cycles": ("kernel cycles per "
+                                                                         "call", "", 0)}
+    rows = []
+    for key, c in perfmodel.published_comparison(pred).items():
+        what, unit, digits = units[key]
+        rows.append([what, f"{c['measured']:.{digits}f} {unit}".strip(),
+                     f"{c['predicted']:.{digits}f} {unit}".strip(), f"{c['ratio']:.2f}"])
+    limit = pred.bottleneck
+    rows.append(["limit", f"`{perfmodel.PUBLISHED_BOTTLENECK}`",
+                 f"`{limit}` ({pred.terms[limit]:.1f} Msps alone)", ""])
+    return table(["figure", "published measurement", "model", "model / measured"], rows)
+
+
+def npu_model() -> str:
+    """Our plan predicted for each S, sample width and device (``xengine npu-model --nstream S
+    --bits B --device D``), with the change the model points to."""
+    from xengine_block.backends.npu import predicted
+    from xengine_block.geometry import Geometry
+    from xengine_block.npu import perfmodel
+
+    rows = []
+    for device in NPU_DEVICES:
+        for nstream, bits in NPU_MODEL_CASES:
+            pred = predicted(Geometry(nstream=nstream, sample_bits=bits), device)
+            bound = f"`{pred.bottleneck}`"
+            if not pred.bottleneck.startswith("host_") and pred.idle_fraction >= 0.05:
+                bound += f" (NPU idle {pred.idle_fraction:.0%} between runs)"
+            changes = "; ".join(f"`{c['name']}`: {c['msps']:.1f} (x{c['gain']:.2f})"
+                                for c in perfmodel.design_changes(pred)) or "none"
+            rows.append([nstream, f"ci{bits}", device, f"{pred.msps:.1f}", bound,
+                         f"{pred.tops_useful:.1f}", changes])
+    return table(["S", "bits", "device", "Msps", "bound by", "useful TOPS",
+                  "the changes it points to (predicted Msps, gain)"], rows)
+
+
 def cli_help() -> str:
-    from xengine_block.cli import build_parser
+    from xengine_block.cli import build_parser, subcommand_parsers
 
     parser = build_parser()
     parts = ["## `xengine`\n", "```text\n" + parser.format_help() + "```\n"]
-    for action in parser._subparsers._group_actions:  # argparse keeps subparsers here
-        for name, sub in action.choices.items():
-            parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
+    for name, sub in subcommand_parsers(parser).items():
+        parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
     return "\n".join(parts)
 
 
 def write_tables(app: Any = None) -> None:
     GENERATED.mkdir(exist_ok=True)
     for name, render in (("config_keys", config_keys), ("capture_counters", capture_counters),
-                         ("metrics", metrics), ("cli", cli_help)):
+                         ("metrics", metrics), ("cli", cli_help),
+                         ("npu_calibration", npu_calibration), ("npu_model", npu_model)):
         path = GENERATED / f"{name}.md"
         text = render()
         if not path.exists() or path.read_text() != text:  # unchanged: no rebuild

@@ -39,13 +39,22 @@ int xe_fail(xe_error *err, enum xe_err_kind kind, const char *fmt, ...)
     return -1;
 }
 
-/* The kernel's permission for AMX tile data: 1 if granted; why says what happened. */
-typedef int (*xe_amx_permit_fn)(char *why, size_t n, const char *fake_error);
+/* The kernel's permission for AMX tile data: 1 if granted; why says what happened. The real
+ * request ignores error; the decision's test hook passes the kernel's answer in it. */
+typedef int (*xe_amx_permit_fn)(char *why, size_t n, const char *error);
 
 static void set_isa(xe_isa_table *t, int isa, int ok, const char *why)
 {
     t->ok[isa] = ok;
+    t->refused[isa] = 0;
     snprintf(t->why[isa], sizeof t->why[isa], "%s", why);
+}
+
+/* Not runnable though the CPU has the path: the OS or the kernel withholds it. */
+static void set_refused(xe_isa_table *t, int isa, const char *why)
+{
+    set_isa(t, isa, 0, why);
+    t->refused[isa] = 1;
 }
 
 /* The reason string of the AMX permission request: granted when error is NULL. */
@@ -59,9 +68,10 @@ static int amx_permission(char *why, size_t n, const char *error)
     return error == NULL;
 }
 
-/* Which compiled paths these facts allow, and why. permit is asked (with fake_error) only
- * when everything else allows AMX. */
-static void decide(const xe_cpu_facts *f, xe_amx_permit_fn permit, const char *fake_error,
+/* Which compiled paths these facts allow, which the OS or kernel refuses, and why. The CPU's
+ * lack of an instruction is reported before the OS's refusal of its state. permit is asked
+ * (with permit_error) only when everything else allows AMX. */
+static void decide(const xe_cpu_facts *f, xe_amx_permit_fn permit, const char *permit_error,
                    xe_isa_table *t)
 {
     set_isa(t, XE_SCALAR, 1, "portable C (int32)");
@@ -73,22 +83,25 @@ static void decide(const xe_cpu_facts *f, xe_amx_permit_fn permit, const char *f
         && ((f->ebx7 >> 31) & 1);
     const int cpu_vnni = (f->ecx7 >> 11) & 1;
     const int cpu_amx = ((f->edx7 >> 24) & 1) && ((f->edx7 >> 25) & 1);
-    const int avx512_ok = cpu_avx512 && os_zmm;
     /* some of these go unused where a path is not compiled */
-    (void)permit, (void)fake_error, (void)os_ymm, (void)os_tile, (void)cpu_avx2, (void)cpu_vnni,
-        (void)cpu_amx, (void)avx512_ok;
+    (void)permit, (void)permit_error, (void)os_ymm, (void)os_zmm, (void)os_tile, (void)cpu_avx2,
+        (void)cpu_avx512, (void)cpu_vnni, (void)cpu_amx;
 #ifdef XE_HAVE_AVX2
-    if (!cpu_avx2 || !os_ymm)
-        set_isa(t, XE_AVX2, 0, !cpu_avx2 ? "CPU lacks AVX2" : "OS does not enable YMM state");
+    if (!cpu_avx2)
+        set_isa(t, XE_AVX2, 0, "CPU lacks AVX2");
+    else if (!os_ymm)
+        set_refused(t, XE_AVX2, "OS does not enable YMM state");
     else
         set_isa(t, XE_AVX2, 1, "AVX2 vpmaddwd on sign-extended int16");
 #else
     set_isa(t, XE_AVX2, 0, "not compiled: the compiler lacks -mavx2");
 #endif
 #ifdef XE_HAVE_AVX512VNNI
-    if (!avx512_ok || !cpu_vnni)
+    if (!cpu_avx512 || !cpu_vnni)
         set_isa(t, XE_AVX512VNNI, 0, !cpu_avx512 ? "CPU lacks AVX-512 F/BW/VL"
-                : !os_zmm ? "OS does not enable ZMM state" : "CPU lacks AVX512-VNNI");
+                : "CPU lacks AVX512-VNNI");
+    else if (!os_zmm)
+        set_refused(t, XE_AVX512VNNI, "OS does not enable ZMM state");
     else
         set_isa(t, XE_AVX512VNNI, 1,
                 "AVX-512 VNNI vpdpbusd with +128 bias and row-sum correction");
@@ -98,23 +111,30 @@ static void decide(const xe_cpu_facts *f, xe_amx_permit_fn permit, const char *f
 #ifdef XE_HAVE_AMX
     if (!cpu_amx)
         set_isa(t, XE_AMX, 0, "CPU lacks AMX-TILE/AMX-INT8");
-    else if (!avx512_ok)
+    else if (!cpu_avx512)
         set_isa(t, XE_AMX, 0, "AMX path also needs AVX-512 F/BW for its layout code");
+    else if (!os_zmm)
+        set_refused(t, XE_AMX, "AMX path also needs AVX-512 F/BW for its layout code, and the "
+                    "OS does not enable ZMM state");
     else if (!os_tile)
-        set_isa(t, XE_AMX, 0, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)");
+        set_refused(t, XE_AMX, "AMX not enabled by the OS (XCR0 lacks XTILECFG/XTILEDATA)");
     else {
         char why[256];
-        const int ok = permit(why, sizeof why, fake_error);
-        set_isa(t, XE_AMX, ok, why);
+        if (permit(why, sizeof why, permit_error))
+            set_isa(t, XE_AMX, 1, why);
+        else
+            set_refused(t, XE_AMX, why);
     }
 #else
     set_isa(t, XE_AMX, 0, "not compiled: the compiler lacks amx-tile/amx-int8");
 #endif
 #ifdef XE_HAVE_AMX_EMU
-    if (!avx512_ok)
-        set_isa(t, XE_AMX_EMU, 0, !cpu_avx512 ? "emulated AMX runs the AMX path's AVX-512 "
-                "layout code, and the CPU lacks AVX-512 F/BW/VL" : "emulated AMX runs the AMX "
-                "path's AVX-512 layout code, and the OS does not enable ZMM state");
+    if (!cpu_avx512)
+        set_isa(t, XE_AMX_EMU, 0, "emulated AMX runs the AMX path's AVX-512 layout code, and "
+                "the CPU lacks AVX-512 F/BW/VL");
+    else if (!os_zmm)
+        set_refused(t, XE_AMX_EMU, "emulated AMX runs the AMX path's AVX-512 layout code, and "
+                    "the OS does not enable ZMM state");
     else
         set_isa(t, XE_AMX_EMU, 1, "AMX kernel (kern_amx.c) on software-emulated tiles "
                 "(amx_emu.h) with the real AVX-512 layout and packing: verification only, slow, "
@@ -125,14 +145,9 @@ static void decide(const xe_cpu_facts *f, xe_amx_permit_fn permit, const char *f
 #endif
 }
 
-static int fake_permission(char *why, size_t n, const char *fake_error)
-{
-    return amx_permission(why, n, fake_error);
-}
-
 void xe_decide_isas(const xe_cpu_facts *f, const char *permit_error, xe_isa_table *t)
 {
-    decide(f, fake_permission, permit_error, t);
+    decide(f, amx_permission, permit_error, t);  /* the kernel's answer as given */
 }
 
 #ifdef XE_X86

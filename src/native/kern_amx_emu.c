@@ -1,8 +1,9 @@
 /* The "amx_emulated" path: kern_amx.c, the AMX kernel's own source (and peak_amx.c, its peak
  * loop), compiled a second time over the software tiles of amx_emu.h (plain C, Intel's
- * definitions), so that the AMX path (its tile configuration, loads, tdpbssd and stores, fed by the real AVX-512 layout and VNNI
- * packing) is checked bit for bit against the int64 reference on CPUs without AMX. Slow: the
- * dispatcher never picks it by itself (dispatch.c, backends/native.py).
+ * definitions), so that the AMX path (its tile configuration, loads, tdpbssd and stores, fed
+ * by the real AVX-512 layout and VNNI packing) is checked bit for bit against the int64
+ * reference on CPUs without AMX. Slow: the dispatcher never picks it by itself (dispatch.c,
+ * backends/native.py).
  */
 #define XE_AMX_EMULATE 1
 #include "kern_amx.c"

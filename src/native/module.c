@@ -165,7 +165,8 @@ static PyObject *isa_dict(const xe_isa_table *t)
 {
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < XE_NISA; i++) {
-        PyObject *v = Py_BuildValue("(Os)", t->ok[i] ? Py_True : Py_False, t->why[i]);
+        PyObject *v = Py_BuildValue("(OsO)", t->ok[i] ? Py_True : Py_False, t->why[i],
+                                    t->refused[i] ? Py_True : Py_False);
         if (!v || PyDict_SetItemString(d, xe_isa_names[i], v) != 0) {
             Py_XDECREF(v);
             Py_DECREF(d);
@@ -609,7 +610,8 @@ static PyObject *py_uvh5_counts(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"isa_status", py_isa_status, METH_NOARGS,
-     "isa_status() -> {name: (runnable, reason)} for every name in ISA_NAMES."},
+     "isa_status() -> {name: (runnable, reason, refused)} for every name in ISA_NAMES;\n"
+     "refused: the CPU has the path but the OS or the kernel withholds its state."},
     {"correlate", KW(py_correlate), correlate_doc},
     {"correlate_layout", KW(py_correlate_layout), correlate_layout_doc},
     {"int8_peak", py_int8_peak, METH_VARARGS, int8_peak_doc},

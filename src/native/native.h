@@ -34,8 +34,12 @@ typedef struct {
     uint64_t xcr0;
 } xe_cpu_facts;
 
+/* Per path: runnable; refused (the CPU has every instruction the path needs but the OS or the
+ * kernel withholds them: XCR0 state, the AMX permission; worth a warning, unlike a CPU that
+ * lacks the path); why, in words. */
 typedef struct {
     int ok[XE_NISA];
+    int refused[XE_NISA];
     char why[XE_NISA][256];
 } xe_isa_table;
 

@@ -15,7 +15,7 @@ from tests.conftest import random_frames
 from xengine_block.backends import BackendUnavailable, availability, backend_class
 from xengine_block.backends.native import ISAS
 from xengine_block.frames import frames_to_natural, natural_to_frames
-from xengine_block.geometry import SEED, Geometry
+from xengine_block.geometry import PUBLISHED, Geometry
 from xengine_block.reference import reference_full, reference_triangle
 from xengine_block.triangle import baseline_index, triangle_streams, unpack_triangle
 
@@ -120,7 +120,7 @@ def test_random(name, nstream):
 
 @pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_all_minus_128_at_max_integration(name):
-    g = Geometry(nstream=16, nchan=9, npacket=SEED.max_npacket)
+    g = Geometry(nstream=16, nchan=9, npacket=PUBLISHED.max_npacket)
     frames = np.full((g.npacket, *g.frame_shape), -128, np.int8)
     out = check(name, g, frames)
     assert np.all(out[..., 0] == 136 * 480 * 2 * 128**2)  # 2^31 - 2^25... fits int32

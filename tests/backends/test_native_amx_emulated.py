@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import random_frames
 from tests.helpers.native import correlate, runnable
+from xengine_block import native_extension
 from xengine_block.backends import BackendUnavailable
 from xengine_block.backends import native as nat
 from xengine_block.geometry import Geometry
@@ -30,26 +31,26 @@ def test_emulated_path_is_named_and_never_chosen(monkeypatch):
     it is the only SIMD-built path left."""
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
     assert EMU in nat.ISAS and EMU in nat.EMULATED_ISAS and EMU not in nat.AUTO_ISAS
-    ok, why = nat.isa_status()[EMU]
+    why = nat.isa_status()[EMU].reason
     assert "emulat" in why
     runnable(EMU)
     monkeypatch.setenv(nat.DISABLE_ENV, ",".join(nat.AUTO_ISAS))
     assert nat.isa_status()[EMU][0]
     with pytest.raises(BackendUnavailable, match="no SIMD path runnable"):
         nat.select_isa("auto")
-    assert nat.select_isa(EMU) == (EMU, f"{EMU} forced: {why}")
+    assert nat.select_isa(EMU) == (EMU, f"{EMU} forced: {why}", False)
     monkeypatch.setenv(nat.DISABLE_ENV, EMU)
-    assert nat.isa_status()[EMU] == (False, f"disabled by {nat.DISABLE_ENV}={EMU}")
+    assert nat.isa_status()[EMU] == (False, f"disabled by {nat.DISABLE_ENV}={EMU}", False)
 
 
 def test_extension_built_before_the_emulation_says_rebuild(monkeypatch):
     """An extension compiled from older sources (no amx_emulated) reports the path as not
     built, with what to do, rather than breaking every native path."""
     old = {i: (i == "scalar", "x") for i in ("scalar", "avx2", "avx512vnni", "amx")}
-    monkeypatch.setattr(nat, "_extension", lambda: type("Old", (), {
+    monkeypatch.setattr(native_extension, "native", lambda: type("Old", (), {
         "isa_status": staticmethod(lambda: dict(old))}))
     status = nat.isa_status()
-    assert status["scalar"] == (True, "x")
+    assert status["scalar"] == (True, "x", False)
     assert not status[EMU][0] and "pip install -e ." in status[EMU][1]
 
 
@@ -96,7 +97,7 @@ def test_peak_loop_source_runs_clean():
     """The AMX peak loop's source (its own tile configuration, zeroing and stores) runs on the
     emulated tiles without a fault, on several threads at once."""
     runnable(EMU)
-    ops, what, per_cpu = nat._extension().int8_peak(EMU, 2, 20)
+    ops, what, per_cpu = native_extension.native().int8_peak(EMU, 2, 20)
     assert "emulated" in what and ops > 0 and per_cpu > 0
 
 
@@ -131,7 +132,7 @@ def hook_missing() -> str | None:
     """Why the emulation's test hook cannot run, or None. It is plain C: it runs wherever it
     was compiled, even where the amx_emulated path cannot (a CPU without AVX-512)."""
     try:
-        ext = nat._extension()
+        ext = native_extension.native()
     except ImportError as exc:
         return str(exc)
     if not hasattr(ext, "_amx_emu_tdpbssd"):
@@ -151,7 +152,7 @@ def emu_tdpbssd(cfg: bytes, tiles: tuple[int, int, int], c: np.ndarray, a: np.nd
     if hook_missing():
         pytest.skip(f"AMX emulation cannot run here: {hook_missing()}")
     c = np.ascontiguousarray(c, np.int32).copy()
-    nat._extension()._amx_emu_tdpbssd(cfg, *tiles, c, np.ascontiguousarray(a, np.int8),
+    native_extension.native()._amx_emu_tdpbssd(cfg, *tiles, c, np.ascontiguousarray(a, np.int8),
                                       np.ascontiguousarray(b, np.int8), **kw)
     return c
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.native import runnable
+from xengine_block import native_extension
 from xengine_block.backends import native as nat
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
@@ -38,7 +39,7 @@ def pack_ci4(re: np.ndarray, im: np.ndarray, order: str) -> np.ndarray:
 def correlate_ci4(isa: str, g: Geometry, ci4: np.ndarray, order: str, **kw) -> np.ndarray:
     runnable(isa)
     out = np.empty(g.output_shape, np.int32)
-    nat._extension().correlate(ci4, out, g.nstream, g.nchan, g.ncoarse, isa,
+    native_extension.native().correlate(ci4, out, g.nstream, g.nchan, g.ncoarse, isa,
                                kw.get("nthreads", 2), kw.get("kt", 0), "full", 4, order)
     return out
 
@@ -93,7 +94,7 @@ def test_ci4_long_call(isa):
 
 
 def test_ci4_refusals():
-    ext = nat._extension()
+    ext = native_extension.native()
     g = Geometry(nstream=8, nchan=9, npacket=1)
     out = np.empty(g.output_shape, np.int32)
     ci4 = np.zeros((1, 8, 9, 60, 8), np.uint8)
@@ -109,7 +110,7 @@ def test_ci4_refusals():
 def test_int8_peak_loop(isa):
     """The peak loop runs on each SIMD path and names its instruction."""
     runnable(isa)
-    ops, what, per_cpu = nat._extension().int8_peak(isa, 1, 20_000)
+    ops, what, per_cpu = native_extension.native().int8_peak(isa, 1, 20_000)
     assert ops > 1e10 and per_cpu > 1e10
     assert what.split()[0] in ("tdpbssd", "vpdpbusd", "vpmaddwd+vpaddd")
 

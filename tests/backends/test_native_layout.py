@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.native import runnable
 from xengine_block.backends.native import ISAS, NativeBackend, isa_status
 from xengine_block.frames import natural_to_frames, pack_ci4
 from xengine_block.geometry import Geometry
@@ -27,9 +28,7 @@ FAST = "avx2" if isa_status()["avx2"][0] else "scalar"
 
 def native(nstream: int, nchan: int, isa: str, nthreads: int = 2, bits: int = 8,
            order: str = "re_high", kt: int = 0) -> NativeBackend:
-    ok, why = isa_status()[isa]
-    if not ok:
-        pytest.skip(f"native isa {isa}: {why}")
+    runnable(isa)
     g = Geometry(nstream=nstream, nchan=nchan, nchan_pkt=1, npacket=1, sample_bits=bits,
                  nibble_order=order)
     return NativeBackend(g, isa=isa, nthreads=nthreads, chunk_ksteps=kt)
@@ -185,9 +184,7 @@ def scattered_packets(frames: np.ndarray, g: Geometry, frame_bytes: int,
 def test_packets_placed_anywhere_take_the_frame_path_in_place(isa, bits):
     """Our packet layout with the streams in any order at any byte (odd ones included) and
     frames any distance apart: the frame path reads it where it lies, bit for bit."""
-    ok, why = isa_status()[isa]
-    if not ok:
-        pytest.skip(f"native isa {isa}: {why}")
+    runnable(isa)
     g = Geometry(nstream=24, nchan=2, nchan_pkt=2, npacket=3, sample_bits=bits)
     x = samples(24, 2, 3 * 480, bits)
     frames = natural_to_frames(x, g)

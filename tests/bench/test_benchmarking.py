@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
+from xengine_block import native_extension
 from xengine_block.backends import native as nat
 from xengine_block.bench import correlator as benchmarking
 from xengine_block.bench import machine as machine_limits
@@ -57,7 +58,7 @@ def test_best_exact_peer_ignores_inexact_and_skipped_peers():
 
 
 def test_scaling_rows_have_peaks_and_are_exact():
-    if not any(ok for isa, (ok, _) in nat.isa_status().items() if isa != "scalar"):
+    if not any(s.runnable for isa, s in nat.isa_status().items() if isa != "scalar"):
         pytest.skip("no native SIMD path here: nothing to scale")
     rows = benchmarking.scaling(nstreams=(16, 32), threads=(1,), repeat=1)
     assert [r["S"] for r in rows] == [16, 32]
@@ -141,8 +142,8 @@ def test_an_amx_machine_gets_amx_rows(monkeypatch):
 
     compiled("amx", "avx512vnni", "avx2")
     monkeypatch.delenv(nat.DISABLE_ENV, raising=False)
-    here, _ = nat.select_isa()
-    ext, spr = nat._extension(), decide("sapphire_rapids")
+    here = nat.select_isa().isa
+    ext, spr = native_extension.native(), decide("sapphire_rapids")
 
     def run_here(isa: str) -> str:
         return here if isa in ("amx", "avx512vnni") else isa
@@ -158,7 +159,7 @@ def test_an_amx_machine_gets_amx_rows(monkeypatch):
         def int8_peak(isa, nthreads, iters):
             return ext.int8_peak(run_here(isa), nthreads, iters)
 
-    monkeypatch.setattr(nat, "_extension", OnSapphireRapids)
+    monkeypatch.setattr(native_extension, "native", OnSapphireRapids)
     monkeypatch.setattr(machine_limits, "_PEAKS", {})  # keep the stand-in's peaks out
     rows = benchmarking.scaling(nstreams=(16,), threads=(1,), repeat=1)
     assert [r["isa"] for r in rows] == ["amx"] and rows[0]["fraction_of_roofline"] > 0
@@ -203,7 +204,7 @@ def test_cpu_class_names_the_int8_path_and_microarchitecture(vendor, family, mod
 
     cpu = {"vendor": vendor, "family": family, "model": model, "isa_flags": flags}
     assert cpu_class(cpu) == expected
-    assert results_path("bench_x", cpu, root="r").as_posix() == f"r/{expected}/bench_x.json"
+    assert results_path("bench_x", "r", cpu).as_posix() == f"r/{expected}/bench_x.json"
 
 
 def test_write_results_stamps_the_date_and_refuses_a_result_without_its_machine(tmp_path):
@@ -212,8 +213,8 @@ def test_write_results_stamps_the_date_and_refuses_a_result_without_its_machine(
     from xengine_block.bench.machine import machine_identity, write_results
 
     with pytest.raises(ValueError, match="machine"):
-        write_results("bench_x", {"msps": 1.0}, root=tmp_path)
-    path = write_results("bench_x", {"msps": 1.0, "machine": machine_identity()}, root=tmp_path)
+        write_results("bench_x", {"msps": 1.0}, tmp_path)
+    path = write_results("bench_x", {"msps": 1.0, "machine": machine_identity()}, tmp_path)
     data = json.loads(path.read_text())
     assert data["benchmark"] == "bench_x" and data["msps"] == 1.0
     assert data["measured_utc"].endswith("Z") and path.parent.parent == tmp_path
@@ -237,10 +238,12 @@ def test_bench_correlator_writes_its_results_file_when_told(tmp_path, monkeypatc
     canned = {"msps": 1.5, "fraction_of_roofline": 0.5, "machine": machine_identity()}
     monkeypatch.setattr(benchmarking, "run", lambda *args, **kw: dict(canned))
     bench.main(["--no-scaling", "--write-results", "--results-root", str(tmp_path / "w")])
-    path = results_path("bench_correlator", canned["machine"], root=tmp_path / "w")
+    path = results_path("bench_correlator", tmp_path / "w", canned["machine"])
     written = json.loads(path.read_text())
     assert written["benchmark"] == "bench_correlator" and written["msps"] == 1.5
     assert "measured_utc" in written
+    assert set(written["load_average_1min"]) == {"start", "end"}
+    assert all(isinstance(v, float) for v in written["load_average_1min"].values())
     assert json.loads(capsys.readouterr().out)["fraction_of_roofline"] == 0.5
     bench.main(["--results-root", str(tmp_path / "n")])
     assert not (tmp_path / "n").exists()

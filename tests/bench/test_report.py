@@ -79,3 +79,15 @@ def test_roofline_plot_is_drawn(report, tmp_path):
 def test_a_readme_without_the_markers_is_refused(report):
     with pytest.raises(SystemExit, match="marker lines are missing"):
         report.replace_readme_block("# a README without them\n", "| table |\n")
+
+
+def test_every_result_records_the_load_in_one_shape(report):
+    """``results_file.emit``'s ``{"start", "end"}`` (either may be null in a file written
+    before a start was kept), which is the one shape the page reads."""
+    for cpu, results in report.load_results().items():
+        for name, result in results.items():
+            load = result.get("load_average_1min")
+            assert isinstance(load, dict) and set(load) == {"start", "end"}, (cpu, name, load)
+            assert any(isinstance(load[k], float) for k in load), (cpu, name, load)
+    assert report.load_average({"load_average_1min": {"start": 2.04, "end": 3.96}}) == "2.0-4.0"
+    assert report.load_average({"load_average_1min": {"start": None, "end": 4.8}}) == "4.8"

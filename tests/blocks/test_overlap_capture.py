@@ -127,7 +127,7 @@ def test_chain_overlaps_a_capture_and_faults_its_rings_in_before_the_run(tmp_pat
 
 
 def test_chain_on_a_reader_keeps_whole_integrations(tmp_path):
-    """Recordings (no capture layout) are read in whole integrations: a file whose length is
+    """Recordings (no capture plan) are read in whole integrations: a file whose length is
     a whole number of quarters but not of integrations still gets its partial last dump."""
     native()
     x = np.random.default_rng(4).integers(-128, 128, (90, *G.frame_shape), dtype=np.int8)

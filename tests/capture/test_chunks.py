@@ -63,12 +63,12 @@ def queue_of(datagrams: list[bytes]) -> spead2.InprocQueue:
 
 def captures_by_k(dg: list[bytes], ks: tuple[int, ...], **kw) -> dict:
     """(frames, counters) of a capture of ``dg`` per ``frames_per_chunk`` in ``ks``, keyed by
-    the K the layout chose."""
+    the K the plan chose."""
     runs = {}
     for k in ks:
         cap = capture_frames(InprocSource(queue_of(dg)), G, chan0=CHAN0, frames_per_chunk=k,
                              **kw)
-        runs[cap.layout.chunk_frames] = (list(cap), cap.counters())
+        runs[cap.plan.chunk_frames] = (list(cap), cap.counters())
     return runs
 
 
@@ -84,10 +84,10 @@ def assert_same_as_one_frame_chunks(runs: dict) -> None:
             assert np.array_equal(a.frame, b.frame) and np.array_equal(a.mask, b.mask)
 
 
-def test_default_groups_the_seeds_frames_four_to_a_chunk():
-    lay = CapturePlan(G, chan0=CHAN0)
-    assert (lay.chunk_frames, lay.chunk_heaps) == (4, 4 * NHEAP)
-    assert lay.spead_chunks == 4  # 12 frames in a row, wherever they start
+def test_default_groups_the_published_frames_four_to_a_chunk():
+    plan = CapturePlan(G, chan0=CHAN0)
+    assert (plan.chunk_frames, plan.chunk_heaps) == (4, 4 * NHEAP)
+    assert plan.spead_chunks == 4  # 12 frames in a row, wherever they start
     assert CapturePlan(G, frames_per_chunk=1).chunk_frames == 1
     with pytest.raises(ValueError, match="frames_per_chunk .3. must divide"):
         CapturePlan(G, frames_per_chunk=3)

@@ -222,10 +222,10 @@ def test_resync_starts_a_new_aligned_sequence_and_explicit_start():
 @pytest.mark.parametrize("first", [0, 1000], ids=["back_to_the_start", "back_before_it"])
 def test_restart_back_is_followed_as_a_jump_forward_is(first, caplog):
     """The F-engines run 40 frames from frame ``first``, re-arm and start again from frame 0
-    (the sync time unchanged). Before, every heap after that was late (or before_start) and
-    nothing more was delivered. Now the old frames vote as far-ahead ones do: once two frames
-    hold a quorum while the old time base is silent, a new sequence begins at the next aligned
-    frame (2), one log line says so and ``restarts`` counts it."""
+    (the sync time unchanged). Frames behind the time base vote as far-ahead ones do: once two
+    frames hold a quorum while the old time base is silent, a new sequence begins at the next
+    aligned frame (2), one log line says so and ``restarts`` counts it; the heaps after the
+    restart are delivered, not counted late or before_start."""
     sim = simulator(seed=6)
     a, b = sim.frames(480 * first, 40), sim.frames(0, 20)
     queue = spead2.InprocQueue()
@@ -379,10 +379,10 @@ def test_capture_block_set_sky_replaces_header_fields_and_names_a_wrong_one():
 
 def test_one_forged_start_heap_costs_no_real_data():
     """The first heap of a capture (CaptureBlock defaults, no start_timestamp)
-    claims a far-future time, then the F-engines send 24 frames. Before, the quorum overruled
-    the forged start after 4 frames: 1280 of the 1536 heaps delivered, the sequence at frame 4.
-    Now the heaps that arrive while the start is provisional wait in the reorder window: all
-    1536 are delivered from frame 0 and the first dump (P = 4 frames) is complete."""
+    claims a far-future time, then the F-engines send 24 frames. The heaps that arrive while
+    the start is provisional wait in the reorder window, so once the quorum overrules the
+    forged start all 1536 are delivered from frame 0 and the first dump (P = 4 frames) is
+    complete: the forged heap costs no real heap."""
     g = Geometry(nstream=64, nchan=9, npacket=4)
     frames = np.random.default_rng(22).integers(-128, 128, (24, *g.frame_shape), dtype=np.int8)
     queue = spead2.InprocQueue()
@@ -416,16 +416,16 @@ def test_deliveries_are_the_ring_slots_and_heaps_land_there():
         sender.send_frames(frames, 0)
     rings = [Ring(), Ring()]
     with rings[0].begin_writing() as wf, rings[1].begin_writing() as wm:
-        lay = CapturePlan(G, chan0=CHAN0)
-        slots = RingSlots.for_rings(lay, [wf, wm], 2)
-        cap = Capture(InprocSource(queue), lay, slots=slots)
+        plan = CapturePlan(G, chan0=CHAN0)
+        slots = RingSlots.for_rings(plan, [wf, wm], 2)
+        cap = Capture(InprocSource(queue), plan, slots=slots)
         got = []
         for d in cap.deliveries():
             assert d.frame_id is not None
             assert np.shares_memory(d.data, rings[0]._buf)
             assert np.shares_memory(d.present, rings[1]._buf)
             got.append(d.data.view(np.int8).reshape(-1, *G.frame_shape)[:d.nframe].copy())
-    assert lay.chunk_frames > 1 and len(got) == -(-6 // lay.chunk_frames)  # frames share chunks
+    assert plan.chunk_frames > 1 and len(got) == -(-6 // plan.chunk_frames)  # frames share chunks
     assert np.array_equal(np.concatenate(got), frames)
 
 
@@ -592,7 +592,7 @@ def test_capture_drops_ci8_sized_heaps_on_a_ci4_stream(tmp_path):
     got = list(cap)
     assert np.array_equal(np.stack([c.frame for c in got]), good)
     assert cap.counters()["bad_size"] == 1
-    (hdr, _) = capture_headers(cap.layout, default_array(2), time_tag=0, sync_time=0.0,
+    (hdr, _) = capture_headers(cap.plan, default_array(2), time_tag=0, sync_time=0.0,
                                fs_hz=1.0, freq0_hz=1.0, chan_bw_hz=1.0, name="x")
     assert hdr["_tensor"]["dtype"] == "ci4" and hdr["_tensor"]["shape"] == [-1, 4, 9, 60, 8]
     assert hdr["_tensor"]["labels"] == ["time", "stream", "freq", "coarse", "fine"]

@@ -378,3 +378,13 @@ def test_xengine_record_bits_option(tmp_path, capsys):
     assert main(common + ["--bits", "4", "--nibble-order", "re_low"]) == 0
     g = read_metadata(tmp_path / "rec" / "rec0000.pcap").geometry
     assert (g.sample_bits, g.nibble_order, g.payload_bytes) == (4, "re_low", 4320)
+
+
+def test_subcommand_parsers_are_every_registered_subcommand_in_help_order():
+    """What the docs' CLI reference and the help-reference check walk: each subcommand's own
+    parser, in ``xengine --help``'s order."""
+    from xengine_block.cli import subcommand_parsers
+
+    parsers = subcommand_parsers(build_parser())
+    assert list(parsers) == [name for name in SUBCOMMANDS if name in COMMANDS]
+    assert all(p.prog == f"xengine {name}" for name, p in parsers.items())

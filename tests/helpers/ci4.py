@@ -11,7 +11,7 @@ ORDERS = ("re_high", "re_low")
 
 
 def nibble(v: int) -> int:
-    """Two's-complement value of a 4-bit field (independent of layout.unpack_ci4_planes)."""
+    """Two's-complement value of a 4-bit field (independent of frames.unpack_ci4_planes)."""
     return v - 16 if v >= 8 else v
 
 

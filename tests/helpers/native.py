@@ -8,14 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from xengine_block import native_extension
 from xengine_block.backends import native as nat
 from xengine_block.geometry import Geometry
 
 
 def runnable(isa: str) -> None:
-    ok, reason = nat.isa_status()[isa]
-    if not ok:
-        pytest.skip(f"native path {isa} cannot run here: {reason}")
+    status = nat.isa_status()[isa]
+    if not status.runnable:
+        pytest.skip(f"native path {isa} cannot run here: {status.reason}")
 
 
 def correlate(isa: str, g: Geometry, frames: np.ndarray, **kwargs) -> np.ndarray:
@@ -60,13 +61,14 @@ MACHINES = {
 }
 
 
-def decide(machine: str, permit_error: str | None = None) -> dict[str, tuple[bool, str]]:
-    return nat._extension()._decide_isas(*MACHINES[machine], amx_permit_error=permit_error)
+def decide(machine: str, permit_error: str | None = None) -> dict[str, tuple[bool, str, bool]]:
+    """The extension's decision for ``machine``: path -> (runnable, reason, refused)."""
+    return native_extension.native()._decide_isas(*MACHINES[machine], amx_permit_error=permit_error)
 
 
 def compiled(*isas: str) -> None:
     """Skip, saying which, where this build lacks a path (the compiler could not build it)."""
-    status = nat._extension().isa_status()
+    status = native_extension.native().isa_status()
     missing = [i for i in isas if status[i][1].startswith("not compiled")]
     if missing:
         pytest.skip(f"this build lacks {missing}: {[status[i][1] for i in missing]}")

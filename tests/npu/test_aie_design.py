@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import xengine_block
-from xengine_block.geometry import SEED, small_test_geometry
+from xengine_block.geometry import PUBLISHED, small_test_geometry
 from xengine_block.npu import build, build_plan
 from xengine_block.npu.design import FOREVER, design_calls, walk
 from xengine_block.npu.hostkernel import KERNEL_SOURCE
@@ -22,10 +22,10 @@ from xengine_block.npu.plan import KERNEL_FUNC, KERNEL_OBJECT, ZERO_FUNC, Dim
 
 BUILD_MODULE = [sys.executable, "-m", "xengine_block.npu.build"]
 PACKAGE = Path(xengine_block.__file__).resolve().parent
-PLANS = {"small": build_plan(small_test_geometry()), "seed": build_plan(SEED),
+PLANS = {"small": build_plan(small_test_geometry()), "published": build_plan(PUBLISHED),
          "small-ci4-re_low": build_plan(small_test_geometry(sample_bits=4,
                                                              nibble_order="re_low")),
-         "seed-ci4": build_plan(SEED.replace(sample_bits=4))}
+         "published-ci4": build_plan(PUBLISHED.replace(sample_bits=4))}
 
 
 # ---------------------------------------------------------------------- independent decoding
@@ -175,7 +175,7 @@ def _bd_dims(calls, tile, direction, channel, index):
 
 
 def test_seed_values_from_the_notes():
-    calls = design_calls(PLANS["seed"])
+    calls = design_calls(PLANS["published"])
     # shim read per tile: 9 channels (960) x P packets (8640 S) x 32 streams (8640) x 960 B,
     # offset 32 streams * 8640 * shim index; repeat_count = 9 - 1 (the notes' quirk)
     task, bd = _shim_bd(calls, "in_a_r1_h1")
@@ -267,13 +267,13 @@ def test_build_commands():
                          Path("/bin/xclbinutil"), True, ())
     from xengine_block.npu.artifacts import Artifacts
 
-    art = Artifacts(Path("/b/seed"))
-    cmd = build.kernel_command(tc, SEED, art)
+    art = Artifacts(Path("/b/published"))
+    cmd = build.kernel_command(tc, PUBLISHED, art)
     assert cmd[0] == "/peano/bin/clang++"
     for flag in ("--target=aie2p-none-unknown-elf", "-O2", "-std=c++20", "-I/aie/include",
                  "-DN=8", "-DM=4", "-DT=15", "-c"):
         assert flag in cmd
-    assert cmd[-3:] == [str(KERNEL_SOURCE), "-o", f"/b/seed/{KERNEL_OBJECT}"]
+    assert cmd[-3:] == [str(KERNEL_SOURCE), "-o", f"/b/published/{KERNEL_OBJECT}"]
     assert KERNEL_SOURCE.is_file() and KERNEL_SOURCE.is_relative_to(PACKAGE)
     small = build.kernel_command(tc, small_test_geometry(), art)
     assert {"-DN=2", "-DM=1", "-DT=15"} <= set(small)
@@ -302,7 +302,7 @@ def test_design_and_build_scripts_emit_the_ci4_variant(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert ("call(xcorr_kernel_ci4_re_low, a_buf0_c0_r0, b_buf0_c0_r0, acc_c0_r0, "
             "a_unpacked_c0_r0, b_unpacked_c0_r0)") in proc.stdout
-    proc = subprocess.run([*BUILD_MODULE, "--geometry", "seed", "--bits", "4", "--dry-run",
+    proc = subprocess.run([*BUILD_MODULE, "--geometry", "published", "--bits", "4", "--dry-run",
                            "--build-root", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "b256_c9_k60_p136_n8m4t15_4x8_ci4_re_high" in proc.stdout
@@ -389,9 +389,23 @@ def test_compute_buffers_are_pinned_in_the_design(monkeypatch):
     _standin(monkeypatch)
     from xengine_block.npu.design import to_mlir
 
-    plan = PLANS["seed"]
+    plan = PLANS["published"]
     text = to_mlir(plan)
     for b in plan.buffers:
         line = next(x for x in text.splitlines() if f'sym_name = "{b.name}"' in x)
         assert (f"address = {b.address}" in line) == (b.address is not None), line
     assert text.count("address = 16384") == len(plan.cores)  # every accumulator in bank 1
+
+
+def test_the_old_geometry_name_seed_still_builds_the_published_design(tmp_path):
+    """``--geometry seed`` (the published design's old name) is accepted for a release with a
+    warning the user sees, and names the same build."""
+    from xengine_block.npu.artifacts import named_geometry
+
+    with pytest.warns(FutureWarning, match="'seed' is now 'published'"):
+        assert named_geometry("seed") == named_geometry("published") == PUBLISHED
+    proc = subprocess.run([*BUILD_MODULE, "--geometry", "seed", "--dry-run", "--build-root",
+                           str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "geometry 'seed' is now 'published'" in proc.stderr
+    assert "b256_c9_k60_p136_n8m4t15_4x8" in proc.stdout

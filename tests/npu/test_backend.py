@@ -17,7 +17,7 @@ from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.backends.npu import NpuBackend, probe
-from xengine_block.geometry import SEED, small_test_geometry
+from xengine_block.geometry import PUBLISHED, small_test_geometry
 from xengine_block.npu import artifacts, blockpairs
 from xengine_block.npu.simdevice import SimulatedBo, SimulatedXrt, write_simulated_build
 
@@ -54,9 +54,9 @@ def test_consecutive_calls_through_the_ring(sim):
     assert sim.xrt.counters["sync_from_device_bytes"] == 5 * g.npu_out_bytes
 
 
-@pytest.mark.slow  # ~16 s: the emulator runs the full seed array
+@pytest.mark.slow  # ~16 s: the emulator runs the published design's full array
 def test_seed_geometry_reduced_p(sim):
-    g = SEED.replace(npacket=2)
+    g = PUBLISHED.replace(npacket=2)
     backend = sim(g, nring=2)
     for k in range(2):
         frames = random_frames(g, g.npacket, seed=7 + k)
@@ -266,14 +266,14 @@ def test_ci4_block_pairs_on_the_device(sim, order, share_diagonal):
 
 @pytest.mark.slow
 def test_seed_ci4_on_the_device(sim):
-    g = SEED.replace(sample_bits=4, npacket=2, nibble_order="re_low")
+    g = PUBLISHED.replace(sample_bits=4, npacket=2, nibble_order="re_low")
     frames = random_frames(g, g.npacket, seed=4)
     assert np.array_equal(sim(g, nring=2).correlate(frames), reference(g, frames))
 
 
 @pytest.mark.slow
 def test_seed_blocks_512_streams(sim):
-    g = SEED.replace(nstream=512, npacket=2)
+    g = PUBLISHED.replace(nstream=512, npacket=2)
     frames = random_frames(g, g.npacket, seed=512)
     ref = reference(g, frames)
     assert np.array_equal(sim(g, nring=2).correlate(frames), ref)

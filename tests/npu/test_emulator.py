@@ -11,7 +11,7 @@ from tests.helpers.ci4 import ORDERS
 from xengine_block.backends import backend_class, choose_backend
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.frames import frames_to_natural
-from xengine_block.geometry import SEED, small_test_geometry
+from xengine_block.geometry import PUBLISHED, small_test_geometry
 from xengine_block.npu import build_plan, hostio
 from xengine_block.npu.blockpairs import BlockPairJob
 from xengine_block.npu.emulate import EmulationError, PlanEmulator, expected_kernel_calls
@@ -40,7 +40,7 @@ def test_small_geometry_random():
 
 
 def test_seed_geometry_reduced_p():
-    g = SEED.replace(npacket=2)
+    g = PUBLISHED.replace(npacket=2)
     frames = random_frames(g, g.npacket, seed=3)
     out, _ = correlate(g, frames)
     assert np.array_equal(out, reference(g, frames))
@@ -48,7 +48,7 @@ def test_seed_geometry_reduced_p():
 
 @pytest.mark.slow
 def test_seed_geometry_full_p():
-    g = SEED
+    g = PUBLISHED
     frames = random_frames(g, g.npacket, seed=4)
     out, _ = correlate(g, frames)
     assert np.array_equal(out, reference(g, frames))
@@ -155,8 +155,9 @@ CI4_GEOMETRIES = {
     "small": small_test_geometry(sample_bits=4),
     # 32-stream blocks: S = 80 is 3 blocks (6 pairs), the last half padding; 2 channel groups
     "small S=80 C=4": small_test_geometry(sample_bits=4, nstream=80, nchan=4),
-    "seed P=2": SEED.replace(sample_bits=4, npacket=2),
-    "seed S=300 P=1": SEED.replace(sample_bits=4, nstream=300, npacket=1),  # 2 blocks, 3 pairs
+    "published P=2": PUBLISHED.replace(sample_bits=4, npacket=2),
+    # 2 blocks, 3 pairs
+    "published S=300 P=1": PUBLISHED.replace(sample_bits=4, nstream=300, npacket=1),
 }
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tests.helpers.ci4 import ORDERS, decode
-from xengine_block.geometry import BLOCK, SEED, small_test_geometry
+from xengine_block.geometry import BLOCK, PUBLISHED, small_test_geometry
 from xengine_block.npu import kernel_model
 from xengine_block.npu.hostkernel import build_host_kernel, host_kernel, host_kernel_availability
 
-DIMS = [(SEED.tile_n, SEED.tile_m, SEED.tile_t),
+DIMS = [(PUBLISHED.tile_n, PUBLISHED.tile_m, PUBLISHED.tile_t),
         (small_test_geometry().tile_n, small_test_geometry().tile_m, small_test_geometry().tile_t)]
 
 

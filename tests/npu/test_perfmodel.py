@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,25 +17,26 @@ from tests.conftest import random_frames
 from xengine_block.backends.npu import host_schedule, predicted, predicted_rate
 from xengine_block.cli import main
 from xengine_block.frames import frames_to_natural
-from xengine_block.geometry import SEED, small_test_geometry
+from xengine_block.geometry import PUBLISHED, small_test_geometry
 from xengine_block.npu import hostio, perfmodel, perftrace
 from xengine_block.npu.blockpairs import BlockPairJob
 from xengine_block.npu.emulate import PlanEmulator
 from xengine_block.npu.plan import Port, build_plan, single_read_diagonal
 from xengine_block.reference import reference_triangle
 
+ROOT = Path(__file__).resolve().parents[2]
 XDNA2 = perfmodel.DEVICES["xdna2"]
 VERSAL = perfmodel.DEVICES["aie-ml-v2"]
 
 
 @pytest.fixture(scope="module")
-def seed_plan():
-    return build_plan(SEED)
+def published_plan():
+    return build_plan(PUBLISHED)
 
 
 @pytest.fixture(scope="module")
-def published(seed_plan):
-    return perfmodel.predict(seed_plan, XDNA2)
+def published(published_plan):
+    return perfmodel.predict(published_plan, XDNA2)
 
 
 # ---------------------------------------------------------------------- calibration
@@ -49,12 +51,12 @@ def test_published_limit_is_the_one_the_post_names(published):
     assert published.terms["ddr"] < published.terms["compute"]
 
 
-def test_published_measurements_are_not_inputs(seed_plan, published, monkeypatch):
+def test_published_measurements_are_not_inputs(published_plan, published, monkeypatch):
     """Nothing is fitted: the published results can change without moving the prediction."""
     for name in [n for n in perfmodel.FIGURES if n.startswith("published_")]:
         monkeypatch.setitem(perfmodel.FIGURES, name,
                             dataclasses.replace(perfmodel.FIGURES[name], value=1e9))
-    again = perfmodel.predict(seed_plan, XDNA2)
+    again = perfmodel.predict(published_plan, XDNA2)
     assert again.msps == published.msps and again.kernel_cycles == published.kernel_cycles
 
 
@@ -62,6 +64,27 @@ def test_every_figure_has_a_kind_and_a_source():
     kinds = {perfmodel.HARDWARE, perfmodel.MEASURED, perfmodel.MEASURED_HERE}
     for name, fig in perfmodel.FIGURES.items():
         assert fig.kind in kinds and len(fig.source) > 20 and fig.unit, name
+
+
+def test_host_pass_rates_are_the_results_file_s():
+    """The host passes' rates (:data:`~xengine_block.npu.perfmodel.MEASURED_HERE`) are those of
+    the results file their source names, to the 3 significant figures the table keeps: a
+    re-measured file without the model's table updated fails here."""
+    results = json.loads((ROOT / perfmodel.HOST_PASSES_RESULTS).read_text())
+    assert set(perfmodel.HOST_PASS_FIGURES) == set(results["passes"])
+    for host_pass, name in perfmodel.HOST_PASS_FIGURES.items():
+        fig = perfmodel.FIGURES[name]
+        assert fig.kind == perfmodel.MEASURED_HERE and perfmodel.HOST_PASSES_RESULTS in fig.source
+        assert fig.value == float(f"{results['passes'][host_pass]['bytes_per_s']:.3g}"), name
+
+
+def test_tops_count_the_blocks_and_the_useful_triangle():
+    """TOPS in both conventions, written here from the op counts: 8 ops per complex product,
+    every product of each NPU call's block; the triangle's 8 S(S+1)/2 ops per sample time."""
+    g = PUBLISHED.replace(nstream=512)
+    pred = predicted(g)
+    assert pred.tops == pytest.approx(3 * 8 * 256 * 256 * pred.msps / 1e6, rel=1e-12)
+    assert pred.tops_useful == pytest.approx(8 * 512 * 513 / 2 * pred.msps / 1e6, rel=1e-12)
 
 
 def test_kernel_cycles_from_the_loop_structure():
@@ -74,14 +97,14 @@ def test_kernel_cycles_from_the_loop_structure():
 
 
 # ---------------------------------------------------------------------- from the plan
-def test_traffic_read_off_the_plan(seed_plan):
-    g = SEED
-    tr = perfmodel.plan_traffic(seed_plan)
+def test_traffic_read_off_the_plan(published_plan):
+    g = PUBLISHED
+    tr = perfmodel.plan_traffic(published_plan)
     assert tr.input_bytes == 2 * g.npu_in_bytes  # A and B each read once per NPU call
     assert tr.kernel_calls == g.npacket * g.npu_ncalls_per_packet * g.nchan_pkt == 4896
     assert tr.integrations == g.nchan_pkt and tr.mem_fill_calls == g.npu_ncalls_per_packet
     assert (tr.n, tr.m, tr.t, tr.cores, tr.columns, tr.rows) == (8, 4, 15, 32, 8, 4)
-    core = seed_plan.cores[0].tile
+    core = published_plan.cores[0].tile
     assert tr.per_call(Port(core, "S2MM", 0)) == g.tile_a_bytes
     assert tr.per_call(Port(core, "S2MM", 1)) == g.tile_b_bytes
     out = sum(b for p, b in tr.port_bytes.items()
@@ -90,14 +113,14 @@ def test_traffic_read_off_the_plan(seed_plan):
                                               if p.direction == "S2MM" and p.tile.kind == "shim")
 
 
-def test_single_read_diagonal_halves_host_reads(seed_plan):
-    one = perfmodel.plan_traffic(single_read_diagonal(seed_plan))
-    assert one.input_bytes * 2 == perfmodel.plan_traffic(seed_plan).input_bytes
+def test_single_read_diagonal_halves_host_reads(published_plan):
+    one = perfmodel.plan_traffic(single_read_diagonal(published_plan))
+    assert one.input_bytes * 2 == perfmodel.plan_traffic(published_plan).input_bytes
     assert one.kernel_calls == 4896
 
 
-@pytest.mark.parametrize("g", [small_test_geometry(), SEED.replace(npacket=2)],
-                         ids=["small", "seed P=2"])
+@pytest.mark.parametrize("g", [small_test_geometry(), PUBLISHED.replace(npacket=2)],
+                         ids=["small", "published P=2"])
 def test_single_read_diagonal_is_exact_and_ignores_b(g):
     plan = single_read_diagonal(build_plan(g))
     plan.validate()
@@ -117,28 +140,28 @@ def test_single_read_diagonal_needs_matching_reads():
 
 
 # ---------------------------------------------------------------------- each input
-def test_less_ddr_bandwidth_slows_an_input_bound_plan(seed_plan, published):
-    slow = perfmodel.predict(seed_plan, XDNA2.replace(
+def test_less_ddr_bandwidth_slows_an_input_bound_plan(published_plan, published):
+    slow = perfmodel.predict(published_plan, XDNA2.replace(
         input_bytes_per_s=XDNA2.input_bytes_per_s / 2))
     assert slow.bottleneck == "ddr" and slow.msps < 0.6 * published.msps
 
 
-def test_faster_clock_helps_compute_not_input(seed_plan):
+def test_faster_clock_helps_compute_not_input(published_plan):
     roomy = XDNA2.replace(host=dataclasses.replace(XDNA2.host, sync_bytes_per_s=1e12))
-    base = perfmodel.predict(seed_plan, roomy)
+    base = perfmodel.predict(published_plan, roomy)
     assert base.bottleneck == "ddr"
-    fast = perfmodel.predict(seed_plan, roomy.replace(clock_hz=2 * roomy.clock_hz))
+    fast = perfmodel.predict(published_plan, roomy.replace(clock_hz=2 * roomy.clock_hz))
     assert base.msps < fast.msps < 1.05 * base.msps  # only the per-call overheads shrink
     wide = roomy.replace(input_bytes_per_s=10 * roomy.input_bytes_per_s)
-    base = perfmodel.predict(seed_plan, wide)
+    base = perfmodel.predict(published_plan, wide)
     assert base.bottleneck == "compute"
-    assert perfmodel.predict(seed_plan, wide.replace(clock_hz=2 * wide.clock_hz)).msps > \
+    assert perfmodel.predict(published_plan, wide.replace(clock_hz=2 * wide.clock_hz)).msps > \
         1.8 * base.msps
 
 
 def test_more_tiles_raise_a_compute_bound_plan():
-    g = SEED.replace(nstream=1024)
-    plan = build_plan(SEED)
+    g = PUBLISHED.replace(nstream=1024)
+    plan = build_plan(PUBLISHED)
     sched = host_schedule(g)
     full = perfmodel.predict(plan, VERSAL, sched)
     assert full.bottleneck == "compute" and full.partitions == 4
@@ -146,31 +169,31 @@ def test_more_tiles_raise_a_compute_bound_plan():
     assert half.partitions == 2 and half.msps == pytest.approx(full.msps / 2, rel=1e-6)
 
 
-def test_host_terms_move_the_right_way(seed_plan, published):
+def test_host_terms_move_the_right_way(published_plan, published):
     slow_sync = XDNA2.replace(host=dataclasses.replace(
         XDNA2.host, sync_bytes_per_s=XDNA2.host.sync_bytes_per_s / 2))
-    pred = perfmodel.predict(seed_plan, slow_sync)
+    pred = perfmodel.predict(published_plan, slow_sync)
     assert pred.bottleneck == "host_sync" and pred.msps < 0.6 * published.msps
     slow_launch = XDNA2.replace(host=dataclasses.replace(XDNA2.host, launch_s=5e-3))
-    assert perfmodel.predict(seed_plan, slow_launch).calls_per_s < 0.7 * published.calls_per_s
+    assert perfmodel.predict(published_plan, slow_launch).calls_per_s < 0.7 * published.calls_per_s
 
 
 def test_more_streams_more_calls_fewer_samples():
-    rates = [predicted(SEED.replace(nstream=s), "aie-ml-v2").msps for s in (256, 512, 1024)]
+    rates = [predicted(PUBLISHED.replace(nstream=s), "aie-ml-v2").msps for s in (256, 512, 1024)]
     assert rates == sorted(rates, reverse=True)
-    assert host_schedule(SEED.replace(nstream=1024)).npu_calls == 10
+    assert host_schedule(PUBLISHED.replace(nstream=1024)).npu_calls == 10
 
 
 # ---------------------------------------------------------------------- our plan
 def test_our_schedule_from_the_backend():
-    s256 = host_schedule(SEED)
+    s256 = host_schedule(PUBLISHED)
     assert (s256.npu_calls, s256.diagonal_calls, s256.fill) == (1, 1, ())  # zero copy
-    assert s256.sync_bytes == SEED.npu_in_bytes  # one buffer passed as A and B
-    s512 = host_schedule(SEED.replace(nstream=512))
+    assert s256.sync_bytes == PUBLISHED.npu_in_bytes  # one buffer passed as A and B
+    s512 = host_schedule(PUBLISHED.replace(nstream=512))
     assert (s512.npu_calls, s512.diagonal_calls) == (3, 2)
-    assert dict(s512.fill)["copy"] == 2 * SEED.npu_in_bytes
-    ci4 = host_schedule(SEED.replace(sample_bits=4))  # packed frames are the input: no pass
-    assert ci4.fill == () and ci4.sync_bytes * 2 == SEED.npu_in_bytes
+    assert dict(s512.fill)["copy"] == 2 * PUBLISHED.npu_in_bytes
+    ci4 = host_schedule(PUBLISHED.replace(sample_bits=4))  # packed frames are the input: no pass
+    assert ci4.fill == () and ci4.sync_bytes * 2 == PUBLISHED.npu_in_bytes
 
 
 def test_unpack_cycles_from_the_unpack_loop():
@@ -181,9 +204,9 @@ def test_unpack_cycles_from_the_unpack_loop():
 
 
 def test_ci4_plan_predicted_from_its_bytes_and_its_unpack():
-    g = SEED.replace(sample_bits=4)
+    g = PUBLISHED.replace(sample_bits=4)
     pred = predicted(g)
-    tr, tr8 = pred.main.traffic, perfmodel.plan_traffic(build_plan(SEED))
+    tr, tr8 = pred.main.traffic, perfmodel.plan_traffic(build_plan(PUBLISHED))
     assert tr.unpacks and not tr8.unpacks
     assert (tr.n, tr.m, tr.t, tr.kernel_calls) == (tr8.n, tr8.m, tr8.t, tr8.kernel_calls)
     assert tr.input_bytes * 2 == tr8.input_bytes  # every hop to the compute tiles halves
@@ -199,24 +222,23 @@ def test_ci4_plan_predicted_from_its_bytes_and_its_unpack():
 
 
 def test_ci4_on_tiles_is_made_and_priced_against_the_host_unpack():
-    g = SEED.replace(sample_bits=4)
+    g = PUBLISHED.replace(sample_bits=4)
     plan, sched = build_plan(g), host_schedule(g)
-    assert "ci4_on_tiles" not in [c["name"] for c in perfmodel.design_changes(plan, XDNA2,
-                                                                               sched)]
-    (made,) = perfmodel.made_changes(plan, XDNA2, sched)
+    base = perfmodel.predict(plan, XDNA2, sched)
+    assert "ci4_on_tiles" not in [c["name"] for c in perfmodel.design_changes(base)]
+    (made,) = perfmodel.made_changes(base)
     old_plan, old_sched = perfmodel.ci4_unpacked_on_host(plan, sched)
     old = perfmodel.predict(old_plan, XDNA2, old_sched)
     assert not old_plan.geometry.ci4 and old_sched.sync_bytes == 2 * sched.sync_bytes
-    assert dict(old_sched.fill)["ci4_unpack"] == SEED.npu_in_bytes // 2
+    assert dict(old_sched.fill)["ci4_unpack"] == PUBLISHED.npu_in_bytes // 2
     assert made["name"] == "ci4_on_tiles" and made["msps_without"] == old.msps
     assert made["bottleneck_without"] == "host_fill" and made["gain"] > 2
     assert made["msps"] == predicted(g).msps
-    assert perfmodel.made_changes(build_plan(SEED), XDNA2, host_schedule(SEED)) == []
+    assert perfmodel.made_changes(predicted(PUBLISHED)) == []
 
 
 def test_design_changes_only_list_gains():
-    plan = build_plan(SEED)
-    changes = perfmodel.design_changes(plan, XDNA2, host_schedule(SEED))
+    changes = perfmodel.design_changes(predicted(PUBLISHED))
     names = [c["name"] for c in changes]
     assert "place_beside_runs" in names and "single_read_diagonal" in names
     assert "ci4_on_tiles" not in names and all(c["gain"] > 1 for c in changes)
@@ -233,17 +255,17 @@ def _tracks(trace: dict) -> dict[tuple[int, int], list[dict]]:
     return tracks
 
 
-def test_trace_names_a_track_per_tile_and_channel(seed_plan, published):
+def test_trace_names_a_track_per_tile_and_channel(published_plan, published):
     trace = json.loads(json.dumps(perftrace.chrome_trace(published, 8)))
     meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
     procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta
                if e["name"] == "thread_name"}
-    assert set(procs.values()) == {str(t) for t in seed_plan.tiles}
+    assert set(procs.values()) == {str(t) for t in published_plan.tiles}
     names = defaultdict(set)
     for (pid, _), name in threads.items():
         names[procs[pid]].add(name)
-    for core in seed_plan.cores:
+    for core in published_plan.cores:
         assert names[str(core.tile)] == {"core", "S2MM0", "S2MM1", "MM2S0"}
     assert {"MM2S0", "MM2S1", "S2MM0"} <= names["shim(0,0)"]
     tracks = _tracks(trace)
@@ -256,7 +278,7 @@ def test_trace_names_a_track_per_tile_and_channel(seed_plan, published):
 
 @pytest.mark.parametrize("device", ["xdna2", "aie-ml-v2"])
 def test_trace_tracks_never_overlap(device):
-    pred = predicted(SEED.replace(sample_bits=4), device)
+    pred = predicted(PUBLISHED.replace(sample_bits=4), device)
     for events in _tracks(perftrace.chrome_trace(pred, 12)).values():
         events.sort(key=lambda e: e["ts"])
         for a, b in zip(events, events[1:], strict=False):
@@ -264,12 +286,12 @@ def test_trace_tracks_never_overlap(device):
 
 
 @pytest.mark.parametrize("single_read", [False, True], ids=["as built", "single read"])
-def test_trace_steady_state_is_the_model_period(seed_plan, single_read):
-    pred = perfmodel.predict(seed_plan, XDNA2, host_schedule(SEED), diagonal_plan=(
-        single_read_diagonal(seed_plan) if single_read else None))
+def test_trace_steady_state_is_the_model_period(published_plan, single_read):
+    pred = perfmodel.predict(published_plan, XDNA2, host_schedule(PUBLISHED), diagonal_plan=(
+        single_read_diagonal(published_plan) if single_read else None))
     assert pred.main.limit == ("compute" if single_read else "ddr")
     spans = perftrace.schedule(pred, 40)
-    core = seed_plan.cores[0].tile
+    core = published_plan.cores[0].tile
     starts = sorted(s.start for s in spans if s.tile == core and s.name.startswith("kernel"))
     assert (starts[-1] - starts[-21]) / 20 == pytest.approx(pred.main.period, rel=0.01)
 

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from xengine_block.geometry import SEED, Geometry, small_test_geometry
+from xengine_block.geometry import PUBLISHED, Geometry, small_test_geometry
 from xengine_block.npu import PlanError, build_plan, hostio, limits
 from xengine_block.npu.plan import (
     MM2S,
@@ -19,17 +19,17 @@ from xengine_block.npu.plan import (
     compute_tile,
 )
 
-SEED_PLAN = build_plan(SEED)
+PUBLISHED_PLAN = build_plan(PUBLISHED)
 SMALL_PLAN = build_plan(small_test_geometry())
 
 
 def test_seed_plan_passes_and_reports_memory():
-    report = SEED_PLAN.validate()
+    report = PUBLISHED_PLAN.validate()
     compute = [u for t, u in report.usage.items() if t.kind == "compute"]
-    assert len(compute) == SEED.rows * SEED.cols == 32
+    assert len(compute) == PUBLISHED.rows * PUBLISHED.cols == 32
     for u in compute:
         # the published design: A 15,360 B x2, B 7,680 B x2, accumulators 16,384 B
-        assert u.data_bytes == 62_464 == SEED.tile_data_bytes
+        assert u.data_bytes == 62_464 == PUBLISHED.tile_data_bytes
         assert u.stack_bytes == limits.COMPUTE_TILE_STACK
         assert u.total_bytes <= limits.COMPUTE_TILE_MEMORY
         assert u.bds == 5
@@ -38,7 +38,7 @@ def test_seed_plan_passes_and_reports_memory():
 
 
 def test_seed_structure_follows_the_notes():
-    p = SEED_PLAN
+    p = PUBLISHED_PLAN
     mt = Tile(0, 1)
     a_in = [c for c in p.chains_of(mt) if c.port.direction == S2MM and c.port.channel in (0, 1)]
     assert [bd.dims for bd in a_in[0].bds] == [(Dim(4, 7680), Dim(8, 8), Dim(120, 64),
@@ -63,8 +63,8 @@ def test_seed_structure_follows_the_notes():
     out = next(t for t in p.tasks if t.name == "out_c5")
     assert out.offset == 5 * 4 * 4096 and out.wait
     assert out.dims == (Dim(9, 8 * 4 * 4096), Dim(32, 512), Dim(512, 1))
-    assert [a.shape for a in p.host_args] == [hostio.input_shape(SEED)] * 2 + [
-        hostio.output_shape(SEED)]
+    assert [a.shape for a in p.host_args] == [hostio.input_shape(PUBLISHED)] * 2 + [
+        hostio.output_shape(PUBLISHED)]
 
 
 def test_small_plan_uses_four_columns():
@@ -73,7 +73,7 @@ def test_small_plan_uses_four_columns():
 
 
 def test_output_layout_mapping():
-    g = SEED
+    g = PUBLISHED
     out = np.zeros(hostio.output_shape(g), np.int32)
     chan, col, row, n, m, reim, r2, c2 = 4, 5, 3, 6, 2, 1, 7, 1
     out[chan, col, row, n, m, reim, r2, c2] = 99
@@ -110,46 +110,46 @@ def _flow_into_a_channel(p):
 
 
 MUTATIONS = {
-    "COMPUTE_TILE_MEMORY": lambda: build_plan(SEED.replace(tile_t=20), validate=False),
-    "MEM_TILE_MEMORY": lambda: SEED_PLAN.replace_buffer("mem_out_c0", shape=(4, 32 * 1024)),
-    "COMPUTE_TILE_BDS": lambda: _extend_chain(SEED_PLAN, Port(CT, S2MM, 0), 6, "x"),
-    "MEM_TILE_BDS": lambda: _extend_chain(SEED_PLAN, Port(MT, MM2S, 0), 3, "x"),
-    "SHIM_TILE_BDS": lambda: SEED_PLAN.replace(tasks=SEED_PLAN.tasks + tuple(
-        dataclasses.replace(SEED_PLAN.tasks[0], name=f"extra{i}") for i in range(14))),
-    "BD_DIM_SIZE": lambda: SEED_PLAN.replace_bd(
+    "COMPUTE_TILE_MEMORY": lambda: build_plan(PUBLISHED.replace(tile_t=20), validate=False),
+    "MEM_TILE_MEMORY": lambda: PUBLISHED_PLAN.replace_buffer("mem_out_c0", shape=(4, 32 * 1024)),
+    "COMPUTE_TILE_BDS": lambda: _extend_chain(PUBLISHED_PLAN, Port(CT, S2MM, 0), 6, "x"),
+    "MEM_TILE_BDS": lambda: _extend_chain(PUBLISHED_PLAN, Port(MT, MM2S, 0), 3, "x"),
+    "SHIM_TILE_BDS": lambda: PUBLISHED_PLAN.replace(tasks=PUBLISHED_PLAN.tasks + tuple(
+        dataclasses.replace(PUBLISHED_PLAN.tasks[0], name=f"extra{i}") for i in range(14))),
+    "BD_DIM_SIZE": lambda: PUBLISHED_PLAN.replace_bd(
         "mem_a_r0_out_buf0_call0", dims=(Dim(1024, 15), Dim(15, 1))),
-    "BD_ALIGN_BYTES": lambda: SEED_PLAN.replace_bd("mem_a_r0_in0_buf0", offset=2),
-    "COMPUTE_TILE_CHANNELS": lambda: SEED_PLAN.replace(chains=tuple(
+    "BD_ALIGN_BYTES": lambda: PUBLISHED_PLAN.replace_bd("mem_a_r0_in0_buf0", offset=2),
+    "COMPUTE_TILE_CHANNELS": lambda: PUBLISHED_PLAN.replace(chains=tuple(
         dataclasses.replace(c, port=Port(CT, S2MM, 2)) if c.port == Port(CT, S2MM, 1) else c
-        for c in SEED_PLAN.chains)),
-    "MEM_TILE_CHANNELS": lambda: SEED_PLAN.replace(chains=tuple(
+        for c in PUBLISHED_PLAN.chains)),
+    "MEM_TILE_CHANNELS": lambda: PUBLISHED_PLAN.replace(chains=tuple(
         dataclasses.replace(c, port=Port(MT, MM2S, 6)) if c.port == Port(MT, MM2S, 2) else c
-        for c in SEED_PLAN.chains)),
-    "SHIM_TILE_CHANNELS": lambda: SEED_PLAN.replace_task(
+        for c in PUBLISHED_PLAN.chains)),
+    "SHIM_TILE_CHANNELS": lambda: PUBLISHED_PLAN.replace_task(
         "in_b_c0", port=Port(Tile(0, 0), MM2S, 2)),
-    limits.STATIC_FLOW_ONE_PRODUCER: lambda: _flow_into_a_channel(SEED_PLAN),
-    limits.LOCK_PAIRING: lambda: SEED_PLAN.replace_bd("a_in_buf0_c0_r0", release=None),
-    limits.SHIM_REPEAT_COUNT: lambda: SEED_PLAN.replace_task("in_a_r0_h0", repeat_count=0),
+    limits.STATIC_FLOW_ONE_PRODUCER: lambda: _flow_into_a_channel(PUBLISHED_PLAN),
+    limits.LOCK_PAIRING: lambda: PUBLISHED_PLAN.replace_bd("a_in_buf0_c0_r0", release=None),
+    limits.SHIM_REPEAT_COUNT: lambda: PUBLISHED_PLAN.replace_task("in_a_r0_h0", repeat_count=0),
     limits.TILE_IN_ARRAY: lambda: build_plan(
         Geometry(nstream=80, tile_n=2, tile_m=2, rows=5, cols=5), validate=False),
-    limits.BD_IN_BUFFER: lambda: SEED_PLAN.replace_bd("acc_out_c0_r0", offset=4),
-    "COMPUTE_TILE_BD_DIMS": lambda: SEED_PLAN.replace_bd(
+    limits.BD_IN_BUFFER: lambda: PUBLISHED_PLAN.replace_bd("acc_out_c0_r0", offset=4),
+    "COMPUTE_TILE_BD_DIMS": lambda: PUBLISHED_PLAN.replace_bd(
         "a_in_buf0_c0_r0", dims=(Dim(2, 7680), Dim(4, 1920), Dim(15, 128), Dim(128, 1))),
-    "COMPUTE_TILE_LOCKS": lambda: SEED_PLAN.replace(locks=SEED_PLAN.locks + tuple(
+    "COMPUTE_TILE_LOCKS": lambda: PUBLISHED_PLAN.replace(locks=PUBLISHED_PLAN.locks + tuple(
         Lock(f"extra{i}", CT, 6 + i, 0) for i in range(11))),
-    limits.FLOW_CONNECTED: lambda: SEED_PLAN.replace(flows=SEED_PLAN.flows[1:]),
-    limits.MEM_TILE_BD_PARITY: lambda: SEED_PLAN.replace_bd("mem_a_r0_in1_buf0", bd_id=5),
-    limits.BD_ID: lambda: SEED_PLAN.replace_bd("a_in_buf1_c0_r0", bd_id=0),
-    limits.SHIM_STRIDE_WORDS: lambda: SEED_PLAN.replace_task(
+    limits.FLOW_CONNECTED: lambda: PUBLISHED_PLAN.replace(flows=PUBLISHED_PLAN.flows[1:]),
+    limits.MEM_TILE_BD_PARITY: lambda: PUBLISHED_PLAN.replace_bd("mem_a_r0_in1_buf0", bd_id=5),
+    limits.BD_ID: lambda: PUBLISHED_PLAN.replace_bd("a_in_buf1_c0_r0", bd_id=0),
+    limits.SHIM_STRIDE_WORDS: lambda: PUBLISHED_PLAN.replace_task(
         "in_a_r0_h0", dims=(Dim(9, 960), Dim(136, 8640 * 512), Dim(32, 8640), Dim(960, 1))),
-    limits.SHIM_ITERATION_SIZE: lambda: SEED_PLAN.replace_task(
+    limits.SHIM_ITERATION_SIZE: lambda: PUBLISHED_PLAN.replace_task(
         "in_a_r0_h0", dims=(Dim(65, 960), Dim(136, 8640 * 256), Dim(32, 8640), Dim(960, 1)),
         repeat_count=64),
-    limits.BANK_CONFLICT: lambda: _placed(SEED_PLAN, a_buf1=1024, acc=16384, a_buf0=32768,
+    limits.BANK_CONFLICT: lambda: _placed(PUBLISHED_PLAN, a_buf1=1024, acc=16384, a_buf0=32768,
                                           b_buf0=48128, b_buf1=55808),
-    limits.BUFFER_OVERLAP: lambda: _placed(SEED_PLAN, b_buf1=4096),
-    limits.PING_PONG_PARITY: lambda: SEED_PLAN.replace(cores=(dataclasses.replace(
-        SEED_PLAN.cores[0], calls_per_integration=3),) + SEED_PLAN.cores[1:]),
+    limits.BUFFER_OVERLAP: lambda: _placed(PUBLISHED_PLAN, b_buf1=4096),
+    limits.PING_PONG_PARITY: lambda: PUBLISHED_PLAN.replace(cores=(dataclasses.replace(
+        PUBLISHED_PLAN.cores[0], calls_per_integration=3),) + PUBLISHED_PLAN.cores[1:]),
 }
 
 
@@ -170,25 +170,25 @@ def test_named_places_in_errors():
     with pytest.raises(PlanError, match="mem_a_r0_out_buf0_call0"):
         MUTATIONS["BD_DIM_SIZE"]().validate()
     with pytest.raises(PlanError, match="COMPUTE_TILE_MEMORY"):
-        build_plan(SEED.replace(tile_t=20))
+        build_plan(PUBLISHED.replace(tile_t=20))
 
 
 # ------------------------------------------------------------------ rules read from mlir-aie
 def test_memory_tile_bds_follow_channel_parity():
     """isBdChannelAccessible: even channels BDs 0-23, odd channels 24-47 (the published fits)."""
-    for plan in (SEED_PLAN, SMALL_PLAN):
+    for plan in (PUBLISHED_PLAN, SMALL_PLAN):
         for tile in plan.tiles:
             if tile.kind != "mem":
                 continue
             for bd in plan.bds_of(tile):
                 assert (bd.bd_id >= 24) == (bd.port.channel % 2 == 1), bd.name
-    odd = SEED_PLAN.bd("mem_a_r0_in1_buf0")
+    odd = PUBLISHED_PLAN.bd("mem_a_r0_in1_buf0")
     assert odd.port.channel == 1 and odd.bd_id == 24
 
 
 def test_eight_calls_per_packet_passed_before_and_now_fails():
     """48 BDs in one pool would hold it (29 on the A/output tile); the even half cannot (25)."""
-    g = SEED.replace(ncoarse=40, tile_t=5)
+    g = PUBLISHED.replace(ncoarse=40, tile_t=5)
     assert g.npu_ncalls_per_packet == 8
     plan = build_plan(g, validate=False)
     assert max(len(plan.bds_of(t)) for t in plan.tiles if t.kind == "mem") <= limits.MEM_TILE_BDS
@@ -200,26 +200,26 @@ def test_eight_calls_per_packet_passed_before_and_now_fails():
 
 def test_contiguous_runs_are_counted_in_words():
     """bad_npu_nd.mlir: 2048 int8 elements are 512 words (legal); 1536 words are not."""
-    SEED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(15, 2048), Dim(2048, 1))).validate()
-    SEED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(8, 512), Dim(512, 1))).validate()
+    PUBLISHED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(15, 2048), Dim(2048, 1))).validate()
+    PUBLISHED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(8, 512), Dim(512, 1))).validate()
     with pytest.raises(PlanError, match="1536 32-bit words") as info:
-        SEED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(5, 6144), Dim(6144, 1))).validate()
+        PUBLISHED_PLAN.replace_bd("mem_b_c0_in_buf0", dims=(Dim(5, 6144), Dim(6144, 1))).validate()
     assert info.value.limit == "BD_DIM_SIZE"
     with pytest.raises(PlanError, match="1024 32-bit words"):
-        SEED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(4, 1024), Dim(1024, 1))).validate()
+        PUBLISHED_PLAN.replace_bd("acc_out_c0_r0", dims=(Dim(4, 1024), Dim(1024, 1))).validate()
 
 
 def test_shim_strides_in_words_and_a_size_one_dimension_is_exempt():
     words = limits.SHIM_STRIDE_MAX_WORDS
-    seed_task = next(t for t in SEED_PLAN.tasks if t.name == "in_a_r0_h0")
-    assert seed_task.dims[1].stride // 4 <= words  # 552,960 words per packet
+    published_task = next(t for t in PUBLISHED_PLAN.tasks if t.name == "in_a_r0_h0")
+    assert published_task.dims[1].stride // 4 <= words  # 552,960 words per packet
     # the limit itself is allowed (int8: 4 bytes per word) ...
     ok = (Dim(9, 960), Dim(2, 4 * words), Dim(32, 8640), Dim(960, 1))
-    SEED_PLAN.replace_task("in_a_r0_h0", dims=ok, offset=0).replace(
-        host_args=_bigger_a(SEED_PLAN, 1 << 30)).validate()
+    PUBLISHED_PLAN.replace_task("in_a_r0_h0", dims=ok, offset=0).replace(
+        host_args=_bigger_a(PUBLISHED_PLAN, 1 << 30)).validate()
     # ... a size-1 dimension's stride is not a stride at all
     one = (Dim(9, 960), Dim(1, 8 * words), Dim(32, 8640), Dim(960, 1))
-    SEED_PLAN.replace_task("in_a_r0_h0", dims=one).validate()
+    PUBLISHED_PLAN.replace_task("in_a_r0_h0", dims=one).validate()
 
 
 def _bigger_a(plan, nbytes):
@@ -228,16 +228,16 @@ def _bigger_a(plan, nbytes):
 
 
 # ------------------------------------------------------------------ buffer placement
-def test_compute_buffers_are_placed_as_the_seed_linker_map():
-    """Seed post: stack 0-1 KiB, B at 1 KiB and 8.5 KiB (bank 0), accumulators at 16 KiB (bank
-    1 to themselves), A at 32 KiB and 48 KiB (banks 2 and 3)."""
+def test_compute_buffers_are_placed_as_the_published_linker_map():
+    """The published post: stack 0-1 KiB, B at 1 KiB and 8.5 KiB (bank 0), accumulators at
+    16 KiB (bank 1 to themselves), A at 32 KiB and 48 KiB (banks 2 and 3)."""
     kib = 1024
-    for core in SEED_PLAN.cores:
-        got = {n.split("_c")[0]: SEED_PLAN.buffer_map[n].address
+    for core in PUBLISHED_PLAN.cores:
+        got = {n.split("_c")[0]: PUBLISHED_PLAN.buffer_map[n].address
                for n in (*core.a, *core.b, core.acc)}
         assert got == {"b_buf0": kib, "b_buf1": 8 * kib + kib // 2, "acc": 16 * kib,
                        "a_buf0": 32 * kib, "a_buf1": 48 * kib}
-        banks = {n: list(SEED_PLAN.buffer_map[n].banks) for n in (*core.a, *core.b, core.acc)}
+        banks = {n: list(PUBLISHED_PLAN.buffer_map[n].banks) for n in (*core.a, *core.b, core.acc)}
         assert banks[core.acc] == [1]
         assert all(1 not in b for n, b in banks.items() if n != core.acc)
     for tile in SMALL_PLAN.tiles:  # the rule generalises: small tiles are placed too
@@ -249,22 +249,22 @@ def test_bank_conflict_names_the_buffers():
     with pytest.raises(PlanError, match=r"a_buf0_c0_r0/b_buf0_c0_r0.*bank\(s\) \[2\]"):
         MUTATIONS[limits.BANK_CONFLICT]().validate()
     # the same buffers without a conflict (A and B of one call in different banks) pass
-    _placed(SEED_PLAN, a_buf1=1024, acc=16384, b_buf0=32768, b_buf1=40448,
+    _placed(PUBLISHED_PLAN, a_buf1=1024, acc=16384, b_buf0=32768, b_buf1=40448,
             a_buf0=49152).validate()
 
 
 # ------------------------------------------------------------------ ci4: packed to the tiles
-SEED_CI4 = SEED.replace(sample_bits=4)
-CI4_PLAN = build_plan(SEED_CI4)
+PUBLISHED_CI4 = PUBLISHED.replace(sample_bits=4)
+CI4_PLAN = build_plan(PUBLISHED_CI4)
 
 
 def test_ci4_plan_moves_half_the_bytes_on_every_hop_to_the_tiles():
     """The same tiles, flows, locks and BD chains as ci8, every input length, offset and stride
     halved (one byte per complex sample); the output side unchanged."""
-    assert [f.dests for f in CI4_PLAN.flows] == [f.dests for f in SEED_PLAN.flows]
-    assert [lk.init for lk in CI4_PLAN.locks] == [lk.init for lk in SEED_PLAN.locks]
+    assert [f.dests for f in CI4_PLAN.flows] == [f.dests for f in PUBLISHED_PLAN.flows]
+    assert [lk.init for lk in CI4_PLAN.locks] == [lk.init for lk in PUBLISHED_PLAN.locks]
     out_names = {"acc", "mem_out"}
-    for b8, b4 in zip(SEED_PLAN.bds(), CI4_PLAN.bds(), strict=True):
+    for b8, b4 in zip(PUBLISHED_PLAN.bds(), CI4_PLAN.bds(), strict=True):
         assert (b8.name, b8.bd_id, b8.acquire, b8.release) == (b4.name, b4.bd_id, b4.acquire,
                                                                b4.release)
         if any(b8.name.startswith(o) for o in out_names):
@@ -279,19 +279,19 @@ def test_ci4_plan_moves_half_the_bytes_on_every_hop_to_the_tiles():
     task = next(t for t in CI4_PLAN.tasks if t.name == "in_a_r1_h1")
     assert task.offset == 32 * 4320 * 3
     assert task.dims == (Dim(9, 480), Dim(136, 4320 * 256), Dim(32, 4320), Dim(480, 1))
-    assert [a.nbytes for a in CI4_PLAN.host_args[:2]] == [SEED.npu_in_bytes // 2] * 2
-    assert CI4_PLAN.host_args[2] == SEED_PLAN.host_args[2]
+    assert [a.nbytes for a in CI4_PLAN.host_args[:2]] == [PUBLISHED.npu_in_bytes // 2] * 2
+    assert CI4_PLAN.host_args[2] == PUBLISHED_PLAN.host_args[2]
 
 
 @pytest.mark.parametrize("order", ["re_high", "re_low"])
 def test_ci4_cores_unpack_into_their_own_buffers(order):
-    plan = build_plan(SEED_CI4.replace(nibble_order=order))
+    plan = build_plan(PUBLISHED_CI4.replace(nibble_order=order))
     report = plan.validate()
     kib = 1024
     for core in plan.cores:
         assert core.kernel == f"xcorr_kernel_ci4_{order}"
         ua, ub = (plan.buffer_map[n] for n in core.unpacked)
-        assert ua.nbytes == SEED.tile_a_bytes and ub.nbytes == SEED.tile_b_bytes
+        assert ua.nbytes == PUBLISHED.tile_a_bytes and ub.nbytes == PUBLISHED.tile_b_bytes
         assert core.kernel_args(1) == (core.a[1], core.b[1], core.acc, *core.unpacked)
         got = {n.split("_c")[0]: plan.buffer_map[n].address
                for n in (*core.a, *core.b, core.acc, *core.unpacked)}
@@ -300,7 +300,7 @@ def test_ci4_cores_unpack_into_their_own_buffers(order):
                        "b_buf1": 59 * kib + kib // 4}
         # the published design's 62,464 B of tile buffers: A and B halve, the unpacked A and B
         # take their place
-        assert report.usage[core.tile].data_bytes == 62_464 == SEED_CI4.tile_data_bytes
+        assert report.usage[core.tile].data_bytes == 62_464 == PUBLISHED_CI4.tile_data_bytes
 
 
 def test_ci4_unpack_and_mac_phases_keep_their_banks_apart():
@@ -325,6 +325,6 @@ def test_ci4_unpack_and_mac_phases_keep_their_banks_apart():
 
 def test_ci4_plan_holds_up_to_the_dma_limit_of_packets():
     """ci4's int32 bound allows 34,952 packets; one call's shim tasks walk at most 1023."""
-    assert build_plan(SEED_CI4.replace(npacket=1023)).validate()
+    assert build_plan(PUBLISHED_CI4.replace(npacket=1023)).validate()
     with pytest.raises(PlanError, match="BD_DIM_SIZE"):
-        build_plan(SEED_CI4.replace(npacket=1024))
+        build_plan(PUBLISHED_CI4.replace(npacket=1024))

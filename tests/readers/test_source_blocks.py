@@ -90,10 +90,10 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
 
 def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
     """With freeze_gc (``xengine reprocess``'s choice) a GUPPI file's task runs frozen (a full
-    collection of astropy's, h5py's and numba's objects stopped the writer and the backend for
-    tens of milliseconds, one file in a few) and thaws after it; without it the collector is
-    left alone; its writer is not kill-safe (its output is the task's .partial file); the file
-    is written as before."""
+    collection of astropy's, h5py's and numba's objects stops the writer and the backend for
+    tens of milliseconds) and thaws after it; without it the collector is left alone. Either
+    way its writer is not kill-safe (its output is the task's .partial file) and the file holds
+    every dump."""
     import gc
 
     from xengine_block.reprocess import jobs as rp

@@ -120,10 +120,10 @@ class InProcess:
 # ---------------------------------------------------------------------------- restarts
 def test_fengines_restart_back_then_jump_forward(tmp_path, caplog):
     """40 packet times, then the F-engines re-arm and fall back to 0 (sync time unchanged),
-    44 packet times, then jump far forward for 44 more. Before, everything after the restart
-    was before_start or late and no further dump was written. Now each jump is a new
-    sequence and file after the two frames the vote needs (the alignment to P takes the rest
-    of the first dump): 10 dumps each, exact, one restart counted and logged."""
+    44 packet times, then jump far forward for 44 more. Each jump is a new sequence and file
+    after the two frames the vote needs (the alignment to P takes the rest of the first dump):
+    10 dumps each, exact, one restart counted and logged; nothing after a restart is dropped
+    as before_start or late."""
     a, b, c = (random_frames(G, n, seed=s) for n, s in ((40, 1), (44, 2), (44, 3)))
     far = 10 ** 6
     with caplog.at_level("WARNING"):
@@ -236,7 +236,7 @@ def test_a_real_disk_fills_and_frees_the_service_rides_through(tmp_path, small_t
     """UVH5 files on a 1 MiB tmpfs, the SPEAD stream to a local port. The disk fills after
     three dumps: the service stays up (the endpoint answers, the SPEAD stream goes on), dumps
     are counted not written, one log line says so; the disk is freed: a new file takes the
-    dumps, exact. Before, ENOSPC stopped the whole service (exit 1)."""
+    dumps, exact. ENOSPC never stops the service."""
     sink = SpeadSink()
     out = small_tmpfs / "out"
     cfg = write_config(tmp_path / "c.toml", merged(

@@ -15,7 +15,7 @@ Any other input layout (``correlate_layout``) is gathered from the input straigh
 same float32 scratch, chunk by chunk (``sample_layout.gather``: one compiled pass, ci4
 unpacked and ci16 narrowed on the way), then the same products.
 ci4 input is unpacked inside the same layout pass: two arithmetic shifts per byte
-(``layout.unpack_ci4_planes``) write re and im straight into the float32 scratch, where ci8
+(``frames.unpack_ci4_planes``) write re and im straight into the float32 scratch, where ci8
 converts (cheaper than ci8's strided conversion).
 Channels run on a thread pool (numpy releases the GIL in BLAS and copies) with BLAS single-
 threaded inside, which measured faster than threaded BLAS on small per-packet matrices.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,34 +46,46 @@ EMULATED_ISAS = ("amx_emulated",)
 AUTO_ISAS = tuple(i for i in ISAS if i != "scalar" and i not in EMULATED_ISAS)
 #: Comma-separated ISA names to treat as unavailable.
 DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
-#: How the extension's reasons (src/native/dispatch.c) say that the CPU has a path but the OS
-#: or the kernel refuses it: the one kind of fallback worth a warning.
-REFUSED = ("not permitted by kernel", "not enabled by the OS", "OS does not enable")
 
 
-def _extension() -> ModuleType:
-    """The compiled extension; ImportError says how to build it."""
-    return native_extension.native()
+class IsaStatus(NamedTuple):
+    """One path's state here, as the extension decides it (``src/native/dispatch.c``)."""
+
+    runnable: bool
+    reason: str
+    #: The CPU has the path but the OS or the kernel withholds it (XCR0 state, the AMX
+    #: permission): the one kind of fallback worth a warning, since someone can act on it.
+    refused: bool = False
 
 
-def isa_status() -> dict[str, tuple[bool, str]]:
-    """ISA name -> (runnable here, reason), in dispatch order, honouring XENGINE_NATIVE_DISABLE."""
+def isa_status() -> dict[str, IsaStatus]:
+    """ISA name -> its :class:`IsaStatus` here, in dispatch order, honouring
+    XENGINE_NATIVE_DISABLE (a path disabled there is not runnable, and not refused)."""
     try:
-        status = _extension().isa_status()
+        status = native_extension.native().isa_status()
     except ImportError as exc:
-        return {isa: (False, str(exc)) for isa in ISAS}
+        return {isa: IsaStatus(False, str(exc)) for isa in ISAS}
     stale = (False, "not in this build of xengine_block._native (built from older sources): "
                     "rebuild it with `pip install -e .`")
-    status = {isa: status.get(isa, stale) for isa in ISAS}
+    status = {isa: IsaStatus(*status.get(isa, stale)) for isa in ISAS}
     disabled = {s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()}
     for isa in disabled & set(ISAS):
-        if status[isa][0]:
-            status[isa] = (False, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}")
+        if status[isa].runnable:
+            status[isa] = IsaStatus(False, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}")
     return status
 
 
-def select_isa(isa: str = "auto") -> tuple[str, str]:
-    """(path, reason): the forced path if runnable, else the best runnable automatic one.
+class IsaChoice(NamedTuple):
+    """The path :func:`select_isa` chose and why."""
+
+    isa: str
+    reason: str
+    #: ``auto`` fell back past a path the OS or the kernel refuses (:attr:`IsaStatus.refused`).
+    past_refused: bool = False
+
+
+def select_isa(isa: str = "auto") -> IsaChoice:
+    """The forced path if runnable, else the best runnable automatic one.
 
     Raises BackendUnavailable naming the reason when nothing (or the forced path) can run.
     """
@@ -81,21 +93,20 @@ def select_isa(isa: str = "auto") -> tuple[str, str]:
     if isa != "auto":
         if isa not in status:
             raise ValueError(f"unknown isa {isa!r}; choose 'auto' or one of {ISAS}")
-        ok, why = status[isa]
-        if not ok:
-            raise BackendUnavailable(f"native isa {isa!r} cannot run here: {why}")
-        return isa, f"{isa} forced: {why}"
+        if not status[isa].runnable:
+            raise BackendUnavailable(f"native isa {isa!r} cannot run here: {status[isa].reason}")
+        return IsaChoice(isa, f"{isa} forced: {status[isa].reason}")
     skipped = []
     for name in AUTO_ISAS:
-        ok, why = status[name]
-        if ok:
-            reason = f"{name}: {why}"
+        if status[name].runnable:
+            reason = f"{name}: {status[name].reason}"
             if skipped:
-                reason += "; fell back past " + "; ".join(skipped)
-            return name, reason
-        skipped.append(f"{name} ({why})")
+                reason += "; fell back past " + "; ".join(f"{i} ({status[i].reason})"
+                                                          for i in skipped)
+            return IsaChoice(name, reason, any(status[i].refused for i in skipped))
+        skipped.append(name)
     raise BackendUnavailable("no SIMD path runnable (numpy 'cpu' beats portable C): "
-                             + "; ".join(skipped))
+                             + "; ".join(f"{i} ({status[i].reason})" for i in skipped))
 
 
 #: Spectra per K-step of the extension's tiles (16 x 64 int8: 64 spectra of a stream's samples).
@@ -124,13 +135,12 @@ class NativeBackend(Backend):
     def __init__(self, geometry: Geometry, isa: str = "auto", nthreads: int | None = None,
                  chunk_ksteps: int = 0) -> None:
         super().__init__(geometry)
-        self._ext = _extension()
-        self.isa, self.isa_reason = select_isa(isa)
+        self._ext = native_extension.native()
+        self.isa, self.isa_reason, past_refused = select_isa(isa)
         # The choice is logged at INFO, fallbacks included (a CPU without AMX is no fault);
         # WARNING only where the system refuses a path this CPU has (the user can act on it);
         # a forced path that cannot run raised above.
-        refused = isa == "auto" and any(m in self.isa_reason for m in REFUSED)
-        log.log(logging.WARNING if refused else logging.INFO, "native correlator path %s",
+        log.log(logging.WARNING if past_refused else logging.INFO, "native correlator path %s",
                 self.isa_reason)
         self.nthreads = nthreads or os.cpu_count() or 1
         self.chunk_ksteps = chunk_ksteps
@@ -153,10 +163,9 @@ class NativeBackend(Backend):
     @classmethod
     def availability(cls, geometry: Geometry | None = None) -> tuple[bool, str]:
         try:
-            _, reason = select_isa("auto")
+            return True, select_isa("auto").reason
         except BackendUnavailable as exc:
             return False, str(exc)
-        return True, reason
 
     def _run(self, frames: np.ndarray, out: np.ndarray, mode: str,
              accumulate: bool = False, placed: SampleLayout | None = None,

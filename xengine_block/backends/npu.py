@@ -73,7 +73,7 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import SEED, Geometry
+from ..geometry import PUBLISHED, Geometry
 from ..npu import hostio
 from ..npu.artifacts import (
     A_GROUP,
@@ -189,13 +189,13 @@ def host_schedule(geometry: Geometry) -> HostSchedule:
                         place="launch", poll_s=POLL_S, gil=True)
 
 
-def predicted(geometry: Geometry = SEED, device: str = "xdna2") -> Prediction:
+def predicted(geometry: Geometry = PUBLISHED, device: str = "xdna2") -> Prediction:
     """This backend's predicted rate for ``geometry`` on ``device`` (modelled, not measured):
     the plan it would build, driven as :func:`host_schedule` says."""
     return predict(build_plan(design_geometry(geometry)), device, host_schedule(geometry))
 
 
-def predicted_rate(geometry: Geometry = SEED, device: str = "xdna2") -> str:
+def predicted_rate(geometry: Geometry = PUBLISHED, device: str = "xdna2") -> str:
     """One line quoting :func:`predicted`, marked as predicted, not measured."""
     p = predicted(geometry, device)
     return (f"predicted, not measured: {p.msps:.1f} Msps at S = {geometry.nstream} "

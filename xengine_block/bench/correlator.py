@@ -35,7 +35,7 @@ import numpy as np
 from ..backends import get_backend
 from ..frames import frames_to_natural, to_complex
 from ..geometry import Geometry
-from ..triangle import pack_triangle
+from ..triangle import full_int8_tops, pack_triangle, triangle_int8_tops
 from .machine import (
     best_read_gbps,
     best_time,
@@ -54,7 +54,7 @@ __all__ = ["compare_builds", "load_build", "machine_int8_tops", "machine_read_gb
 
 def tops(msps: float, nstream: int) -> tuple[float, float]:
     """(full-matrix, triangle) TOPS for a rate in Msps."""
-    full = 8 * nstream**2 * msps * 1e6 / 1e12
+    full = full_int8_tops(msps, nstream)
     return full, full / 2
 
 
@@ -85,11 +85,6 @@ def peer_matmul(frames: np.ndarray, g: Geometry) -> np.ndarray:
     """Per-channel complex64 ``A @ A.conj().T`` (full matrix, float32 accumulation)."""
     z = _complex_samples(frames, g, np.complex64)
     return _triangle_of(np.stack([z[c] @ z[c].conj().T for c in range(g.nchan)]))
-
-
-def triangle_int8_tops(msps: float, nstream: int) -> float:
-    """Useful int8 TOPS of the Hermitian triangle: 8 * S(S+1)/2 * B (see module docstring)."""
-    return 8 * nstream * (nstream + 1) / 2 * msps * 1e6 / 1e12
 
 
 def ops_per_input_byte(nstream: int, sample_bits: int = 8) -> float:
@@ -155,7 +150,7 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
                                            if per_cpu else None),
         "per_isa": {},
     }
-    for isa, (ok, why) in isa_status().items():
+    for isa, (ok, why, _) in isa_status().items():
         if not ok:
             details["per_isa"][isa] = {"runnable": False, "reason": why}
             continue

@@ -65,12 +65,13 @@ def machine_int8_tops(isa: str | None = None, nthreads: int | None = None, secon
     wall-clock rate; on a shared one the wall-clock peak is squeezed like everything else and
     would flatter any fraction (the wall figure is kept in :func:`wall_peak_tops`).
     """
+    from .. import native_extension
     from ..backends import BackendUnavailable
-    from ..backends.native import _extension, select_isa
+    from ..backends.native import select_isa
 
     try:
         isa = isa or select_isa("auto")[0]
-        ext = _extension()
+        ext = native_extension.native()
     except (BackendUnavailable, ImportError) as exc:
         return None, None, f"no native SIMD path: {exc}"
     n = nthreads or os.cpu_count() or 1
@@ -142,26 +143,27 @@ def cpu_class(cpu: dict[str, object]) -> str:
     return f"{name}-{best.replace('_int8', '').replace('_', '')}"
 
 
-def results_path(benchmark: str, identity: dict[str, object] | None = None,
-                 root: str | os.PathLike | None = None) -> Path:
-    """``benchmarks/results/<cpu class>/<benchmark>.json`` (``root`` replaces
-    ``benchmarks/results``): where a benchmark's JSON for this machine's CPU class is kept,
-    one file per benchmark and class, replaced when re-measured."""
+def results_path(benchmark: str, root: str | os.PathLike,
+                 identity: dict[str, object] | None = None) -> Path:
+    """``<root>/<cpu class>/<benchmark>.json``: where a benchmark's JSON for this machine's
+    CPU class is kept, one file per benchmark and class, replaced when re-measured. The root
+    is the caller's (a checkout's ``benchmarks/results``: ``benchmarks/results_file.py``
+    knows it; an installed package does not)."""
     identity = identity if identity is not None else machine_identity()
-    base = Path(root) if root is not None else Path("benchmarks") / "results"
-    return base / cpu_class(identity) / f"{benchmark}.json"
+    return Path(root) / cpu_class(identity) / f"{benchmark}.json"
 
 
-def write_results(benchmark: str, result: dict, root: str | os.PathLike | None = None) -> Path:
+def write_results(benchmark: str, result: dict, root: str | os.PathLike) -> Path:
     """Write ``result`` (which must carry ``machine``, :func:`machine_identity`) to
-    :func:`results_path` with the date of the run added as ``measured_utc``; return the path."""
+    :func:`results_path` under ``root`` with the date of the run added as ``measured_utc``;
+    return the path."""
     import datetime
     import json
 
     if "machine" not in result:
         raise ValueError(f"{benchmark}: a result needs its 'machine' (machine_identity()) "
                          "before it is written")
-    path = results_path(benchmark, result["machine"], root)
+    path = results_path(benchmark, root, result["machine"])
     path.parent.mkdir(parents=True, exist_ok=True)
     stamped = {"benchmark": benchmark, **result,
                "measured_utc": datetime.datetime.now(datetime.UTC)

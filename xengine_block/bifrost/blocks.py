@@ -129,7 +129,7 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
         # Bifrost's block runs it, so Bifrost pins that thread (and spead2's, started in it)
         super().__init__(inner, 2, name=name, core=kwargs.get("core"))
         self.receiving = inner.receiving
-        self.layout = inner.layout  # the wire format's sizes (correlator_chain reads them)
+        self.plan = inner.plan  # the capture plan's sizes (correlator_chain reads them)
 
     def capture_counters(self) -> dict[str, int]:
         return self.inner.capture_counters()
@@ -146,9 +146,9 @@ class _CaptureOutput:
         from ..capture.receive import slot_pool
 
         self.block, self.orings = block, orings
-        self.layout = block.inner.layout
+        self.plan = block.inner.plan
         self.slots = self
-        self._pool = slot_pool(self.layout)
+        self._pool = slot_pool(self.plan)
         self._reserved: list[tuple[np.ndarray, np.ndarray]] = []
         self._stack: ExitStack | None = None
         self._oseqs: list[Any] = []
@@ -173,10 +173,10 @@ class _CaptureOutput:
 
     def commit(self, nframe: int | None = None) -> None:
         data, present = self._reserved.pop(0)
-        n = self.layout.chunk_frames if nframe is None else nframe
+        n = self.plan.chunk_frames if nframe is None else nframe
         if self._stack is not None:  # frames of the open sequence (else space between them)
-            frames = data.reshape(self.layout.chunk_frames, -1)
-            masks = self.layout.grid.mask(present)
+            frames = data.reshape(self.plan.chunk_frames, -1)
+            masks = self.plan.grid.mask(present)
             for i in range(n):  # frame by frame: the rings are sized for the block's gulp
                 for oseq, src in zip(self._oseqs, (frames[i], masks[i]), strict=True):
                     with oseq.reserve(1) as span:

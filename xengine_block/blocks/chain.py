@@ -103,7 +103,7 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``spead_options``); call :meth:`Chain.close` after the run to end that stream.
     ``geometry`` (when known up front): the backend is made now, so a bad backend stops the
     script before any work, and the NPU can take frames without a copy (XEngineBlock).
-    A source without a capture layout (a reader) integrates ``integration_spectra`` in the
+    A source without a capture plan (a reader) integrates ``integration_spectra`` in the
     integrate block alone (a whole number of the X-engine's frames). ``xengine_spectra``:
     spectra per X-engine output frame (its ``integration_spectra``): needed where the source's
     header has no geometry to take P from (a recording's ``sample_layout``,
@@ -128,15 +128,15 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                          f"{', '.join(CHAIN_BLOCKS)})")
     rt = runtime(runtime_name)
     xspectra = None
-    layout = getattr(capture, "layout", None)  # a capture block's: spectra per frame, bits
-    if integration_spectra is not None and isinstance(layout, CapturePlan):
-        bits = layout.geometry.sample_bits if layout.geometry is not None else 8
-        xspectra, ninteg = split_integration(integration_spectra, layout.frame_spectra,
+    plan = getattr(capture, "plan", None)  # a capture block's: spectra per frame, bits
+    if integration_spectra is not None and isinstance(plan, CapturePlan):
+        bits = plan.geometry.sample_bits if plan.geometry is not None else 8
+        xspectra, ninteg = split_integration(integration_spectra, plan.frame_spectra,
                                              max_spectra_int32(bits))
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
                         backend_options=backend_options, core=cores.get("xengine"),
-                        overlap_capture=isinstance(layout, CapturePlan))
+                        overlap_capture=isinstance(plan, CapturePlan))
     length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
               else {"integration_spectra": integration_spectra})
     integ = rt.IntegrateBlock(x, **length, geometry=geometry, core=cores.get("integrate"))

@@ -111,7 +111,7 @@ class XEngineInput:
     #: inputs ``nchan_pkt`` 1 unless the header's geometry has groups that divide the channels.
     geometry: Geometry
     #: Spectra per output when the block is not given ``integration_spectra``: the header
-    #: geometry's P packets (as before layouts), None where the header has no geometry.
+    #: geometry's P packets, None where the header has no geometry.
     default_spectra: int | None
     #: The header key that described the layout (for logs).
     source: str

@@ -17,6 +17,10 @@ import struct
 import numba
 import numpy as np
 
+from . import numba_cache
+
+numba_cache.install()  # the cache=True loops below cache in the user cache
+
 _MAGIC = {b"\xd4\xc3\xb2\xa1": (False, 10**6), b"\xa1\xb2\xc3\xd4": (True, 10**6),
           b"\x4d\x3c\xb2\xa1": (False, 10**9), b"\xa1\xb2\x3c\x4d": (True, 10**9)}
 LINKTYPE_ETHERNET = 1

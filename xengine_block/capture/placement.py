@@ -85,6 +85,7 @@ from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
 from ..geometry import Geometry
+from . import numba_cache
 from .spead import FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
 
 #: Every capture counter, declared once: name -> description (docs/capture.md has the policy).
@@ -180,7 +181,7 @@ class _State(IntEnum):
     CAND_QFRAMES = 12  # its frames holding a quorum of votes
     CAND_ACCEPTED0 = 13  # ACCEPTED when it appeared
     NEPOCH = 14  # sequences recorded so far
-    # The layout's parameters (one compiled callback serves every layout and format: HeapGrid).
+    # The plan's parameters (one compiled callback serves every plan and format: HeapGrid).
     NSTREAM = 15  # source ids (our stream ids; MeerKAT feng_ids)
     NGROUP = 16
     NCHAN_PKT = 17  # channels per heap
@@ -607,6 +608,8 @@ _NSTAT = len(_Stat)
 _STOP = spead2.CTRL_STREAM_STOP
 _PAYLOAD_ID = PAYLOAD.id
 
+numba_cache.install()  # the cache=True loops below (and the callback) cache in the user cache
+
 
 @numba.njit(cache=True)
 def spead_chunks(nframes: int, kframes: int) -> int:
@@ -895,7 +898,7 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
 
 @functools.cache
 def _place_cfunc() -> Any:
-    """The compiled callback: one for every layout (its parameters are in the state), compiled
+    """The compiled callback: one for every plan (its parameters are in the state), compiled
     on first use and cached on disk by numba."""
     return numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
                                   types.CPointer(types.int64)), nopython=True,

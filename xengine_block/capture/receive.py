@@ -66,7 +66,7 @@ class CapturedFrame(NamedTuple):
     """One delivered frame."""
 
     time_tag: int  # spectrum index of its first spectrum
-    frame: np.ndarray  # int8 layout.frame_shape: ours [S, C, coarse, 2, fine] (ci4 no reim
+    frame: np.ndarray  # int8 plan.frame_shape: ours [S, C, coarse, 2, fine] (ci4 no reim
     #                    axis); MeerKAT [ant, C, spectra, pol, 2]
     mask: np.ndarray  # uint8 [S] or [S, G]: 1 where the stream's heap arrived
     new_sequence: bool  # first frame of a sequence (start, or after a resynchronisation)
@@ -95,8 +95,8 @@ class _PoolSlots:
     """Slots of the capture's own memory (no ring: :class:`Capture` iterated directly); a
     committed slot's memory is used again."""
 
-    def __init__(self, layout: CapturePlan) -> None:
-        self.layout = layout
+    def __init__(self, plan: CapturePlan) -> None:
+        self.plan = plan
         self._free: deque[tuple[np.ndarray, np.ndarray]] = deque()
         self._reserved: deque[tuple[np.ndarray, np.ndarray]] = deque()
 
@@ -104,9 +104,9 @@ class _PoolSlots:
         if self._free:
             slot = self._free.popleft()
         else:
-            data = np.empty(self.layout.chunk_bytes, np.uint8)
+            data = np.empty(self.plan.chunk_bytes, np.uint8)
             populate(data)  # faulted in now, not while the first packets arrive
-            slot = (data, np.zeros(self.layout.chunk_heaps, np.uint8))
+            slot = (data, np.zeros(self.plan.chunk_heaps, np.uint8))
         self._reserved.append(slot)
         return slot
 
@@ -124,20 +124,20 @@ class RingSlots:
     itself; where a heap carries several streams (MeerKAT's two pols) the mask slot is written
     from it when the slot is committed (a few bytes a frame)."""
 
-    def __init__(self, layout: CapturePlan, frames: Any, mask: Any) -> None:
-        self.grid = layout.grid
+    def __init__(self, plan: CapturePlan, frames: Any, mask: Any) -> None:
+        self.grid = plan.grid
         self.frames, self.mask = frames, mask
-        self.expand = layout.mask_bytes != layout.frame_heaps
-        self.chunk_heaps = layout.chunk_heaps
+        self.expand = plan.mask_bytes != plan.frame_heaps
+        self.chunk_heaps = plan.chunk_heaps
         self._masks: deque[tuple[np.ndarray, np.ndarray]] = deque()
 
     @classmethod
-    def for_rings(cls, layout: CapturePlan, writers: list[Any], gulp_nframe: int,
+    def for_rings(cls, plan: CapturePlan, writers: list[Any], gulp_nframe: int,
                   slot_writer: Any = SlotWriter) -> RingSlots:
         """Slot writers (``slot_writer``: ours, or Bifrost's) on the two rings' writers."""
-        n, k = slot_count(layout), layout.chunk_frames
-        return cls(layout, slot_writer(writers[0], layout.frame_bytes, n, gulp_nframe, k),
-                   slot_writer(writers[1], layout.mask_bytes, n, gulp_nframe, k))
+        n, k = slot_count(plan), plan.chunk_frames
+        return cls(plan, slot_writer(writers[0], plan.frame_bytes, n, gulp_nframe, k),
+                   slot_writer(writers[1], plan.mask_bytes, n, gulp_nframe, k))
 
     def reserve(self) -> tuple[np.ndarray, np.ndarray]:
         data, mask = self.frames.reserve(), self.mask.reserve()
@@ -176,8 +176,8 @@ class Capture:
     Parameters
     ----------
     source : :class:`UdpSource`, :class:`PcapSource` or :class:`InprocSource`.
-    layout : :class:`CapturePlan` (or pass its wire format, a Geometry or a
-        :class:`.meerkat.MeerkatFormat`, plus layout keywords).
+    plan : :class:`CapturePlan` (or pass its wire format, a Geometry or a
+        :class:`.meerkat.MeerkatFormat`, plus CapturePlan keywords).
     start_timestamp : first timestamp to deliver (rounded up to the alignment; the sequence is
         confirmed at once); None: the time policy finds the start (module docstring).
     copy : yield copies (safe to keep) instead of views valid until the next iteration.
@@ -191,35 +191,35 @@ class Capture:
         capture's own memory (iterate the capture).
     """
 
-    def __init__(self, source: Source, layout: CapturePlan | Geometry | MeerkatFormat, *,
+    def __init__(self, source: Source, plan: CapturePlan | Geometry | MeerkatFormat, *,
                  start_timestamp: int | None = None, copy: bool = False,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
                  spare_chunks: int = 4, slots: CaptureSlots | None = None,
-                 **layout_kw: Any) -> None:
-        if not isinstance(layout, CapturePlan):
-            layout = CapturePlan(layout, **layout_kw)
-        elif layout_kw:
-            raise TypeError(f"layout keywords {sorted(layout_kw)} given with a CapturePlan")
-        self.layout, self.source = layout, source
+                 **plan_kw: Any) -> None:
+        if not isinstance(plan, CapturePlan):
+            plan = CapturePlan(plan, **plan_kw)
+        elif plan_kw:
+            raise TypeError(f"CapturePlan keywords {sorted(plan_kw)} given with a CapturePlan")
+        self.plan, self.source = plan, source
         self.copy, self.idle_timeout = copy, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
-        self.slots: CaptureSlots = slots if slots is not None else _PoolSlots(layout)
-        self._off = layout.offsets
-        self._state = layout.new_state(start_timestamp)
-        self._bitmap = np.zeros(layout.nchunks * layout.frame_heaps, np.uint8)
+        self.slots: CaptureSlots = slots if slots is not None else _PoolSlots(plan)
+        self._off = plan.offsets
+        self._state = plan.new_state(start_timestamp)
+        self._bitmap = np.zeros(plan.nchunks * plan.frame_heaps, np.uint8)
         self._cand_bitmap = np.zeros_like(self._bitmap)
         self._state[_State.BITMAP] = self._bitmap.ctypes.data
         self._state[_State.CAND_BITMAP] = self._cand_bitmap.ctypes.data
-        config = layout.stream_config(memcpy=spead2.MEMCPY_NONTEMPORAL,
-                                      stop_on_stop_item=stop_on_end_heap)
+        config = plan.stream_config(memcpy=spead2.MEMCPY_NONTEMPORAL,
+                                    stop_on_stop_item=stop_on_end_heap)
         self._state[_State.STATS_BASE] = config.next_stat_index()
         for name in _CALLBACK_STATS:
             config.add_stat(_STAT_PREFIX + name)
         chunk_config = spead2.recv.ChunkStreamConfig(
-            items=list(_ITEMS), max_chunks=layout.spead_chunks,
-            place=layout.chunk_place(self._state))
-        self.nfree = layout.spead_chunks + spare_chunks  # free chunks spead2 is kept given
-        nslot = slot_count(layout, spare_chunks)
+            items=list(_ITEMS), max_chunks=plan.spead_chunks,
+            place=plan.chunk_place(self._state))
+        self.nfree = plan.spead_chunks + spare_chunks  # free chunks spead2 is kept given
+        nslot = slot_count(plan, spare_chunks)
         self.stream = spead2.recv.ChunkRingStream(
             spead2.ThreadPool(1), config, chunk_config, spead2.recv.ChunkRingbuffer(nslot),
             spead2.recv.ChunkRingbuffer(nslot))
@@ -267,7 +267,7 @@ class Capture:
         """Timestamp of the first frame of the current sequence (None until there is one)."""
         if self._state[_State.STATUS] < 0:
             return None
-        return int(self._state[_State.START]) * self.layout.timestamp_step
+        return int(self._state[_State.START]) * self.plan.timestamp_step
 
     # ---- lifetime
     def stop(self) -> None:
@@ -318,7 +318,7 @@ class Capture:
         frame None: nothing of a sequence (spead2's back-fill, a lane that lost, a start a
         quorum overruled: what it holds was placed there, so it counts as start_rejected)."""
         cid, state = chunk.chunk_id, self._state
-        fid = cid * self.layout.chunk_frames  # its first frame's id
+        fid = cid * self.plan.chunk_frames  # its first frame's id
         fast = self._fast  # the current sequence, until the callback records another
         if fast is not None and fid >= fast[1] and state[_State.NEPOCH] == fast[3]:
             return chunk, fast[0], fid - fast[2], sequence_frames(state, fast[0], fid)
@@ -358,8 +358,8 @@ class Capture:
         if self._started:
             raise RuntimeError("a Capture is delivered once")
         self._started = True
-        lay = self.layout
-        k = lay.chunk_frames
+        plan = self.plan
+        k = plan.chunk_frames
         current = -1  # record number of the sequence last delivered
         end = -1  # the frame after the last one delivered
         area_end = -1  # chunk id after the start-up area (known once a first chunk arrives)
@@ -400,10 +400,10 @@ class Capture:
                                         " (the F-engines restarted)" if restart else "")
                         current, end = number, frame_id + nframe
                         nheap = int(np.count_nonzero(present))
-                        if nheap < lay.chunk_heaps:  # zero missing heaps: no stale data
-                            data.reshape(lay.chunk_heaps, lay.heap_bytes)[present == 0] = 0
+                        if nheap < plan.chunk_heaps:  # zero missing heaps: no stale data
+                            data.reshape(plan.chunk_heaps, plan.heap_bytes)[present == 0] = 0
                         self._py["heaps"] += nheap
-                        self._py["missing"] += nframe * lay.frame_heaps - nheap
+                        self._py["missing"] += nframe * plan.frame_heaps - nheap
                         self._py["frames"] += nframe
                         self._py["sequences"] += new_sequence
                     yield Delivery(frame_id, new_sequence, data, present, nframe)
@@ -418,30 +418,30 @@ class Capture:
             self.slots.cancel()
 
     def __iter__(self) -> Iterator[CapturedFrame]:
-        lay = self.layout
+        plan = self.plan
         for d in self.deliveries():
             if d.frame_id is None:
                 continue
-            frames = d.data.view(np.int8).reshape(-1, *lay.frame_shape)
-            masks = lay.grid.mask(d.present)
+            frames = d.data.view(np.int8).reshape(-1, *plan.frame_shape)
+            masks = plan.grid.mask(d.present)
             for i in range(d.nframe):
                 frame, mask = frames[i], masks[i]
                 if self.copy:
                     frame, mask = frame.copy(), mask.copy()
-                yield CapturedFrame((d.frame_id + i) * lay.frame_spectra, frame, mask,
+                yield CapturedFrame((d.frame_id + i) * plan.frame_spectra, frame, mask,
                                     d.new_sequence and i == 0)
 
 
-def slot_pool(layout: CapturePlan) -> CaptureSlots:
+def slot_pool(plan: CapturePlan) -> CaptureSlots:
     """Slots of a capture's own memory (for outputs that copy frames out of them)."""
-    return _PoolSlots(layout)
+    return _PoolSlots(plan)
 
 
-def slot_count(layout: CapturePlan, spare: int = 4) -> int:
+def slot_count(plan: CapturePlan, spare: int = 4) -> int:
     """Slots a capture may hold reserved at once: spead2's window and ``spare`` free chunks,
     the start-up area (held until the start is decided) and the slot being delivered."""
-    return (layout.spead_chunks + spare
-            + layout.lanes * layout.max_ahead_frames // layout.chunk_frames + 1)
+    return (plan.spead_chunks + spare
+            + plan.lanes * plan.max_ahead_frames // plan.chunk_frames + 1)
 
 
 def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) -> Capture:
@@ -455,23 +455,23 @@ def capture_frames(source: Source, wire: Geometry | MeerkatFormat, **kw: Any) ->
 
 
 # ---------------------------------------------------------------------------- the block
-def capture_headers(layout: CapturePlan, array: ArrayDescription, *, time_tag: int,
+def capture_headers(plan: CapturePlan, array: ArrayDescription, *, time_tag: int,
                     sync_time: float, fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                     name: str) -> list[dict[str, Any]]:
     """The two output headers (frames, mask) of a capture sequence (docs/design.md, "Ring headers";
     a MeerKAT capture's frames ring carries the ``sample_layout`` of the header contract)."""
-    grid = layout.grid
+    grid = plan.grid
     if array.nstream != grid.nstream:
         raise ValueError(f"array has {array.nstream} streams, the capture {grid.nstream}")
-    tscale = [sync_time + time_tag / fs_hz, layout.frame_spectra / fs_hz]
+    tscale = [sync_time + time_tag / fs_hz, plan.frame_spectra / fs_hz]
     common = {"time_tag": time_tag, "sync_time": sync_time, "fs_hz": fs_hz,
-              "chan0": layout.chan0, "nchan": grid.nchan_heap * grid.ngroup,
+              "chan0": plan.chan0, "nchan": grid.nchan_heap * grid.ngroup,
               "freq0_hz": freq0_hz, "chan_bw_hz": chan_bw_hz, "nstream": grid.nstream,
               "array": array.to_dict()}
-    g = layout.geometry
+    g = plan.geometry
     if g is None:  # another wire format (MeerKAT): its own tensor and sample layout
-        common.update(layout.wire.header_fields())
-        tensor = layout.wire.tensor(tscale, freq0_hz, chan_bw_hz)
+        common.update(plan.wire.header_fields())
+        tensor = plan.wire.tensor(tscale, freq0_hz, chan_bw_hz)
     else:
         common["geometry"] = g.to_dict()
         tensor = {"dtype": g.frame_dtype, "shape": [-1, *g.frame_shape],
@@ -480,9 +480,9 @@ def capture_headers(layout: CapturePlan, array: ArrayDescription, *, time_tag: i
                   + [None] * (len(g.frame_shape) - 2),
                   "units": ["s", None, "Hz"] + [None] * (len(g.frame_shape) - 2)}
     frames = dict(common, name=name, _tensor=tensor)
-    mask_axes = ["time", "stream"] + (["chan_group"] if len(layout.mask_shape) == 2 else [])
+    mask_axes = ["time", "stream"] + (["chan_group"] if len(plan.mask_shape) == 2 else [])
     mask = dict(common, name=f"{name}.mask", _tensor={
-        "dtype": "u8", "shape": [-1, *layout.mask_shape], "labels": mask_axes,
+        "dtype": "u8", "shape": [-1, *plan.mask_shape], "labels": mask_axes,
         "scales": [tscale] + [None] * (len(mask_axes) - 1),
         "units": ["s"] + [None] * (len(mask_axes) - 1)})
     return [frames, mask]
@@ -508,7 +508,7 @@ class _RingOutput:
 
     def __init__(self, block: CaptureBlock, orings: list[RingWriter]) -> None:
         self.block, self.orings = block, orings
-        self.slots = RingSlots.for_rings(block.layout, orings, block.gulp_nframe)
+        self.slots = RingSlots.for_rings(block.plan, orings, block.gulp_nframe)
         self._stack: ExitStack | None = None
 
     def begin(self, headers: list[dict[str, Any]]) -> None:
@@ -561,13 +561,13 @@ class CaptureBlock(SourceBlock):
         default_gulp = wire.npacket if isinstance(wire, Geometry) else 1
         super().__init__(self.sources, gulp_nframe or default_gulp, **kwargs)
         self.orings = [self.create_ring(), self.create_ring()]
-        self.layout = CapturePlan(wire, chan0=chan0, window=window, align=align,
-                                    max_ahead=max_ahead, quorum=quorum,
-                                    resync_frames=resync_frames,
-                                    frames_per_chunk=frames_per_chunk)
-        if array.nstream != self.layout.grid.nstream:
+        self.plan = CapturePlan(wire, chan0=chan0, window=window, align=align,
+                                max_ahead=max_ahead, quorum=quorum,
+                                resync_frames=resync_frames,
+                                frames_per_chunk=frames_per_chunk)
+        if array.nstream != self.plan.grid.nstream:
             raise ValueError(f"array has {array.nstream} streams, "
-                             f"the capture's wire format {self.layout.grid.nstream}")
+                             f"the capture's wire format {self.plan.grid.nstream}")
         self.array = array
         self.sky = {"sync_time": float(sync_time), "fs_hz": float(fs_hz),
                     "freq0_hz": float(freq0_hz), "chan_bw_hz": float(chan_bw_hz)}
@@ -575,7 +575,7 @@ class CaptureBlock(SourceBlock):
         self.stop_on_end_heap = stop_on_end_heap
         self._capture: Capture | None = None
         self._totals = dict.fromkeys(COUNTERS, 0)
-        self._stops = np.zeros(self.layout.grid.nsource, np.int64)
+        self._stops = np.zeros(self.plan.grid.nsource, np.int64)
         #: Set once the first source's receiver is attached (its placement callback compiled
         #: and its socket read): senders in the same process wait on it so nothing is lost to
         #: start-up.
@@ -615,11 +615,11 @@ class CaptureBlock(SourceBlock):
 
     def capture_into(self, out: CaptureOutput, counters: BlockCounters) -> None:
         """Capture every source in turn into ``out`` (both runtimes' main)."""
-        frame_nbyte = self.layout.frame_bytes + self.layout.mask_bytes
+        frame_nbyte = self.plan.frame_bytes + self.plan.mask_bytes
         for source in self.sources:
             if self.shutdown_event.is_set():
                 return
-            cap = Capture(source, self.layout, start_timestamp=self.start_timestamp,
+            cap = Capture(source, self.plan, start_timestamp=self.start_timestamp,
                           idle_timeout=self.idle_timeout,
                           stop_on_end_heap=self.stop_on_end_heap, slots=out.slots)
             self._capture = cap
@@ -632,8 +632,8 @@ class CaptureBlock(SourceBlock):
                         out.end()  # space between sequences
                         continue
                     if d.new_sequence:
-                        t = d.frame_id * self.layout.frame_spectra
-                        out.begin(capture_headers(self.layout, self.array, time_tag=t,
+                        t = d.frame_id * self.plan.frame_spectra
+                        out.begin(capture_headers(self.plan, self.array, time_tag=t,
                                                   name=f"capture-{t}", **self.sky))
                     counters.add(frames=d.nframe, bytes=d.nframe * frame_nbyte)
                     if self.shutdown_event.is_set():

@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' parsers of ``parser`` (a :func:`build_parser`), by name, in the order
+    ``--help`` lists them: for what renders or checks every subcommand's help."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)  # argparse keeps them there, with no public accessor
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

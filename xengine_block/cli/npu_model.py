@@ -35,7 +35,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 @command("npu-model", "the NPU plan's predicted rate (modelled, not measured) as JSON", _args)
 def run(a: argparse.Namespace) -> int:
-    from ..backends.npu import host_schedule, predicted
+    from ..backends.npu import predicted
     from ..npu import perfmodel, perftrace
     from ..npu.plan import build_plan
 
@@ -50,21 +50,15 @@ def run(a: argparse.Namespace) -> int:
                                           f"{g.npu_block} block; got {a.nstream}")
         if a.bits != 8:
             raise UsageError("--bits", "the published design reads ci8 only")
-        plan = build_plan(g)
-        schedule = perfmodel.published_schedule(plan)
-        pred = perfmodel.predict(plan, a.device, schedule)
+        pred = perfmodel.predict(build_plan(g), a.device)  # the published host by default
     else:
         pred = predicted(g, a.device)
-        plan, schedule = pred.plan, host_schedule(g)
     result = pred.to_dict()
     result["predicted_not_measured"] = True
-    result["design_changes"] = perfmodel.design_changes(plan, a.device, schedule)
-    result["made_changes"] = perfmodel.made_changes(plan, a.device, schedule)
+    result["design_changes"] = perfmodel.design_changes(pred)
+    result["made_changes"] = perfmodel.made_changes(pred)
     if a.design == "published" and a.device == "xdna2":
-        result["published_measured"] = {
-            key: {"measured": perfmodel.figure(f"published_{key}"), "predicted": result[key],
-                  "ratio": result[key] / perfmodel.figure(f"published_{key}")}
-            for key in ("msps", "calls_per_s", "tops", "kernel_cycles")}
+        result["published_measured"] = perfmodel.published_comparison(pred)
         result["published_bottleneck"] = perfmodel.PUBLISHED_BOTTLENECK
     if a.trace is not None:
         a.trace.write_text(json.dumps(perftrace.chrome_trace(pred, a.trace_calls)) + "\n")

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..geometry import NIBBLE_ORDERS, SAMPLE_BITS, SEED, Geometry, small_test_geometry
-from .cache import cache_dir
+from ..geometry import NIBBLE_ORDERS, PUBLISHED, SAMPLE_BITS, Geometry, small_test_geometry
+from ..user_cache import cache_dir
 from .plan import MAX_NPACKET
 
 #: Environment variable naming a build directory (or a root of ``<tag>/`` directories).
@@ -38,13 +39,27 @@ INSTR_GROUP, A_GROUP, B_GROUP, OUT_GROUP = 1, 3, 4, 5
 
 #: Geometries the build makes by name: the published design and the small test geometry (32-stream
 #: blocks on a 2 x 4 array), which the tests use and which builds and runs in seconds.
-NAMED_GEOMETRIES = {"seed": SEED, "small": small_test_geometry()}
+NAMED_GEOMETRIES = {"published": PUBLISHED, "small": small_test_geometry()}
+#: Old names of :data:`NAMED_GEOMETRIES`, accepted for one release with a warning.
+RENAMED_GEOMETRIES = {"seed": "published"}
+
+
+def geometry_name(name: str) -> str:
+    """``name``, or the current name of an old one (warning: FutureWarning, which Python shows
+    to a command's user, as ``--geometry`` is typed by one)."""
+    if name in RENAMED_GEOMETRIES:
+        new = RENAMED_GEOMETRIES[name]
+        warnings.warn(f"geometry {name!r} is now {new!r}; the old name will be removed in the "
+                      "next release", FutureWarning, stacklevel=2)
+        return new
+    return name
 
 
 def named_geometry(name: str, npacket: int | None = None, sample_bits: int = 8,
                    nibble_order: str = "re_high") -> Geometry:
-    """A geometry of :data:`NAMED_GEOMETRIES`, optionally with another P, or ci4
-    (``sample_bits=4``) in either nibble order."""
+    """A geometry of :data:`NAMED_GEOMETRIES` (or an old name of one), optionally with another
+    P, or ci4 (``sample_bits=4``) in either nibble order."""
+    name = geometry_name(name)
     if name not in NAMED_GEOMETRIES:
         raise ValueError(f"unknown geometry {name!r}; choose one of {sorted(NAMED_GEOMETRIES)}")
     g = NAMED_GEOMETRIES[name]
@@ -58,7 +73,8 @@ def named_geometry(name: str, npacket: int | None = None, sample_bits: int = 8,
 def add_geometry_arguments(p: argparse.ArgumentParser, default: str, *extra: str) -> None:
     """``--geometry`` (a name of :data:`NAMED_GEOMETRIES` or ``extra``), ``--npacket``,
     ``--bits`` and ``--nibble-order``: the options of the build and design scripts."""
-    p.add_argument("--geometry", choices=[*sorted(NAMED_GEOMETRIES), *extra], default=default)
+    p.add_argument("--geometry", type=geometry_name, choices=[*sorted(NAMED_GEOMETRIES), *extra],
+                   default=default)
     p.add_argument("--npacket", type=int, help="packets per NPU call (default: the geometry's)")
     p.add_argument("--bits", type=int, choices=SAMPLE_BITS, default=8,
                    help="bits per re/im part: 8 (ci8) or 4 (ci4, sent packed and unpacked on "

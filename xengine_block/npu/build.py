@@ -13,8 +13,8 @@ directory, :func:`~.artifacts.default_build_root`, the last place the ``npu`` ba
 4. ``build.json``: the design geometry, the pinned mlir-aie release, the installed mlir-aie and
    the aiecc generation used; the backend checks the geometry before loading.
 
-    python -m xengine_block.npu.build                   # seed and small geometries
-    python -m xengine_block.npu.build --geometry seed --npacket 68
+    python -m xengine_block.npu.build                   # published and small geometries
+    python -m xengine_block.npu.build --geometry published --npacket 68
     python -m xengine_block.npu.build --bits 4 --nibble-order re_low   # ci4 designs
     python -m xengine_block.npu.build --check           # only report the toolchain
     python -m xengine_block.npu.build --dry-run         # print the commands, run nothing

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..geometry import BLOCK
-from .cache import cache_dir
+from ..user_cache import cache_dir
 from .plan import KERNEL_FUNC_CI4
 
 #: The kernel's sources: package data beside this module.

@@ -23,7 +23,8 @@ COMPUTE_TILE_MEMORY = 64 * 1024
 #: Stack the linker reserves at the base of every compute tile's data memory.
 COMPUTE_TILE_STACK = 1024
 #: Compute-tile memory banks as 512-bit accesses see them: 4 banks of 16 KiB laid out one
-#: after another (8 banks of 8 KiB interleaved in pairs; seed post, "Memory bank conflicts").
+#: after another (8 banks of 8 KiB interleaved in pairs; the published post, "Memory bank
+#: conflicts").
 #: Two buffers the kernel streams at once in one bank cost a stall per conflicting access.
 COMPUTE_TILE_BANK_BYTES = 16 * 1024
 BANK_CONFLICT = "BANK_CONFLICT"

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..triangle import full_int8_tops, triangle_int8_tops
 from .plan import (
     ELEM_BYTES,
     MM2S,
@@ -55,15 +56,21 @@ from .plan import (
 
 HARDWARE = "hardware"  # a manual, the device model, or the published post's hardware facts
 MEASURED = "measured"  # measured on hardware (the published benchmarks and trace, XRT issues)
-#: measured by this project on its CI machine (not a Ryzen host); the docs say what to redo
+#: measured by this project's benchmarks on a CPU that is not a Ryzen host (the source names
+#: the results file); docs/npu.md says what to measure on a Ryzen host instead
 MEASURED_HERE = "measured here"
 
 POST = "D. Estévez, \"X-engine correlator on a Ryzen NPU\""
 AM027 = "AMD AM027, Versal AIE-ML v2 Architecture Manual"
 TARGET_MODEL = "Xilinx/mlir-aie include/aie/Dialect/AIE/IR/AIETargetModel.h"
 UG1603 = "AMD UG1603, AI Engine-ML Kernel and Graph Programming Guide"
-HOST_PASSES = ("benchmarks/bench_npu_host_passes.py, one thread on this project's 2-core Xeon "
-               "CI VM (benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json)")
+#: The results file the host passes' rates are taken from (an Intel Xeon of CPU class
+#: intel-avx512vnni), and the figure each of its passes gives.
+HOST_PASSES_RESULTS = "benchmarks/results/intel-avx512vnni/bench_npu_host_passes.json"
+HOST_PASS_FIGURES = {"copy": "host_copy_bytes_per_s", "ci4_unpack": "host_ci4_unpack_bytes_per_s",
+                     "place": "host_place_bytes_per_s"}
+HOST_PASSES = (f"benchmarks/bench_npu_host_passes.py, one thread of an intel-avx512vnni Xeon "
+               f"({HOST_PASSES_RESULTS}, to 3 significant figures)")
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ FIGURES: dict[str, Figure] = {
                                     f"frames regrouped into an input buffer (hostio.npu_input), "
                                     f"bytes written; {HOST_PASSES}"),
     "host_ci4_unpack_bytes_per_s": Figure(2.70e9, "B/s/core", MEASURED_HERE,
-                                          f"ci4 frames unpacked to int8 (layout.unpack_frames), "
+                                          f"ci4 frames unpacked to int8 (frames.unpack_frames), "
                                           f"ci4 bytes read; {HOST_PASSES}"),
     "host_place_bytes_per_s": Figure(1.59e9, "B/s/core", MEASURED_HERE,
                                      f"one call's output placed in the triangle "
@@ -162,6 +169,9 @@ FIGURES: dict[str, Figure] = {
 
 #: The limit the published post names: input, at the NPU's measured DDR ingest rate.
 PUBLISHED_BOTTLENECK = "ddr"
+#: The published measurements (``published_<key>`` in :data:`FIGURES`) a prediction of the
+#: published design is compared with, by :class:`Prediction` attribute.
+PUBLISHED_KEYS = ("msps", "calls_per_s", "tops", "kernel_cycles")
 
 
 def figure(name: str) -> float:
@@ -437,6 +447,14 @@ class HostSchedule:
         return dataclasses.replace(self, **changes)
 
 
+def published_comparison(pred: Prediction) -> dict[str, dict[str, float]]:
+    """``pred`` (the published design on xdna2) beside what its author measured: per
+    :data:`PUBLISHED_KEYS` key the measured and predicted values and their ratio."""
+    return {key: {"measured": figure(f"published_{key}"), "predicted": getattr(pred, key),
+                  "ratio": getattr(pred, key) / figure(f"published_{key}")}
+            for key in PUBLISHED_KEYS}
+
+
 def published_schedule(plan: NpuPlan) -> HostSchedule:
     """The published benchmark's host (x-engine/benchmark.cc): pre-generated inputs, a sync
     thread syncing separate A and B buffers for every call, a C++ launch thread that waits on
@@ -573,13 +591,12 @@ class Prediction:
     def tops(self) -> float:
         """int8 ops per second the array executes (full blocks, 2 ops per MAC), in TOPS."""
         g = self.plan.geometry
-        return 8 * g.npu_block_a * g.npu_block_b * self.schedule.npu_calls * self.msps / 1e6
+        return self.schedule.npu_calls * full_int8_tops(self.msps, g.npu_block_a, g.npu_block_b)
 
     @property
     def tops_useful(self) -> float:
         """The Hermitian triangle's useful int8 TOPS: 8 S(S+1)/2 ops per sample time."""
-        s = self.schedule.nstream
-        return 8 * s * (s + 1) / 2 * self.msps / 1e6
+        return triangle_int8_tops(self.msps, self.schedule.nstream)
 
     @property
     def device_s(self) -> float:
@@ -615,10 +632,10 @@ class Prediction:
         if self.device.host is None:
             notes.append("PL-fed array: the PL's buffering, re-reads of a block for several "
                          "block pairs, and control are not modelled")
-        if any(FIGURES[n].kind == MEASURED_HERE for n in _HOST_PASS_FIGURES) and (
+        if any(FIGURES[n].kind == MEASURED_HERE for n in HOST_PASS_FIGURES.values()) and (
                 self.schedule.fill or self.schedule.place) and self.device.host is not None:
-            notes.append("host copy / unpack / placement rates were measured on this "
-                         "project's CI VM, not on a Ryzen host")
+            notes.append("host copy / unpack / placement rates were measured on an "
+                         f"intel-avx512vnni Xeon ({HOST_PASSES_RESULTS}), not on a Ryzen host")
         return notes
 
     def to_dict(self) -> dict:
@@ -655,10 +672,6 @@ class Prediction:
                          "tile_t": g.tile_t, "rows": g.rows, "cols": g.cols},
             "caveats": self.caveats(),
         }
-
-
-_HOST_PASS_FIGURES = ("host_copy_bytes_per_s", "host_ci4_unpack_bytes_per_s",
-                      "host_place_bytes_per_s")
 
 
 def _samples(plan: NpuPlan) -> int:
@@ -806,13 +819,13 @@ DESIGN_CHANGES = (
 MIN_GAIN = 0.005
 
 
-def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
-    """The :data:`DESIGN_CHANGES` not yet made that would raise the rate of ``plan`` on their
-    own (by more than :data:`MIN_GAIN`), each with its predicted rate and gain, largest first;
-    then, where it adds to them, every applicable change that does not lower the rate, together
-    (a change can matter only once another has moved the bottleneck)."""
-    dev = DEVICES[device] if isinstance(device, str) else device
-    base = predict(plan, dev, schedule)
+def design_changes(base: Prediction) -> list[dict]:
+    """The :data:`DESIGN_CHANGES` not yet made that would raise the rate of ``base`` (a
+    :func:`predict` of a plan on a device driven by a schedule) on their own (by more than
+    :data:`MIN_GAIN`), each with its predicted rate and gain, largest first; then, where it adds
+    to them, every applicable change that does not lower the rate, together (a change can
+    matter only once another has moved the bottleneck)."""
+    plan, dev, schedule = base.plan, base.device, base.schedule
     found, together = [], []
     for change in DESIGN_CHANGES:
         if change.made or not change.applies(schedule, dev):
@@ -840,12 +853,11 @@ def design_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) 
     return found
 
 
-def made_changes(plan: NpuPlan, device: Device | str, schedule: HostSchedule) -> list[dict]:
-    """The made :data:`DESIGN_CHANGES` that apply to ``plan``, each with the predicted rate of
-    ``plan`` and the rate, gain and bottleneck of the design without the change
+def made_changes(base: Prediction) -> list[dict]:
+    """The made :data:`DESIGN_CHANGES` that apply to ``base``'s plan and schedule, each with
+    ``base``'s rate and the rate, gain and bottleneck of the design without the change
     (:meth:`DesignChange.undone`)."""
-    dev = DEVICES[device] if isinstance(device, str) else device
-    base = predict(plan, dev, schedule)
+    plan, dev, schedule = base.plan, base.device, base.schedule
     made = []
     for change in DESIGN_CHANGES:
         if not (change.made and change.applies(schedule, dev)):

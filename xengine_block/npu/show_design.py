@@ -3,10 +3,10 @@
 The design is generated from the same ``NpuPlan`` the emulator verifies, by
 ``xengine_block/npu/design.py``; this script only parses arguments::
 
-    python -m xengine_block.npu.show_design --geometry seed > design.mlir  # needs mlir_aie
+    python -m xengine_block.npu.show_design --geometry published > design.mlir  # needs mlir_aie
     python -m xengine_block.npu.show_design --geometry small --calls  # API calls; no mlir-aie
-    python -m xengine_block.npu.show_design --geometry seed --report  # per-tile memory, BDs
-    python -m xengine_block.npu.show_design --geometry seed --bits 4 --calls  # the ci4 design
+    python -m xengine_block.npu.show_design --geometry published --report  # per-tile memory, BDs
+    python -m xengine_block.npu.show_design --geometry published --bits 4 --calls  # ci4 design
 
 :mod:`.build` runs this step and the rest of the build.
 """
@@ -24,7 +24,7 @@ from .design import MlirAieUnavailable, design_calls, format_calls, to_mlir
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_geometry_arguments(p, "seed")
+    add_geometry_arguments(p, "published")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--calls", action="store_true",
                       help="print the recorded mlir-aie calls instead of MLIR (no mlir-aie)")

@@ -38,7 +38,7 @@ def populate(buf: np.ndarray) -> None:
     lo, hi = start - start % page, end - end % page  # whole pages, all mapped (lo's holds buf)
     # Huge pages where the kernel lends them on request: 512 times fewer faults (populating is
     # several times faster in 2 MiB pages than in 4 KiB ones) and fewer TLB misses for readers
-    # striding through frames. Refused (another allocator's memory, THP off): 4 KiB pages as before.
+    # striding through frames. Refused (another allocator's memory, THP off): 4 KiB pages.
     hlo, hhi = -(-start // _HUGE) * _HUGE, end - end % _HUGE
     if hhi > hlo:
         _libc.madvise(ctypes.c_void_p(hlo), ctypes.c_size_t(hhi - hlo), _MADV_HUGEPAGE)

@@ -98,7 +98,7 @@ def frozen_heap() -> Iterator[None]:
     Python's garbage collection (``gc.freeze``; given back when the last one ends, so nested
     and concurrent uses share one freeze). A full collection walks every object of the process,
     and with astropy, h5py and numba imported one takes tens of milliseconds, every thread stopped
-    meanwhile: the capture's, the X-engine's. What is made inside is collected as before. A
+    meanwhile: the capture's, the X-engine's. What is made inside is collected as usual. A
     freeze already in place (someone else's) is left as it is, and not thawed here either.
 
     The collector is the whole process's, so freezing it is the application's choice, never

@@ -47,9 +47,9 @@ class CorrelatorCollector(Collector):
     """Reads a running service's capture, blocks, rings and writer on each scrape."""
 
     def __init__(self, capture: Any, chain: Any, blocks: list[Any],
-                 reloads: dict[str, int] | None = None) -> None:
+                 reloads: dict[str, int]) -> None:
         self.capture, self.chain, self.blocks = capture, chain, blocks
-        self.reloads = reloads  # SIGHUP outcomes -> count (the service's), None: none kept
+        self.reloads = reloads  # SIGHUP outcome (config.RELOAD_RESULTS) -> count, the service's
         self.start_time = time.time()
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, float]] = {}  # block -> (time, frames)
@@ -118,13 +118,12 @@ class CorrelatorCollector(Collector):
         m.add_metric([], output_bytes(files))
         yield m
 
-        if self.reloads is not None:
-            m = CounterMetricFamily(f"{NAMESPACE}_config_reloads", "SIGHUPs by outcome: "
-                                    + "; ".join(f"{k}: {v}" for k, v in RELOAD_RESULTS.items()),
-                                    labels=["result"])
-            for result, n in self.reloads.items():
-                m.add_metric([result], n)
-            yield m
+        m = CounterMetricFamily(f"{NAMESPACE}_config_reloads", "SIGHUPs by outcome: "
+                                + "; ".join(f"{k}: {v}" for k, v in RELOAD_RESULTS.items()),
+                                labels=["result"])
+        for result, n in self.reloads.items():
+            m.add_metric([result], n)
+        yield m
         sky = getattr(self.capture, "sky", None)
         if sky is not None:
             m = GaugeMetricFamily(f"{NAMESPACE}_sync_time_seconds", "F-engine sync time (unix) "

@@ -1,7 +1,8 @@
-"""Where NPU build outputs go: a per-user cache directory, never the installation.
+"""Where build outputs go: a per-user cache directory, never the installation.
 
-What is built here (the host-compiled AIE kernel, the C++ NPU ring, xclbins) is derived from
-sources that ship inside the package, so it can always be rebuilt and belongs in a cache:
+What the package builds at run time (the host-compiled AIE kernel, the C++ NPU ring, xclbins,
+numba's compiled capture and pcap loops) is derived from sources that ship inside the package,
+so it can always be rebuilt and belongs in a cache:
 ``$XENGINE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/xengine_block``, else
 ``~/.cache/xengine_block`` (the XDG base directory convention). The directory is looked up on
 each call, so a change of the environment variable takes effect at once.
