@@ -23,7 +23,6 @@ MOVED: dict[str, str] = {
     "xengine_block.layout": "xengine_block.frames",
     "xengine_block.chain": "xengine_block.blocks.chain",
     "xengine_block.blocks.xengine_input": "xengine_block.blocks.headers",
-    "xengine_block.bifrost.correlate": "xengine_block.bifrost.correlate_dropin",
     "xengine_block.readers.correlate": "xengine_block.reprocess.recording_correlator",
     "xengine_block.service.correlate": "xengine_block.service.live",
     "xengine_block.service.sources": "xengine_block.service.endpoints",

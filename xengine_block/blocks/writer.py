@@ -29,7 +29,6 @@ visibility_orders.as_triangle`), without a valid-counts input (every spectrum co
 
 from __future__ import annotations
 
-import errno
 import logging
 import time
 from pathlib import Path
@@ -234,7 +233,7 @@ class UVH5WriterLogic(BlockLogic):
         if self.write_error is not None:
             log.warning("%s: writing again, into %s, after %d dumps not written (%s)",
                         self.name, self._writer.path, self.dumps_not_written - self._failed_from,
-                        errno_name(self.write_error))
+                        self.write_error.errno_symbol)
             self.write_error = None
         if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
             self._close()
@@ -270,11 +269,6 @@ class UVH5WriterLogic(BlockLogic):
 
     def on_sequence_end(self, iseqs: list) -> None:
         self._close()
-
-
-def errno_name(exc: OSError) -> str:
-    """``ENOSPC``, ``EIO``...: the symbol of an OSError's errno."""
-    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
 
 
 class UVH5WriterBlock(UVH5WriterLogic, MultiTransformBlock):

@@ -441,8 +441,13 @@ class UVH5WriteError(OSError):
     def __reduce__(self) -> tuple:
         return type(self), (self.errno, self.strerror, self.filename, self.ndump)
 
+    @property
+    def errno_symbol(self) -> str:
+        """``ENOSPC``, ``EIO``...: the symbol of the errno."""
+        return errno.errorcode.get(self.errno or 0, str(self.errno))
+
     def __str__(self) -> str:
-        name = errno.errorcode.get(self.errno, "?")
+        name = self.errno_symbol
         kept = ("no dump was complete, no file left" if self.ndump is None else
                 f"the file keeps the {self.ndump} dumps written before")
         return (f"writing {self.filename} failed: [Errno {self.errno} {name}] {self.strerror}; "

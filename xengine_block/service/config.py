@@ -216,7 +216,8 @@ KEYS: tuple[Key, ...] = (
     Key("band", "freq0_hz", positive_float, REQUIRED, "centre frequency of the band's channel 0"),
     Key("band", "chan_bw_hz", positive_float, None, "channel width (default: fs_hz)"),
     Key("capture", "sources", udp_endpoints, REQUIRED,
-        "udp://ADDRESS:PORT, one or more (a multicast group is joined on 'interface')"),
+        "udp://ADDRESS:PORT, one or more (a multicast group is joined on 'interface'); the "
+        "flag is repeated for more", flag_name="source"),
     Key("capture", "interface", ipv4, None, "IPv4 address of the NIC that joins multicast groups"),
     Key("capture", "format", capture_format, "xengine",
         "F-engine packets: xengine (ours: docs/design.md, 'SPEAD items') or meerkat (MeerKAT "
@@ -373,7 +374,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     """One flag per key (default None: the config file's value, else the key's default)."""
     for k in KEYS:
         if k.name == "sources":
-            p.add_argument("--source", dest="sources", action="append", type=udp_endpoint,
+            p.add_argument(k.flag, dest="sources", action="append", type=udp_endpoint,
                            metavar="udp://ADDR:PORT",
                            help=f"[{k.dotted}] {k.help}; repeat for more (replaces the file's)")
         elif k.parse is boolean:
