@@ -88,13 +88,8 @@ static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const x
     }
 }
 
-/* Sum of Y row m of block i since the last write-out: the lanes of the biased sums less the
- * bias of every K-step packed (zero padding included, as the products saw it). */
-static int64_t row_sum(const xe_work *w, int i, int m)
-{
-    const int64_t *v = w->rowsum + ((size_t)i * 16 + m) * 8;
-    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] - 128L * XE_KSTEP * w->ntiles;
-}
+/* Sum of Y row m of block i since the last write-out (the packing's lane m). */
+static int64_t row_sum(const xe_work *w, int i, int m) { return w->rowsum[(size_t)i * 16 + m]; }
 
 /* Add one thread's accumulators for channel c into the packed triangle (locked). */
 static void flush(xe_job *job, const xe_work *w, int c)
@@ -146,7 +141,7 @@ static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
     w->a = aligned_alloc(64, ybytes);
     w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
     w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-    w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
+    w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * sizeof(int32_t));
     w->rows = p->lay ? malloc((size_t)p->kt * XE_KSTEP * sizeof *w->rows) : NULL;
     if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum || (p->lay && !w->rows)) {
         work_free(w);
@@ -212,8 +207,6 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
             xe_pack_b_avx512(p, w, whole, un->nt, 2 * L, 2 * L + 2, job->bias);
 #endif
     }
-    if (convert)
-        w->ntiles += un->nt;
     if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);
     if (convert && next && !p->lay)
@@ -242,8 +235,7 @@ static void *worker(void *arg)
             if (cur >= 0 && !job->layout_only)
                 flush(job, &w, cur);
             memset(w.acc, 0, (size_t)p->nsp * 4 * XE_TILE_BYTES);
-            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * 8 * sizeof(int64_t));
-            w.ntiles = 0;
+            memset(w.rowsum, 0, (size_t)p->nb8 * 16 * sizeof(int32_t));
             cur = un.c;
         }
         process_unit(job, &w, &un, have_next ? &next : NULL,

@@ -90,21 +90,16 @@ XE_AVX512_TARGET void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, l
 }
 
 /* 16 x 16 transpose of 32-bit elements: the Y tile's 16 rows r (in registers) [16 rows][16
- * k-quads] -> VNNI [16 k-quads][16 rows][4] at dst; with bias, xor 0x80 (the +128 bias of the
- * unsigned vpdpbusd operand) and add each row's biased byte sums (vpsadbw, 8 lanes) into
- * rowsum[16][8] while it is in a register: the VNNI correction then costs no pass over the
- * tiles. */
+ * k-quads] -> VNNI [16 k-quads][16 rows][4] at dst, xor'd with bias (0x80: the +128 of the
+ * unsigned vpdpbusd operand; 0: none). With sums (VNNI), each packed vector (lane m: 4 bytes
+ * of row m) is also summed into lane m of *sums before the bias: the exact row sums of the
+ * tile, kept in a register by the caller across its K-steps, so the VNNI correction costs no
+ * pass over the tiles and no memory traffic. vpmaddubsw(1, x) adds byte pairs into int16
+ * (|sum| <= 256, no saturation); 16 of them stay within +-2^12; vpmaddwd(1, .) then gives int32. */
 static inline XE_AVX512_TARGET void pack_rows(__m512i *r, int8_t *dst, __m512i bias,
-                                              int64_t *rowsum)
+                                              __m512i *sums)
 {
     __m512i t[16];
-    if (rowsum)
-        for (int i = 0; i < 16; i++) {
-            __m512i *acc = (__m512i *)(rowsum + 8 * i);
-            const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(r[i], bias),
-                                                _mm512_setzero_si512());
-            _mm512_store_si512(acc, _mm512_add_epi64(_mm512_load_si512(acc), sad));
-        }
     for (int i = 0; i < 8; i++) {  /* per 128-bit lane l: rows (2i, 2i+1) x cols 4l.. */
         t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
@@ -120,11 +115,20 @@ static inline XE_AVX512_TARGET void pack_rows(__m512i *r, int8_t *dst, __m512i b
         const __m512i y1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xee);
         const __m512i y2 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44);
         const __m512i y3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xee);
-        _mm512_storeu_si512(dst + 64 * (0 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y0, y2, 0x88), bias));
-        _mm512_storeu_si512(dst + 64 * (4 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y0, y2, 0xdd), bias));
-        _mm512_storeu_si512(dst + 64 * (8 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y1, y3, 0x88), bias));
-        _mm512_storeu_si512(dst + 64 * (12 + q), _mm512_xor_si512(_mm512_shuffle_i32x4(y1, y3, 0xdd), bias));
+        t[0 + q] = _mm512_shuffle_i32x4(y0, y2, 0x88);
+        t[4 + q] = _mm512_shuffle_i32x4(y0, y2, 0xdd);
+        t[8 + q] = _mm512_shuffle_i32x4(y1, y3, 0x88);
+        t[12 + q] = _mm512_shuffle_i32x4(y1, y3, 0xdd);
     }
+    if (sums) {
+        const __m512i one8 = _mm512_set1_epi8(1);
+        __m512i s16 = _mm512_maddubs_epi16(one8, t[0]);
+        for (int q = 1; q < 16; q++)
+            s16 = _mm512_add_epi16(s16, _mm512_maddubs_epi16(one8, t[q]));
+        *sums = _mm512_add_epi32(*sums, _mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
+    }
+    for (int q = 0; q < 16; q++)
+        _mm512_storeu_si512(dst + 64 * q, _mm512_xor_si512(t[q], bias));
 }
 
 /* VNNI-pack K-steps [t0, t1) of blocks [i0, i1) of the chunk's Y tiles. */
@@ -133,14 +137,18 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int
 {
     const size_t blk = xe_block_bytes(p);
     const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
-    for (int i = i0; i < i1; i++)
+    for (int i = i0; i < i1 && t0 < t1; i++) {
+        __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;
         for (int t = t0; t < t1; t++) {
             const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
             __m512i r[16];
             for (int m = 0; m < 16; m++)
                 r[m] = _mm512_loadu_si512(w->a + o + 64 * m);
-            pack_rows(r, w->b + o, x, bias ? w->rowsum + (size_t)i * 16 * 8 : NULL);
+            pack_rows(r, w->b + o, x, bias ? &sums : NULL);
         }
+        if (bias)
+            _mm512_store_si512(w->rowsum + (size_t)i * 16, sums);
+    }
 }
 
 /* Frames -> Y tiles and their VNNI packing in one pass: the first nt (whole) K-steps of the
@@ -168,7 +176,7 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
         }
         long q = un->g0 % p->ncoarse;  /* group within the packet, shared by the streams */
         int8_t *a = w->a + (size_t)i * blk, *b = w->b + (size_t)i * blk;
-        int64_t *rowsum = bias ? w->rowsum + (size_t)i * 16 * 8 : NULL;
+        __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;
         for (int t = 0; t < nt; t++) {
             const int8_t *h0[8], *h1[8];
             for (int half = 0; half < 2; half++) {
@@ -202,8 +210,10 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
                 }
             for (int m = 0; m < 16; m++)
                 _mm512_store_si512(at + 64 * m, r[m]);
-            pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, rowsum);
+            pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, bias ? &sums : NULL);
         }
+        if (bias)
+            _mm512_store_si512(w->rowsum + (size_t)i * 16, sums);
     }
 }
 #endif

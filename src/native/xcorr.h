@@ -85,10 +85,9 @@ typedef struct {
     int8_t *a;        /* Y tiles  [nb8][kt][16][64] */
     int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI) */
     int32_t *acc;     /* accumulators [nsp][4 sub-tiles][16][16] */
-    int64_t *rowsum;  /* [nb8][16][8] biased Y row sums, sum (y + 128), in 8 lanes (VNNI bias
-                       * correction), accumulated by the packing while the rows are in
-                       * registers; reduced at the write-out */
-    long ntiles;      /* K-steps packed since the last write-out (undoes the + 128) */
+    int32_t *rowsum;  /* [nb8][16] Y row sums since the last write-out (VNNI bias correction),
+                       * added by the packing while the rows are in registers; |sum| <= 128 x
+                       * the call's spectra (8.4 M for ci8, 134 M for ci4): int32 holds it */
     const int8_t **rows;  /* layout input: [kt * 64] where each spectrum of the unit's channel
                            * starts (stream offset 0) */
     int bad;              /* layout input: a ci16 value outside -128..127 was read ... */
