@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
@@ -186,43 +187,56 @@ def scaling(isa: str | None = None, nstreams: tuple[int, ...] = (64, 128, 256, 5
     ``cost_vs_s2`` is the CPU time per sample relative to S = 256 at the same thread count,
     divided by S(S+1) / (256 x 257): 1.0 where cost grows as S^2; ``msps_cores_free`` the rate
     with every thread on a core of its own (from CPU time), which grows with the threads
-    where the wall-clock ``msps`` cannot (others' processes on the cores). Exactness is checked on
-    channel 0 against complex128 BLAS.
+    where the wall-clock ``msps`` cannot (others' processes on the cores). The points are
+    timed in ``2 * repeat`` rounds, each calling every point once (in reverse every other
+    round), and each keeps its best: a shared machine's slow spell then falls on all points
+    alike instead of on the few that ran during it, so the rows compare. Exactness is checked
+    on channel 0 against complex128 BLAS.
     """
     from ..backends.native import NativeBackend
 
-    rows = []
+    points = []
     for nthreads in threads:
         for s in nstreams:
             npacket = max(16, min(136, round(34 * (256 / s) ** 2)))
             g = Geometry(nstream=s, nchan=nchan, npacket=npacket)
             frames = np.random.default_rng(seed).integers(
                 -128, 128, size=(npacket, *g.frame_shape), dtype=np.int8)
-            b = NativeBackend(g, isa=isa or "auto", nthreads=nthreads)
-            cpu = []
-            try:
-                b.correlate(frames[:1])
-                t, out = best_time(lambda b=b, f=frames, c=cpu: (
-                    b.correlate(f), c.append(b.last_cpu_seconds))[0], repeat)
-            finally:
-                b.close()
-            peak, path, _ = machine_int8_tops(b.isa, nthreads)
-            nsamp = npacket * g.nspectra_pkt * nchan
-            msps = nsamp / t / 1e6
-            useful = triangle_int8_tops(msps, s)
-            cpu_useful = triangle_int8_tops(nsamp / min(cpu) / 1e6, s)  # per CPU second
-            z = _complex_samples(frames, g, np.complex128)[0]
-            rows.append({"S": s, "nthreads": nthreads, "P": npacket, "isa": path,
-                         "msps": msps, "int8_tops_triangle_useful": useful,
-                         "machine_int8_tops": peak,
-                         "fraction_of_int8_peak": useful / peak if peak else None,
-                         "fraction_of_int8_peak_cpu_time": (
-                             cpu_useful * nthreads / peak if peak else None),
-                         # the rate with each thread on a core of its own (CPU time)
-                         "msps_cores_free": nsamp / min(cpu) * nthreads / 1e6,
-                         "exact_channel0": bool(np.array_equal(
-                             out[0], _triangle_of(z @ z.conj().T)))})
-            set_roofline(rows[-1], nthreads, ops_per_input_byte(s))
+            points.append({"g": g, "frames": frames, "nthreads": nthreads, "wall": [],
+                           "cpu": [], "b": NativeBackend(g, isa=isa or "auto",
+                                                          nthreads=nthreads)})
+    try:
+        for p in points:
+            p["b"].correlate(p["frames"][:1])  # warm-up (threads, scratch, dispatch)
+        for r in range(2 * repeat):
+            for p in points if r % 2 == 0 else points[::-1]:
+                t0 = time.perf_counter()
+                p["out"] = p["b"].correlate(p["frames"])
+                p["wall"].append(time.perf_counter() - t0)
+                p["cpu"].append(p["b"].last_cpu_seconds)
+    finally:
+        for p in points:
+            p["b"].close()
+    rows = []
+    for p in points:
+        g, nthreads, s = p["g"], p["nthreads"], p["g"].nstream
+        peak, path, _ = machine_int8_tops(p["b"].isa, nthreads)
+        nsamp = g.npacket * g.nspectra_pkt * nchan
+        msps = nsamp / min(p["wall"]) / 1e6
+        useful = triangle_int8_tops(msps, s)
+        cpu_useful = triangle_int8_tops(nsamp / min(p["cpu"]) / 1e6, s)  # per CPU second
+        z = _complex_samples(p["frames"], g, np.complex128)[0]
+        rows.append({"S": s, "nthreads": nthreads, "P": g.npacket, "isa": path,
+                     "msps": msps, "int8_tops_triangle_useful": useful,
+                     "machine_int8_tops": peak,
+                     "fraction_of_int8_peak": useful / peak if peak else None,
+                     "fraction_of_int8_peak_cpu_time": (
+                         cpu_useful * nthreads / peak if peak else None),
+                     # the rate with each thread on a core of its own (CPU time)
+                     "msps_cores_free": nsamp / min(p["cpu"]) * nthreads / 1e6,
+                     "exact_channel0": bool(np.array_equal(
+                         p["out"][0], _triangle_of(z @ z.conj().T)))})
+        set_roofline(rows[-1], nthreads, ops_per_input_byte(s))
     for row in rows:  # from CPU time: wall clock on a shared machine measures the others
         base = [r for r in rows if r["nthreads"] == row["nthreads"] and r["S"] == 256]
         if base:
