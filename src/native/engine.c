@@ -70,10 +70,12 @@ static void convert_super_block(const xe_plan *p, xe_work *w, const int8_t *fram
     }
 }
 
-/* Prefetch (into L2) the source lines of super block sb of a unit. One stream's chunk is
- * ~1 KiB, C * 960 bytes from the next stream's: too short and too scattered for the hardware
- * prefetchers, so without this the conversion waits on DRAM latency line by line (measured
- * ~1.6x slower). Issued one super block ahead of the conversion. */
+/* Prefetch the source lines of super block sb of a unit into every cache level (L1 too: a
+ * super block's ~16 KiB is read within the next block's conversion; measured 1.02-1.05x
+ * against L2 only, AVX-512 VNNI). One stream's chunk is ~1 KiB, C * 960 bytes from the next
+ * stream's: too short and too scattered for the hardware prefetchers, so without this the
+ * conversion waits on DRAM latency line by line (measured ~1.6x slower). Issued one super
+ * block ahead of the conversion. */
 static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const xe_unit *un,
                                  int sb)
 {
@@ -83,7 +85,7 @@ static void prefetch_super_block(const xe_plan *p, const int8_t *frames, const x
             const int8_t *src = xe_group_src(p, frames, s, un->c, g, un->g1, &run);
             const uintptr_t end = (uintptr_t)(src + run * p->group_bytes);
             for (uintptr_t a = (uintptr_t)src & ~(uintptr_t)63; a < end; a += 64)
-                __builtin_prefetch((const void *)a, 0, 2);
+                __builtin_prefetch((const void *)a, 0, 3);
         }
     }
 }
