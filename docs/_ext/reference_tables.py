@@ -10,6 +10,9 @@ renders from it into ``docs/_generated/`` (ignored by git) when the build starts
 - ``cli.md``: ``xengine --help`` and every subcommand's help, from the argparse parser;
 - ``npu_calibration.md``, ``npu_model.md``: the NPU performance model's predictions for the
   published design (beside its measurements) and for our plan, computed from the plan.
+
+And the figures docs/npu.md's prose quotes from the same model (``{{ name }}``, MyST
+substitutions from :func:`npu_quotes`), so no predicted number is copied by hand.
 """
 
 from __future__ import annotations
@@ -128,6 +131,65 @@ def npu_model() -> str:
                   "the changes it points to (predicted Msps, gain)"], rows)
 
 
+def npu_quotes() -> dict[str, str]:
+    """The NPU model's figures that docs/npu.md's prose quotes, by substitution name."""
+    from xengine_block.backends.npu import POLL_S, predicted
+    from xengine_block.geometry import PUBLISHED, Geometry
+    from xengine_block.npu import perfmodel
+    from xengine_block.npu.plan import build_plan
+
+    def changes(pred: Any, made: bool = False) -> dict[str, dict]:
+        found = perfmodel.made_changes(pred) if made else perfmodel.design_changes(pred)
+        return {c["name"]: c for c in found}
+
+    pub = perfmodel.predict(build_plan(PUBLISHED), "xdna2").to_dict()
+    cycles = pub["kernel_call_cycles"]
+    ci8 = predicted(Geometry(nstream=256), "xdna2")
+    ci4 = {s: predicted(Geometry(nstream=s, sample_bits=4), "xdna2") for s in (256, 512, 1024)}
+    ci4_v2 = changes(predicted(Geometry(nstream=256, sample_bits=4), "aie-ml-v2"), made=True)
+    k = PUBLISHED
+    unpack = perfmodel.tile_unpack_cycles(k.tile_n, k.tile_m, k.tile_t)
+    kernel = perfmodel.kernel_cycles(k.tile_n, k.tile_m, k.tile_t)
+    out_bytes = k.nchan * k.npu_block ** 2 * 2 * 4  # one NPU call's int32 (re, im) block
+    place = perfmodel.figure("host_place_bytes_per_s")
+    group_bytes = {s: Geometry(nstream=s).npacket * s * Geometry(nstream=s).payload_bytes
+                   for s in (512, 1024)}
+    quotes = {
+        "cal_sync_msps": f"{pub['terms_msps']['host_sync']:.1f}",
+        "cal_compute_msps": f"{pub['terms_msps']['compute']:.1f}",
+        "cal_busy_pct": f"{100 * cycles['compute'] / max(cycles.values()):.0f}",
+        "host_sync_gbps": f"{perfmodel.figure('host_sync_bytes_per_s') / 1e9:.1f}",
+        "ddr_gbps": f"{perfmodel.figure('xdna2_ddr_read_bytes_per_s') / 1e9:.1f}",
+        "launch_us": f"{perfmodel.figure('host_launch_s') * 1e6:.0f}",
+        "place_gbps": f"{place / 1e9:.1f}",
+        "poll_ms": f"{POLL_S * 1e3:g}",
+        "copy_gbps": f"{perfmodel.figure('host_copy_bytes_per_s') / 1e9:.1f}",
+        "kernel_cycles": f"{kernel}",
+        "unpack_cycles": f"{unpack}",
+        "ci4_call_cycles": f"{kernel + unpack}",
+        "ci4_without_256": f"{changes(ci4[256], made=True)['ci4_on_tiles']['msps_without']:.1f}",
+        "v2_ci4_gain": f"{ci4_v2['ci4_on_tiles']['gain']:.2f}",
+        "v2_ci4_cost_pct": f"{100 * (1 - ci4_v2['ci4_on_tiles']['gain']):.0f}",
+        "out_mb": f"{out_bytes / 1e6:.1f}",
+        "place_ms": f"{out_bytes / place * 1e3:.0f}",
+        "idle_pct_256": f"{100 * ci8.idle_fraction:.0f}",
+        "place_gain": f"{changes(ci8)['place_beside_runs']['gain']:.2f}",
+        "srd_gain": f"{changes(ci8)['single_read_diagonal']['gain']:.2f}",
+        "ci4_ddr_msps": f"{ci4[256].terms['ddr']:.1f}",
+        "copy_gb_512": f"{group_bytes[512] / 1e9:.1f}",
+        "copy_gb_1024": f"{group_bytes[1024] / 1e9:.1f}",
+        "gil_msps": f"{ci8.terms['host_gil']:.1f}",
+        "ci8_msps_256": f"{ci8.msps:.1f}",
+    }
+    for s, pred in ci4.items():
+        quotes[f"ci4_gain_{s}"] = f"{changes(pred, made=True)['ci4_on_tiles']['gain']:.1f}"
+    return quotes
+
+
+def set_substitutions(app: Any, config: Any) -> None:
+    config.myst_substitutions = {**getattr(config, "myst_substitutions", {}), **npu_quotes()}
+
+
 def cli_help() -> str:
     from xengine_block.cli import build_parser, subcommand_parsers
 
@@ -151,4 +213,5 @@ def write_tables(app: Any = None) -> None:
 
 def setup(app: Any) -> dict[str, Any]:
     app.connect("builder-inited", write_tables)
+    app.connect("config-inited", set_substitutions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
