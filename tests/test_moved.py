@@ -55,3 +55,25 @@ def test_the_new_module_keeps_its_own_spec():
             "print(f.__spec__.name, f.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["xengine_block.frames"] * 4, out.stdout + out.stderr
+
+
+def test_renamed_capture_attribute_reads_and_sets_the_new_one_with_a_warning():
+    """``Capture.layout`` (0.1) is ``Capture.plan``: the same object, read or set, with a
+    warning naming the new attribute; the class attribute itself does not warn (help, docs)."""
+    import spead2
+
+    from xengine_block.bifrost.blocks import CaptureBlock as BifrostCapture
+    from xengine_block.capture.receive import Capture, CaptureBlock
+    from xengine_block.capture.transports import InprocSource
+    from xengine_block.geometry import Geometry
+
+    with Capture(InprocSource(spead2.InprocQueue()), Geometry(nstream=4, npacket=2)) as cap:
+        with pytest.warns(DeprecationWarning, match=r"Capture\.layout is now Capture\.plan"):
+            assert cap.layout is cap.plan
+        plan = cap.plan
+        with pytest.warns(DeprecationWarning, match="Capture.plan"):
+            cap.layout = "replaced"
+        assert cap.plan == "replaced"
+        cap.plan = plan
+    for cls in (Capture, CaptureBlock, BifrostCapture):
+        assert cls.layout.new == "plan" and cls.layout.old == "layout"

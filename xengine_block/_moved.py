@@ -42,6 +42,33 @@ MOVED: dict[str, str] = {
 }
 
 
+class RenamedAttribute:
+    """A class attribute renamed in 0.2 (e.g. ``Capture.layout`` -> ``plan``): reading or setting
+    the old name works for one more release, with a ``DeprecationWarning`` naming the new one."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def _warn(self, owner: type) -> None:
+        warnings.warn(f"{owner.__name__}.{self.old} is now {owner.__name__}.{self.new}; the old "
+                      f"name will be removed in the next release", DeprecationWarning,
+                      stacklevel=3)
+
+    def __get__(self, obj: object, owner: type | None = None) -> object:
+        if obj is None:
+            return self
+        self._warn(type(obj))
+        return getattr(obj, self.new)
+
+    def __set__(self, obj: object, value: object) -> None:
+        self._warn(type(obj))
+        setattr(obj, self.new, value)
+
+
 class _Alias(importlib.abc.Loader):
     def __init__(self, new: str) -> None:
         self.new = new

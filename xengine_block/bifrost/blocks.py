@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._moved import RenamedAttribute
 from ..array import ArrayDescription
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
@@ -119,6 +120,9 @@ class CaptureBlock(SourceAdapter, bfp.SourceBlock):
     as it needs them without risking a deadlock; spead2 fills the capture's own slots and each
     frame is copied into a one-frame Bifrost span (one memcpy per frame, as before zero copy).
     """
+
+    #: The old name of :attr:`plan` (0.1), kept for one release.
+    layout = RenamedAttribute("plan")
 
     def __init__(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
         from ..capture.receive import CaptureBlock as OurCapture

@@ -34,6 +34,7 @@ import numpy as np
 import spead2
 import spead2.recv
 
+from .._moved import RenamedAttribute
 from ..array import ArrayDescription
 from ..geometry import Geometry
 from ..runtime.memory import populate
@@ -190,6 +191,9 @@ class Capture:
     slots : where the chunks live (:class:`RingSlots`: the output rings, zero copy); None: the
         capture's own memory (iterate the capture).
     """
+
+    #: The old name of :attr:`plan` (0.1), kept for one release.
+    layout = RenamedAttribute("plan")
 
     def __init__(self, source: Source, plan: CapturePlan | Geometry | MeerkatFormat, *,
                  start_timestamp: int | None = None, copy: bool = False,
@@ -548,6 +552,9 @@ class CaptureBlock(SourceBlock):
     start_timestamp, idle_timeout, stop_on_end_heap : see :class:`Capture` (end-of-stream
         heaps are counted, not followed, unless ``stop_on_end_heap``: single senders only).
     """
+
+    #: The old name of :attr:`plan` (0.1), kept for one release.
+    layout = RenamedAttribute("plan")
 
     def __init__(self, sources: Source | list[Source], wire: Geometry | MeerkatFormat,
                  array: ArrayDescription, *, sync_time: float, fs_hz: float, freq0_hz: float,
