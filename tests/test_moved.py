@@ -77,3 +77,12 @@ def test_renamed_capture_attribute_reads_and_sets_the_new_one_with_a_warning():
         cap.plan = plan
     for cls in (Capture, CaptureBlock, BifrostCapture):
         assert cls.layout.new == "plan" and cls.layout.old == "layout"
+
+
+def test_renamed_module_names_give_the_new_object_with_a_warning():
+    from xengine_block.capture import placement
+
+    with pytest.warns(DeprecationWarning, match="placement.CaptureLayout is CapturePlan"):
+        assert placement.CaptureLayout is placement.CapturePlan
+    with pytest.raises(AttributeError, match="no attribute 'CaptureLayoutt'"):
+        placement.CaptureLayoutt  # noqa: B018 (a typo stays an error)

@@ -16,6 +16,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 
 #: old module name -> new module name (moved in 0.2; the old names go in the release after).
@@ -40,6 +41,22 @@ MOVED: dict[str, str] = {
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
     "xengine_block.npu.cache": "xengine_block.user_cache",
 }
+
+
+def renamed_names(module: str, renamed: dict[str, str],
+                  namespace: dict[str, object]) -> Callable[[str], object]:
+    """A module ``__getattr__`` that gives each old name in ``renamed`` (old -> new) the new
+    name's value from ``namespace`` (the module's globals), with a ``DeprecationWarning``
+    naming the new one, for one more release."""
+
+    def __getattr__(name: str) -> object:
+        if name in renamed:
+            warnings.warn(f"{module}.{name} is {renamed[name]}; the old name will be removed in "
+                          f"the next release", DeprecationWarning, stacklevel=2)
+            return namespace[renamed[name]]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 class RenamedAttribute:

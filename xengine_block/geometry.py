@@ -17,10 +17,11 @@ Invalid combinations raise :class:`GeometryError` naming the field and the limit
 from __future__ import annotations
 
 import numbers
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from ._moved import renamed_names
 
 #: Bits per real or imaginary part a geometry may carry: complex int8 (ci8) and int4 (ci4).
 SAMPLE_BITS = (8, 4)
@@ -384,17 +385,8 @@ class Geometry:
 #: 9 channels, P = 136.
 PUBLISHED = Geometry()
 
-#: Old names of this module's values, kept for one release with a DeprecationWarning.
-_RENAMED = {"SEED": "PUBLISHED"}
-
-
-def __getattr__(name: str) -> object:
-    """``SEED``, the published design's old name: :data:`PUBLISHED`, with a warning."""
-    if name in _RENAMED:
-        warnings.warn(f"xengine_block.geometry.{name} is {_RENAMED[name]}; the old name will be "
-                      "removed in the next release", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``SEED``, the published design's old name: :data:`PUBLISHED`, with a warning (one release).
+__getattr__ = renamed_names(__name__, {"SEED": "PUBLISHED"}, globals())
 
 
 def small_test_geometry(**changes: int | str) -> Geometry:

@@ -84,6 +84,7 @@ from numba import types
 from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
 
+from .._moved import renamed_names
 from ..geometry import Geometry
 from . import numba_cache
 from .spead import FREQUENCY, PAYLOAD, STREAM_ID, TIMESTAMP
@@ -903,3 +904,7 @@ def _place_cfunc() -> Any:
     return numba.cfunc(types.void(types.CPointer(chunk_place_data), types.uintp,
                                   types.CPointer(types.int64)), nopython=True,
                        cache=True)(_place)
+
+
+#: ``CaptureLayout``, :class:`CapturePlan`'s old name, with a warning (one release).
+__getattr__ = renamed_names(__name__, {"CaptureLayout": "CapturePlan"}, globals())
