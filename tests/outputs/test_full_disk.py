@@ -596,3 +596,39 @@ def test_reprocess_onto_a_full_tmpfs(tmpfs, tmp_path):
     for d in range(uv.Ntimes):
         re, im = reference_full(frames_to_natural(frames[d * 2:(d + 1) * 2], g))
         assert np.array_equal(uv.get_data(2, 5, "yy")[d], (re - 1j * im)[:, 5, 11])
+
+
+
+def every_name_taken(pcap: Path, tmp_path: Path) -> tuple[str, Path]:
+    """A directory where the chain's first file name and its 999 numbered ones exist (empty
+    files), and that name's stem (learnt from a run into another directory)."""
+    _, probe = run_chain(pcap, tmp_path / "probe", quicklook=False, filename=None)
+    stem = probe.writer.files[0].stem
+    taken = tmp_path / "out"
+    taken.mkdir()
+    for name in [f"{stem}.uvh5"] + [f"{stem}-{n}.uvh5" for n in range(1, 1000)]:
+        (taken / name).touch()
+    return stem, taken
+
+def test_writer_that_skips_counts_a_dump_whose_every_file_name_is_taken(recording, tmp_path):
+    """``"skip"`` with ``new_name_if_exists`` (the live service): when the first file's name
+    and all 999 numbered ones after it exist, that dump is a failed write (EEXIST), counted,
+    not the end of the pipeline; the next dump's file has a later time and takes it."""
+    pcap, frames, g = recording
+    stem, taken = every_name_taken(pcap, tmp_path)
+    _, chain = run_chain(pcap, taken, retry_s=0.0, quicklook=False, filename=None,
+                         on_write_error="skip", new_name_if_exists=True)
+    w = chain.writer
+    assert w.writer_counters() == {"dumps_written": NDUMP - 1, "dumps_not_written": 1,
+                                   "write_failures": 1}
+    assert w.write_error is None and len(w.files) == 1 and w.files[0].stem != stem
+    assert_pipeline_file(w.files[0], frames, g, NDUMP - 1, first=1)
+    assert (taken / f"{stem}.uvh5").stat().st_size == 0  # nothing overwritten
+
+
+def test_job_writer_whose_every_file_name_is_taken_stops_with_file_exists(recording, tmp_path):
+    """A job (``"stop"``) keeps failing clearly: FileExistsError names the file."""
+    pcap, _, _ = recording
+    stem, taken = every_name_taken(pcap, tmp_path)
+    with pytest.raises(PipelineError, match="refusing to overwrite"):
+        run_chain(pcap, taken, quicklook=False, filename=None, new_name_if_exists=True)

@@ -6,7 +6,8 @@ A new file per sequence, and every ``dumps_per_file`` dumps if set. Files are na
 ``obs.1.uvh5``, ``obs.2.uvh5``... for ``obs.uvh5``). An existing file is never overwritten
 unless ``overwrite``: the block stops with FileExistsError, or with ``new_name_if_exists`` (a
 service restarted on data it already wrote, e.g. a replayed recording) writes
-``{prefix}{time}-1.uvh5``, ``-2``...
+``{prefix}{time}-1.uvh5``, ``-2``... up to ``-999``; past that, with ``on_write_error="skip"``,
+the dump is a failed write (EEXIST) like any other below, and the next try has a later time.
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
@@ -29,6 +30,7 @@ visibility_orders.as_triangle`), without a valid-counts input (every spectrum co
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from pathlib import Path
@@ -158,10 +160,13 @@ class UVH5WriterLogic(BlockLogic):
                                     float_visdata=self.float_vis, overwrite=self.overwrite,
                                     instrument=self.hdr.get("instrument", "xengine_block"),
                                     history=history)
-            except FileExistsError:
-                if i + 1 == len(names):
-                    raise
-                continue
+            except FileExistsError as exc:
+                if i + 1 < len(names):
+                    continue
+                if self.on_write_error == "skip":  # every name taken: a failed write too
+                    raise UVH5WriteError(errno.EEXIST, f"{names[0]} and the {len(names) - 1} "
+                                         "names after it exist", str(path), None) from exc
+                raise
             break
         self.files.append(path)
         log.info("%s: writing %s", self.name, path)
