@@ -66,9 +66,10 @@ def test_signal_is_a_normal_end(tmp_path, signals, transport):
             proc.communicate()
     text = head + tail
     assert proc.returncode == 0, text[-3000:]
-    # Was 30 s (sender join) then exit 1. Now ~1.5 s of shutdown (files closed, quick-look
-    # drawn) plus ~2 s of interpreter teardown; the bound leaves room for a loaded machine.
-    assert elapsed < 12.0, f"took {elapsed:.1f} s to stop"
+    # ~1.5 s of shutdown (files closed, quick-look drawn) plus ~2 s of interpreter teardown; a
+    # sender thread that is not joined promptly would hold it to the 30 s timeout above. The
+    # bound sits between, with room for a loaded 2-core machine.
+    assert elapsed < 20.0, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     name = signal.Signals(signals[0]).name
     assert f"fx: stopped by {name} after" in text
