@@ -164,8 +164,9 @@ class UVH5WriterLogic(BlockLogic):
                 if i + 1 < len(names):
                     continue
                 if self.on_write_error == "skip":  # every name taken: a failed write too
-                    raise UVH5WriteError(errno.EEXIST, f"{names[0]} and the {len(names) - 1} "
-                                         "names after it exist", str(path), None) from exc
+                    taken = (f"{names[0]} and the {len(names) - 1} numbered names after it "
+                             "exist" if len(names) > 1 else f"{names[0]} exists")
+                    raise UVH5WriteError(errno.EEXIST, taken, str(path), None) from exc
                 raise
             break
         self.files.append(path)
