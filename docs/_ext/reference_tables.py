@@ -145,15 +145,16 @@ def npu_quotes() -> dict[str, str]:
     pub = perfmodel.predict(build_plan(PUBLISHED), "xdna2").to_dict()
     cycles = pub["kernel_call_cycles"]
     ci8 = predicted(Geometry(nstream=256), "xdna2")
+    ci8_changes = changes(ci8)
     ci4 = {s: predicted(Geometry(nstream=s, sample_bits=4), "xdna2") for s in (256, 512, 1024)}
+    ci4_made = {s: changes(pred, made=True)["ci4_on_tiles"] for s, pred in ci4.items()}
     ci4_v2 = changes(predicted(Geometry(nstream=256, sample_bits=4), "aie-ml-v2"), made=True)
     k = PUBLISHED
     unpack = perfmodel.tile_unpack_cycles(k.tile_n, k.tile_m, k.tile_t)
     kernel = perfmodel.kernel_cycles(k.tile_n, k.tile_m, k.tile_t)
-    out_bytes = k.nchan * k.npu_block ** 2 * 2 * 4  # one NPU call's int32 (re, im) block
+    out_bytes = k.npu_out_bytes
     place = perfmodel.figure("host_place_bytes_per_s")
-    group_bytes = {s: Geometry(nstream=s).npacket * s * Geometry(nstream=s).payload_bytes
-                   for s in (512, 1024)}
+    group_bytes = {s: (g := Geometry(nstream=s)).npacket * g.frame_bytes for s in (512, 1024)}
     quotes = {
         "cal_sync_msps": f"{pub['terms_msps']['host_sync']:.1f}",
         "cal_compute_msps": f"{pub['terms_msps']['compute']:.1f}",
@@ -167,22 +168,22 @@ def npu_quotes() -> dict[str, str]:
         "kernel_cycles": f"{kernel}",
         "unpack_cycles": f"{unpack}",
         "ci4_call_cycles": f"{kernel + unpack}",
-        "ci4_without_256": f"{changes(ci4[256], made=True)['ci4_on_tiles']['msps_without']:.1f}",
+        "ci4_without_256": f"{ci4_made[256]['msps_without']:.1f}",
         "v2_ci4_gain": f"{ci4_v2['ci4_on_tiles']['gain']:.2f}",
         "v2_ci4_cost_pct": f"{100 * (1 - ci4_v2['ci4_on_tiles']['gain']):.0f}",
         "out_mb": f"{out_bytes / 1e6:.1f}",
         "place_ms": f"{out_bytes / place * 1e3:.0f}",
         "idle_pct_256": f"{100 * ci8.idle_fraction:.0f}",
-        "place_gain": f"{changes(ci8)['place_beside_runs']['gain']:.2f}",
-        "srd_gain": f"{changes(ci8)['single_read_diagonal']['gain']:.2f}",
+        "place_gain": f"{ci8_changes['place_beside_runs']['gain']:.2f}",
+        "srd_gain": f"{ci8_changes['single_read_diagonal']['gain']:.2f}",
         "ci4_ddr_msps": f"{ci4[256].terms['ddr']:.1f}",
         "copy_gb_512": f"{group_bytes[512] / 1e9:.1f}",
         "copy_gb_1024": f"{group_bytes[1024] / 1e9:.1f}",
         "gil_msps": f"{ci8.terms['host_gil']:.1f}",
         "ci8_msps_256": f"{ci8.msps:.1f}",
     }
-    for s, pred in ci4.items():
-        quotes[f"ci4_gain_{s}"] = f"{changes(pred, made=True)['ci4_on_tiles']['gain']:.1f}"
+    for s, made in ci4_made.items():
+        quotes[f"ci4_gain_{s}"] = f"{made['gain']:.1f}"
     return quotes
 
 
