@@ -276,3 +276,15 @@ def test_compare_builds_alternates_builds_and_refuses_disagreeing_ones():
     with pytest.raises(ValueError, match="disagree at S = 16"):
         compare_builds({"this": native(), "wrong": SimpleNamespace(correlate=wrong)},
                        nstreams=(16,), rounds=1)
+
+
+@pytest.mark.parametrize("alternate", [False, True])
+def test_interleaved_best_calls_each_once_a_round(alternate):
+    """Each function once per round (in reverse every other round when ``alternate``), the
+    ``between`` hook after each call, one best time per function."""
+    calls: list[str] = []
+    best = machine_limits.interleaved_best([lambda: calls.append("a"), lambda: calls.append("b")],
+                                           3, between=lambda: calls.append(" "),
+                                           alternate=alternate)
+    expected = {False: "a b a b a b ", True: "a b b a a b "}[alternate]
+    assert "".join(calls) == expected and len(best) == 2 and all(t >= 0 for t in best)

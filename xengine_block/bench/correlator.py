@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
@@ -40,6 +39,7 @@ from ..triangle import full_int8_tops, pack_triangle, triangle_int8_tops
 from .machine import (
     best_read_gbps,
     best_time,
+    interleaved_best,
     machine_identity,
     machine_int8_tops,
     machine_read_gbps,
@@ -176,6 +176,12 @@ def native_details(frames: np.ndarray, g: Geometry, repeat: int = 2,
     return details
 
 
+def _scaling_call(point: dict) -> None:
+    """One timed call of a scaling point: its output and the CPU seconds its threads used."""
+    point["out"] = point["b"].correlate(point["frames"])
+    point["cpu"].append(point["b"].last_cpu_seconds)
+
+
 def scaling(isa: str | None = None, nstreams: tuple[int, ...] = (64, 128, 256, 512, 1024),
             threads: tuple[int, ...] = (1, 2), nchan: int = 9, repeat: int = 2,
             seed: int = 0) -> list[dict]:
@@ -202,27 +208,23 @@ def scaling(isa: str | None = None, nstreams: tuple[int, ...] = (64, 128, 256, 5
             g = Geometry(nstream=s, nchan=nchan, npacket=npacket)
             frames = np.random.default_rng(seed).integers(
                 -128, 128, size=(npacket, *g.frame_shape), dtype=np.int8)
-            points.append({"g": g, "frames": frames, "nthreads": nthreads, "wall": [],
-                           "cpu": [], "b": NativeBackend(g, isa=isa or "auto",
+            points.append({"g": g, "frames": frames, "nthreads": nthreads, "cpu": [],
+                           "b": NativeBackend(g, isa=isa or "auto",
                                                           nthreads=nthreads)})
     try:
         for p in points:
             p["b"].correlate(p["frames"][:1])  # warm-up (threads, scratch, dispatch)
-        for r in range(2 * repeat):
-            for p in points if r % 2 == 0 else points[::-1]:
-                t0 = time.perf_counter()
-                p["out"] = p["b"].correlate(p["frames"])
-                p["wall"].append(time.perf_counter() - t0)
-                p["cpu"].append(p["b"].last_cpu_seconds)
+        walls = interleaved_best([functools.partial(_scaling_call, p) for p in points],
+                                 2 * repeat, alternate=True)
     finally:
         for p in points:
             p["b"].close()
     rows = []
-    for p in points:
+    for p, wall in zip(points, walls, strict=True):
         g, nthreads, s = p["g"], p["nthreads"], p["g"].nstream
         peak, path, _ = machine_int8_tops(p["b"].isa, nthreads)
         nsamp = g.npacket * g.nspectra_pkt * nchan
-        msps = nsamp / min(p["wall"]) / 1e6
+        msps = nsamp / wall / 1e6
         useful = triangle_int8_tops(msps, s)
         cpu_useful = triangle_int8_tops(nsamp / min(p["cpu"]) / 1e6, s)  # per CPU second
         z = _complex_samples(p["frames"], g, np.complex128)[0]

@@ -31,14 +31,17 @@ def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 
 def interleaved_best(fns: Sequence[Callable[[], object]], repeat: int,
-                     between: Callable[[], object] | None = None) -> list[float]:
+                     between: Callable[[], object] | None = None,
+                     alternate: bool = False) -> list[float]:
     """Best seconds of each of ``fns`` over ``repeat`` rounds that call each once in turn:
     what a shared machine's slow spells do to one they do to the others, so their ratios hold
     where separate runs of each do not. ``between``: called after each, untimed (to put
-    away what a call left, e.g. its output files)."""
+    away what a call left, e.g. its output files). ``alternate``: every other round in reverse
+    order, so that no call always follows the same one."""
     best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
+    order = list(enumerate(fns))
+    for r in range(repeat):
+        for i, fn in order[::-1] if alternate and r % 2 else order:
             t0 = time.perf_counter()
             fn()
             best[i] = min(best[i], time.perf_counter() - t0)
