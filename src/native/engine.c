@@ -175,8 +175,10 @@ static int take_unit(xe_job *job, xe_unit *un)
     return 1;
 }
 
-/* One unit: convert and pack every super block (its successor's source prefetched one block
- * ahead), then the kernel over all pairs, then prefetch the next unit's first super block.
+/* One unit: convert and pack every super block, its successor's source prefetched as it goes
+ * (the one-pass build; else a prefetch pass first), then the kernel over all pairs, then
+ * prefetch the next unit's first super block into L1 (the build of the last super block has
+ * already asked for it in L2).
  * The phases are kept apart: converting super block L + 1 between the pairs of column L, to
  * overlap its memory reads with the tile products, was slower on AMX (the conversion's misses
  * hold the line fill buffers that the tile loads from L2 need), and so was prefetching the
@@ -196,11 +198,11 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
 #endif
     }
     for (int L = 0; convert && !p->lay && L < nsb; L++) {
-        if (L + 1 < nsb)
+        if (L + 1 < nsb && !whole)  /* the one-pass build prefetches as it goes */
             prefetch_super_block(p, job->frames, un, L + 1);
 #ifdef XE_HAVE_AVX512_LAYOUT
         if (whole)
-            xe_build_tiles_avx512(p, w, job->frames, un, L, whole, job->bias);
+            xe_build_tiles_avx512(p, w, job->frames, un, next, L, whole, job->bias);
 #endif
         convert_super_block(p, w, job->frames, un, L, job->copy,
                             (long)whole * (XE_KSTEP / XE_GROUP));

@@ -249,7 +249,7 @@ int xe_amx_emu_tdpbssd_test(const uint8_t cfg[64], int load_config, int dst, int
 void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int t1, int i0, int i1,
                       int bias);
 void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const int8_t *frames,
-                           const xe_unit *un, int sb, int nt, int bias);
+                           const xe_unit *un, const xe_unit *next, int sb, int nt, int bias);
 void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 void xe_copy_ci4_hi_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
 void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, long d0, long n);
