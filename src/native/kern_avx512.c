@@ -152,11 +152,13 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int
 }
 
 /* The 8 streams of one block of a unit, walked 4 groups at a time (one 64-byte load per
- * stream, r i r i r i r i): where each stream's next 4 groups start, and the group within the
- * packet that they share. Needs ncoarse % 4 == 0, so that 4 aligned groups never straddle a
- * packet end. Streams past nstream are absent (ns < 8). */
+ * stream, r i r i r i r i): stream m's next 4 groups start at at + off[m] (the streams keep
+ * their distances through the unit: one pointer advances for all), and q is the group within
+ * the packet. Needs ncoarse % 4 == 0, so that 4 aligned groups never straddle a packet end.
+ * Streams past nstream are absent (ns < 8). */
 typedef struct {
-    const int8_t *src[8];
+    const int8_t *at;
+    size_t off[8];
     int ns;
     long q;
 } xe_quads;
@@ -164,28 +166,46 @@ typedef struct {
 static inline void quads_init(const xe_plan *p, const int8_t *frames, const xe_unit *un, int i,
                               xe_quads *c)
 {
-    for (c->ns = 0; c->ns < 8 && 8 * i + c->ns < p->nstream; c->ns++) {
-        long run;
-        c->src[c->ns] = xe_group_src(p, frames, 8 * i + c->ns, un->c, un->g0, un->g1, &run);
-    }
+    long run;
+    c->at = xe_group_src(p, frames, 0, un->c, un->g0, un->g1, &run);
+    for (c->ns = 0; c->ns < 8 && 8 * i + c->ns < p->nstream; c->ns++)
+        c->off[c->ns] = (size_t)(xe_group_src(p, frames, 8 * i + c->ns, un->c, un->g0, un->g1,
+                                              &run) - c->at);
     c->q = un->g0 % p->ncoarse;
 }
 
-/* h[m] = where stream m's next 4 groups start; then past them (to the next packet's groups of
- * the channel at a packet's end). */
-static inline void quads_next(const xe_plan *p, xe_quads *c, const int8_t **h)
+/* Where the streams' next 4 groups start (add off[m]); then past them (to the next packet's
+ * groups of the channel at a packet's end). */
+static inline const int8_t *quads_next(const xe_plan *p, xe_quads *c)
 {
     if (c->q == p->ncoarse) {
-        const size_t jump = (size_t)p->frame_stride - p->chan_bytes;
-        for (int m = 0; m < c->ns; m++)
-            c->src[m] += jump;
+        c->at += (size_t)p->frame_stride - p->chan_bytes;
         c->q = 0;
     }
-    for (int m = 0; m < c->ns; m++) {
-        h[m] = c->src[m];
-        c->src[m] += 4 * 2 * XE_GROUP;
-    }
+    const int8_t *h = c->at;
+    c->at += 4 * 2 * XE_GROUP;
     c->q += 4;
+    return h;
+}
+
+/* The 16 Y rows of one block's K-step from its streams' two loads each (h0, h1 + off[m]: 4
+ * groups r i r i r i r i each): two vpermt2q per stream give its real and its imaginary row;
+ * rows of absent streams (m >= ns) are zeros. */
+static inline XE_AVX512_TARGET void load_rows(const int8_t *h0, const int8_t *h1,
+                                              const size_t *off, int ns, __m512i *r)
+{
+    const __m512i re_idx = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i im_idx = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    for (int m = 0; m < 8; m++) {
+        if (m < ns) {
+            const __m512i v0 = _mm512_loadu_si512(h0 + off[m]);
+            const __m512i v1 = _mm512_loadu_si512(h1 + off[m]);
+            r[m] = _mm512_permutex2var_epi64(v0, re_idx, v1);
+            r[m + 8] = _mm512_permutex2var_epi64(v0, im_idx, v1);
+        } else {
+            r[m] = r[m + 8] = _mm512_setzero_si512();
+        }
+    }
 }
 
 /* Frames -> Y tiles and their VNNI packing in one pass: the first nt (whole) K-steps of the
@@ -206,8 +226,6 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
 {
     const size_t blk = xe_block_bytes(p);
     const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
-    const __m512i re_idx = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i im_idx = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
     for (int i = 2 * sb; i < 2 * sb + 2; i++) {
         xe_quads in, ahead = {.ns = 0};
         quads_init(p, frames, un, i, &in);
@@ -223,29 +241,18 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
         int8_t *a = w->a + (size_t)i * blk, *b = w->b + (size_t)i * blk;
         __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;
         for (int t = 0; t < nt; t++) {
-            const int8_t *h0[8], *h1[8], *f[8];
-            quads_next(p, &in, h0);
-            quads_next(p, &in, h1);
+            const int8_t *h0 = quads_next(p, &in), *h1 = quads_next(p, &in);
             for (int half = 0; half < 2 && ahead_left > 0; half++, ahead_left--) {
-                quads_next(p, &ahead, f);
+                const int8_t *f = quads_next(p, &ahead);
                 for (int m = 0; m < ahead.ns; m++) {
                     if (l2)
-                        __builtin_prefetch(f[m], 0, 2);
+                        __builtin_prefetch(f + ahead.off[m], 0, 2);
                     else
-                        __builtin_prefetch(f[m], 0, 3);
+                        __builtin_prefetch(f + ahead.off[m], 0, 3);
                 }
             }
             __m512i r[16];
-            for (int m = 0; m < 8; m++) {
-                if (m < in.ns) {
-                    const __m512i v0 = _mm512_loadu_si512(h0[m]);
-                    const __m512i v1 = _mm512_loadu_si512(h1[m]);
-                    r[m] = _mm512_permutex2var_epi64(v0, re_idx, v1);
-                    r[m + 8] = _mm512_permutex2var_epi64(v0, im_idx, v1);
-                } else {
-                    r[m] = r[m + 8] = _mm512_setzero_si512();
-                }
-            }
+            load_rows(h0, h1, in.off, in.ns, r);
             int8_t *at = a + (size_t)t * XE_TILE_BYTES;
             if (t + 1 < nt)  /* the next K-step's tiles, for writing: they wait in L2 */
                 for (int m = 0; m < 16; m++) {
