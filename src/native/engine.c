@@ -8,7 +8,8 @@
  *   2. for AMX and VNNI each Y tile is packed into the VNNI "B" layout [K/4][16][4], the
  *      4-byte transpose of the tile (for VNNI also biased by +128, see kern_avx512.c); for ci8
  *      frames whose packets hold a multiple of 4 groups, steps 1 and 2 are one pass per whole
- *      K-step, the tile never leaving registers between them (xe_build_tiles_avx512);
+ *      K-step, the tile never leaving registers between them (xe_build_tiles_avx512); for
+ *      AVX2 the tiles are widened to int16 instead (xe_widen_avx2);
  *   3. the ISA kernel runs over the Hermitian triangle of 16-stream super-block pairs, adding
  *      into int32 accumulator tiles that persist across the channel's chunks.
  * When a thread moves on to another channel it adds its accumulators (re = rr + ii,
@@ -33,6 +34,7 @@ typedef struct {
     xe_kernel_fn kernel;
     xe_copy_fn copy;
     int pack_b, bias;
+    int widen;         /* AVX2: the Y tiles widened to int16 once per unit (xe_widen_avx2) */
     int build;         /* whole K-steps built and packed in one pass (xe_build_tiles_avx512) */
     void (*tile_config)(void);   /* AMX paths: per-thread tile configuration, else NULL */
     void (*tile_release)(void);
@@ -136,16 +138,16 @@ static void work_free(xe_work *w)
     free((void *)w->rows);
 }
 
-static int work_alloc(const xe_plan *p, xe_work *w, int need_b)
+static int work_alloc(const xe_plan *p, xe_work *w, size_t b_per_a)
 {
     const size_t ybytes = (size_t)p->nb8 * xe_block_bytes(p);
     memset(w, 0, sizeof *w);
     w->a = aligned_alloc(64, ybytes);
-    w->b = need_b ? aligned_alloc(64, ybytes) : NULL;
+    w->b = b_per_a ? aligned_alloc(64, b_per_a * ybytes) : NULL;
     w->acc = aligned_alloc(64, (size_t)p->nsp * 4 * XE_TILE_BYTES);
     w->rowsum = aligned_alloc(64, (size_t)p->nb8 * 16 * sizeof(int32_t));
     w->rows = p->lay ? malloc((size_t)p->kt * XE_KSTEP * sizeof *w->rows) : NULL;
-    if (!w->a || (need_b && !w->b) || !w->acc || !w->rowsum || (p->lay && !w->rows)) {
+    if (!w->a || (b_per_a && !w->b) || !w->acc || !w->rowsum || (p->lay && !w->rows)) {
         work_free(w);
         return -1;
     }
@@ -196,6 +198,10 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
         if (job->pack_b)
             xe_pack_b_avx512(p, w, 0, un->nt, 0, p->nb8, job->bias);
 #endif
+#ifdef XE_HAVE_AVX2
+        if (job->widen)
+            xe_widen_avx2(p, w, un->nt, 0, p->nb8);
+#endif
     }
     for (int L = 0; convert && !p->lay && L < nsb; L++) {
         if (L + 1 < nsb && !whole)  /* the one-pass build prefetches as it goes */
@@ -210,6 +216,10 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
         if (job->pack_b)
             xe_pack_b_avx512(p, w, whole, un->nt, 2 * L, 2 * L + 2, job->bias);
 #endif
+#ifdef XE_HAVE_AVX2
+        if (job->widen)
+            xe_widen_avx2(p, w, un->nt, 2 * L, 2 * L + 2);
+#endif
     }
     if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);
@@ -223,7 +233,7 @@ static void *worker(void *arg)
     const xe_plan *p = job->plan;
     const double cpu0 = xe_thread_cpu();
     xe_work w;
-    if (work_alloc(p, &w, job->pack_b) != 0) {
+    if (work_alloc(p, &w, job->pack_b ? 1 : job->widen ? 2 : 0) != 0) {
         __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
         return NULL;
     }
@@ -278,7 +288,7 @@ static int select_hooks(xe_job *job, enum xe_isa isa, int bits, int re_low)
 {
     job->kernel = xe_kernel_scalar;
     job->copy = bits == 8 ? xe_copy_groups_c : re_low ? xe_copy_ci4_lo_c : xe_copy_ci4_hi_c;
-    job->pack_b = job->bias = job->build = 0;
+    job->pack_b = job->bias = job->build = job->widen = 0;
     job->tile_config = job->tile_release = NULL;
     job->tile_fault = NULL;
 #ifdef XE_HAVE_AVX512_LAYOUT
@@ -297,6 +307,7 @@ static int select_hooks(xe_job *job, enum xe_isa isa, int bits, int re_low)
 #ifdef XE_HAVE_AVX2
     case XE_AVX2:
         job->kernel = xe_kernel_avx2;
+        job->widen = 1;
         return 1;
 #endif
 #ifdef XE_HAVE_AVX512VNNI

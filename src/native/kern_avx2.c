@@ -1,9 +1,9 @@
 /* AVX2 kernel: C[I, M] += Y_I Y_M^T as dot products of Y rows, on sign-extended int16.
  *
  * AVX2 has no exact 8-bit dot product: vpmaddubsw saturates its int16 pair sums (255 * 128 * 2
- * > 2^15), so bytes are widened (vpmovsxbw) and multiplied with vpmaddwd, whose int32 pair
- * sums (<= 2 * 2^14) are exact. Needs only the Y tiles (no VNNI packing). Blocks of 2 x 4 rows
- * keep 8 partial-sum registers across the chunk; one horizontal sum per chunk.
+ * > 2^15), so bytes are widened (vpmovsxbw, once per unit: xe_widen_avx2) and multiplied with
+ * vpmaddwd, whose int32 pair sums (<= 2 * 2^14) are exact. Blocks of 2 x 4 rows keep 8
+ * partial-sum registers across the chunk; one horizontal sum per chunk, 4 at a time.
  */
 #include "xcorr.h"
 
@@ -12,24 +12,35 @@
 
 #define XE_AVX2_TARGET __attribute__((target("avx2")))
 
-static inline XE_AVX2_TARGET int32_t hsum(__m256i v)
+/* c[j] += the horizontal sum of a[j], j = 0..3. */
+static inline XE_AVX2_TARGET void add_sums4(int32_t *c, const __m256i *a)
 {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]),
+                                        _mm256_hadd_epi32(a[2], a[3]));
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128((__m128i *)c, _mm_add_epi32(_mm_loadu_si128((const __m128i *)c), s));
 }
 
-static inline XE_AVX2_TARGET __m256i widen(const int8_t *p)
+/* The int16 tiles are written once per unit: widening in the kernel instead (vpmovsxbw per
+ * row load) re-widened every row for each sub-block and 2 x 4 group it enters, a shuffle-port
+ * uop for every 1.3 vpmaddwd. */
+XE_AVX2_TARGET void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
 {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    const size_t blk = xe_block_bytes(p);
+    for (int i = i0; i < i1; i++) {
+        const int8_t *src = w->a + (size_t)i * blk;
+        int16_t *dst = (int16_t *)w->b + (size_t)i * blk;
+        for (size_t k = 0; k < (size_t)nt * XE_TILE_BYTES; k += 16)
+            _mm256_store_si256((__m256i *)(dst + k),
+                               _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(src + k))));
+    }
 }
 
 static XE_AVX2_TARGET void avx2_sub(const xe_plan *p, const xe_work *w, int nt, int I, int M,
                                      int32_t *C)
 {
     const size_t blk = xe_block_bytes(p);
-    const int8_t *x = w->a + I * blk, *y = w->a + M * blk;
+    const int16_t *x = (const int16_t *)w->b + I * blk, *y = (const int16_t *)w->b + M * blk;
     for (int m0 = 0; m0 < 16; m0 += 2)
         for (int n0 = 0; n0 < 16; n0 += 4) {
             __m256i acc[2][4];
@@ -39,17 +50,18 @@ static XE_AVX2_TARGET void avx2_sub(const xe_plan *p, const xe_work *w, int nt, 
             for (int t = 0; t < nt; t++)
                 for (int kk = 0; kk < XE_KSTEP; kk += 16) {
                     const size_t o = (size_t)t * XE_TILE_BYTES + kk;
-                    const __m256i x0 = widen(x + o + XE_KSTEP * m0);
-                    const __m256i x1 = widen(x + o + XE_KSTEP * (m0 + 1));
+                    const __m256i x0 = _mm256_load_si256((const __m256i *)(x + o + XE_KSTEP * m0));
+                    const __m256i x1 = _mm256_load_si256(
+                        (const __m256i *)(x + o + XE_KSTEP * (m0 + 1)));
                     for (int j = 0; j < 4; j++) {
-                        const __m256i yj = widen(y + o + XE_KSTEP * (n0 + j));
+                        const __m256i yj = _mm256_load_si256(
+                            (const __m256i *)(y + o + XE_KSTEP * (n0 + j)));
                         acc[0][j] = _mm256_add_epi32(acc[0][j], _mm256_madd_epi16(x0, yj));
                         acc[1][j] = _mm256_add_epi32(acc[1][j], _mm256_madd_epi16(x1, yj));
                     }
                 }
-            for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 4; j++)
-                    C[16 * (m0 + i) + n0 + j] += hsum(acc[i][j]);
+            for (int i = 0; i < 2; i++)  /* the 4 sums of each row at once */
+                add_sums4(C + 16 * (m0 + i) + n0, acc[i]);
         }
 }
 

@@ -83,7 +83,8 @@ typedef struct {
 /* One worker thread's scratch, sized for the plan. */
 typedef struct {
     int8_t *a;        /* Y tiles  [nb8][kt][16][64] */
-    int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI) */
+    int8_t *b;        /* the same tiles VNNI-packed [nb8][kt][16 k/4][16 rows][4] (AMX, VNNI),
+                       * or widened to int16 [nb8][kt][16][64] (AVX2) */
     int32_t *acc;     /* accumulators [nsp][4 sub-tiles][16][16] */
     int32_t *rowsum;  /* [nb8][16] Y row sums since the last write-out (VNNI bias correction),
                        * added by the packing while the rows are in registers; |sum| <= 128 x
@@ -259,6 +260,8 @@ void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 #endif
 #if defined(XE_HAVE_AVX2)
 void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+/* The first nt K-steps of blocks [i0, i1) of the Y tiles (w->a) widened to int16 (w->b). */
+void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1);
 #endif
 
 #endif
