@@ -30,7 +30,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--nstream", type=int, default=256)
     p.add_argument("--nchan", type=int, default=9)
     p.add_argument("--npacket", type=int, default=136)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=6,
+                   help="best of this many timings per measurement (the scaling rows take "
+                        "twice as many rounds): on a shared machine, fewer let one slow spell "
+                        "decide a figure")
     p.add_argument("--bits", type=sample_bits, default=8,
                    help="4: also measure ci4 input (key 'ci4') next to ci8 in the same run")
     p.add_argument("--no-scaling", action="store_true", help="skip the S x threads sweep")
