@@ -177,6 +177,21 @@ static int take_unit(xe_job *job, xe_unit *un)
     return 1;
 }
 
+/* What the kernel needs beyond the converted Y tiles of blocks [i0, i1): K-steps [t0, nt)
+ * VNNI-packed (AMX, VNNI; the one-pass build packed those before t0), or all nt widened to
+ * int16 (AVX2). */
+static void finish_tiles(const xe_job *job, xe_work *w, int t0, int nt, int i0, int i1)
+{
+#ifdef XE_HAVE_AVX512_LAYOUT
+    if (job->pack_b)
+        xe_pack_b_avx512(job->plan, w, t0, nt, i0, i1, job->bias);
+#endif
+#ifdef XE_HAVE_AVX2
+    if (job->widen)
+        xe_widen_avx2(job->plan, w, nt, i0, i1);
+#endif
+}
+
 /* One unit: convert and pack every super block, its successor's source prefetched as it goes
  * (the one-pass build; else a prefetch pass first), then the kernel over all pairs, then
  * prefetch the next unit's first super block into L1 (the build of the last super block has
@@ -194,14 +209,7 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
     const int whole = job->build ? (int)((un->g1 - un->g0) / (XE_KSTEP / XE_GROUP)) : 0;
     if (convert && p->lay) {  /* any layout: every block, then the VNNI packing */
         xe_convert_layout(p, w, job->frames, un);
-#ifdef XE_HAVE_AVX512_LAYOUT
-        if (job->pack_b)
-            xe_pack_b_avx512(p, w, 0, un->nt, 0, p->nb8, job->bias);
-#endif
-#ifdef XE_HAVE_AVX2
-        if (job->widen)
-            xe_widen_avx2(p, w, un->nt, 0, p->nb8);
-#endif
+        finish_tiles(job, w, 0, un->nt, 0, p->nb8);
     }
     for (int L = 0; convert && !p->lay && L < nsb; L++) {
         if (L + 1 < nsb && !whole)  /* the one-pass build prefetches as it goes */
@@ -212,14 +220,7 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
 #endif
         convert_super_block(p, w, job->frames, un, L, job->copy,
                             (long)whole * (XE_KSTEP / XE_GROUP));
-#ifdef XE_HAVE_AVX512_LAYOUT
-        if (job->pack_b)
-            xe_pack_b_avx512(p, w, whole, un->nt, 2 * L, 2 * L + 2, job->bias);
-#endif
-#ifdef XE_HAVE_AVX2
-        if (job->widen)
-            xe_widen_avx2(p, w, un->nt, 2 * L, 2 * L + 2);
-#endif
+        finish_tiles(job, w, whole, un->nt, 2 * L, 2 * L + 2);
     }
     if (!job->layout_only)
         job->kernel(p, w, un->nt, 0, p->nsp);

@@ -158,7 +158,7 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int
  * Streams past nstream are absent (ns < 8). */
 typedef struct {
     const int8_t *at;
-    size_t off[8];
+    ptrdiff_t off[8];  /* signed: with stream offsets a stream may lie before stream 0 */
     int ns;
     long q;
 } xe_quads;
@@ -169,8 +169,8 @@ static inline void quads_init(const xe_plan *p, const int8_t *frames, const xe_u
     long run;
     c->at = xe_group_src(p, frames, 0, un->c, un->g0, un->g1, &run);
     for (c->ns = 0; c->ns < 8 && 8 * i + c->ns < p->nstream; c->ns++)
-        c->off[c->ns] = (size_t)(xe_group_src(p, frames, 8 * i + c->ns, un->c, un->g0, un->g1,
-                                              &run) - c->at);
+        c->off[c->ns] = xe_group_src(p, frames, 8 * i + c->ns, un->c, un->g0, un->g1, &run)
+            - c->at;
     c->q = un->g0 % p->ncoarse;
 }
 
@@ -192,7 +192,7 @@ static inline const int8_t *quads_next(const xe_plan *p, xe_quads *c)
  * groups r i r i r i r i each): two vpermt2q per stream give its real and its imaginary row;
  * rows of absent streams (m >= ns) are zeros. */
 static inline XE_AVX512_TARGET void load_rows(const int8_t *h0, const int8_t *h1,
-                                              const size_t *off, int ns, __m512i *r)
+                                              const ptrdiff_t *off, int ns, __m512i *r)
 {
     const __m512i re_idx = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i im_idx = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
@@ -230,13 +230,14 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
         xe_quads in, ahead = {.ns = 0};
         quads_init(p, frames, un, i, &in);
         const int l2 = i + 2 >= p->nb8;  /* ahead is the next unit's */
-        long ahead_left = 2L * nt;        /* 4-group steps to prefetch */
-        if (!l2)
+        long ahead_left = 0;              /* 4-group steps to prefetch */
+        if (!l2) {
             quads_init(p, frames, un, i + 2, &ahead);
-        else if (next) {
+            ahead_left = 2L * nt;
+        } else if (next) {
             quads_init(p, frames, next, i + 2 - p->nb8, &ahead);
-            ahead_left = (next->g1 - next->g0) / 4 < ahead_left ? (next->g1 - next->g0) / 4
-                : ahead_left;
+            const long quads = (next->g1 - next->g0) / 4;
+            ahead_left = quads < 2L * nt ? quads : 2L * nt;
         }
         int8_t *a = w->a + (size_t)i * blk, *b = w->b + (size_t)i * blk;
         __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;

@@ -598,7 +598,6 @@ def test_reprocess_onto_a_full_tmpfs(tmpfs, tmp_path):
         assert np.array_equal(uv.get_data(2, 5, "yy")[d], (re - 1j * im)[:, 5, 11])
 
 
-
 def every_name_taken(pcap: Path, tmp_path: Path) -> tuple[str, Path]:
     """A directory where the chain's first file name and its 999 numbered ones exist (empty
     files), and that name's stem (learnt from a run into another directory)."""
@@ -609,6 +608,7 @@ def every_name_taken(pcap: Path, tmp_path: Path) -> tuple[str, Path]:
     for name in [f"{stem}.uvh5"] + [f"{stem}-{n}.uvh5" for n in range(1, 1000)]:
         (taken / name).touch()
     return stem, taken
+
 
 def test_writer_that_skips_counts_a_dump_whose_every_file_name_is_taken(recording, tmp_path):
     """``"skip"`` with ``new_name_if_exists`` (the live service): when the first file's name
