@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -80,6 +82,31 @@ def bifrost_or_skip():
                         pytrace=False)
         pytest.skip(str(exc), allow_module_level=True)
     return xb
+
+
+#: Set by .ci/run's full pass: a comma-separated list of optional peers and tools (``chromium``,
+#: ``wsclean``, ``casacore``, ``casatools``, ``aoflagger``, ``lsl``, ``mwalib``, ...) or ``all``,
+#: whose absence fails a test instead of skipping it (the newcomer's pass leaves it unset).
+REQUIRE_ENV = "XENGINE_REQUIRE"
+
+
+def require(name: str, missing: str | None) -> None:
+    """Nothing when ``missing`` is None; else skip saying ``name`` is absent and why
+    (``missing``), or fail instead where ``$XENGINE_REQUIRE`` names ``name`` or says ``all``."""
+    if missing is None:
+        return
+    wanted = {w.strip() for w in os.environ.get(REQUIRE_ENV, "").split(",") if w.strip()}
+    if name in wanted or "all" in wanted:
+        pytest.fail(f"{REQUIRE_ENV} asks for {name}, but {missing}", pytrace=False)
+    pytest.skip(f"{name} is not available here: {missing}", allow_module_level=True)
+
+
+def import_or_require(module: str, name: str | None = None) -> Any:
+    """``import module``, or :func:`require` (skip with the reason, or fail where required)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        require(name or module, f"import {module} failed: {exc}")
 
 
 #: Set (by .ci/run, which installs BLRI from the vendored tarballs) to make a missing BLRI, the
