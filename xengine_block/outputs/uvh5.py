@@ -228,6 +228,11 @@ class DumpRows:
             ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
                             self.flags, self.nsamples)
 
+    def add_flags(self, flags: np.ndarray) -> None:
+        """Flag besides the missing data (after :meth:`fill` with counts): ``flags [C or 1,
+        nbaseline]`` bool in the triangle's order; ``nsamples`` stays as it is."""
+        self.flags |= np.moveaxis(flags[:, self.index], 0, 1)
+
 
 def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
     """int32 compound while no integration of ``max_spectra`` spectra of ``sample_bits``-bit
@@ -922,13 +927,16 @@ class UVH5Writer:
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
-               duration_s: float) -> None:
+               duration_s: float, flags: np.ndarray | None = None) -> None:
         """Append one dump; on disk when this returns, or :class:`UVH5WriteError` is raised.
 
         tri : packed triangle ``[C, nbaseline, 2]`` (integers).
         valid : valid spectra per baseline, ``[C, nbaseline]`` or ``[1, nbaseline]``.
         nspectra : spectra integrated per baseline when nothing is missing.
         t_start_unix, duration_s : the dump's start time and length.
+        flags : bool ``[C or 1, nbaseline]``, visibilities to flag besides those without
+            spectra (bad inputs, RFI: ``xengine_block.health``); their data and ``nsamples``
+            are kept as they are, only ``flag_array`` says so.
         """
         if self.error is not None:
             err = UVH5WriteError.caused_by(self.error, self.path, self.ndump or None)
@@ -944,12 +952,20 @@ class UVH5Writer:
                 or valid.shape[0] not in (1, tri.shape[0])):
             raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
                              f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+        extra = None if flags is None else np.asarray(flags, bool)
+        if extra is not None and (extra.ndim != 2 or extra.shape[1] != tri.shape[1]
+                                  or extra.shape[0] not in (1, tri.shape[0])):
+            raise ValueError(f"flags of shape {extra.shape} for a dump of {tri.shape[0]} "
+                             f"channels x {tri.shape[1]} baselines")
+        extra = extra if extra is not None and extra.any() else None
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
-        # every spectrum there no chunks at all (their fill values).
-        counts = uniform_counts(valid) if "flags" in self._deflated else None
+        # every spectrum there no chunks at all (their fill values); not with flags of its own.
+        counts = uniform_counts(valid) if "flags" in self._deflated and extra is None else None
         filled = {*self._constant, *(FULL_COUNTS if counts is not None
                                      and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
+        if extra is not None:
+            self._rows.add_flags(extra)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
