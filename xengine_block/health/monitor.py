@@ -189,16 +189,9 @@ def flag_dumps(monitor: HealthMonitor | None, rfi, vis: np.ndarray, valid: np.nd
         summary["bad_inputs"] = monitor.bad_inputs()
         summary["inputs_flagged"] = round(float(inputs.mean()), 6) if inputs.size else 0.0
     if rfi is not None:
-        found = rfi.flag(vis, valid, monitor_nstream(nbl))
+        found = rfi.flag(vis, valid, np.broadcast_to(inputs[:, None, :], flags.shape))
         flags |= found
         summary["rfi"] = {"strategy": rfi.strategy_path.name,
                           **flagged_fractions(found, ~inputs)}
     return flags, summary
 
-
-def monitor_nstream(nbaseline: int) -> int:
-    """Streams S of a packed triangle of ``nbaseline = S (S + 1) / 2`` baselines."""
-    s = int((np.sqrt(8 * nbaseline + 1) - 1) // 2)
-    if s * (s + 1) // 2 != nbaseline:
-        raise ValueError(f"{nbaseline} baselines are no packed triangle")
-    return s

@@ -1,10 +1,15 @@
 """RFI flags from AOFlagger (PyPI ``aoflagger``: the library and its strategies).
 
-Each antenna pair's time x frequency data, its four polarisation products as AOFlagger's eight
-images (re, im of XX, XY, YX, YY), goes through the strategy, and the mask flags the pair's four
-products (as MWA's Birli and LOFAR's DP3 run it: per baseline, over the observation's time and
-frequency). The strategy is the telescope's where AOFlagger ships one (its ``TelescopeId``:
-MWA, LOFAR, JVLA, WSRT, ...), else its generic one, or a Lua file of the user's
+Each baseline and polarisation product's time x frequency data (one entry of the packed
+triangle: AOFlagger's two images, re and im) goes through the strategy, and its mask flags that
+product (MWA's Birli and LOFAR's DP3 run AOFlagger per baseline likewise, over the
+observation's time and frequency). One product at a time, not an antenna pair's four together:
+a bad input's jump (a cable pulled, a transmitter switched on) must not flag its antenna's
+other, healthy pol; and the visibilities of inputs judged bad enter as AOFlagger's input flags,
+left out of its statistics like the missing data.
+
+The strategy is the telescope's where AOFlagger ships one (its ``TelescopeId``: MWA, LOFAR,
+JVLA, WSRT, ...), else its generic one, or a Lua file of the user's
 (``--rfi aoflagger:STRATEGY.lua``). Visibilities are divided by their spectra first (a dump
 with fewer spectra is no dip), and data already missing enter as AOFlagger's input flags.
 
@@ -20,8 +25,6 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
-
-from ..triangle import baseline_index
 
 #: Dumps in the live sliding window (odd: as many after the flagged dump as before it).
 LIVE_WINDOW = 9
@@ -48,18 +51,6 @@ def parse_rfi(text: str) -> tuple[str, Path | None]:
     return method, path
 
 
-def pair_products(nant: int) -> tuple[np.ndarray, np.ndarray]:
-    """(antenna pairs ``[P, 2]`` with a1 <= a2, triangle index of their four products
-    ``[P, 4]`` in the order XX, XY, YX, YY)."""
-    a1, a2 = np.triu_indices(nant)
-    feeds = ((0, 0), (0, 1), (1, 0), (1, 1))
-    idx = np.empty((a1.size, 4), np.int64)
-    for p, (f1, f2) in enumerate(feeds):
-        s1, s2 = 2 * a1 + f1, 2 * a2 + f2
-        idx[:, p] = baseline_index(np.minimum(s1, s2), np.maximum(s1, s2))
-    return np.stack([a1, a2], axis=1), idx
-
-
 class AOFlaggerRfi:
     """AOFlagger with the strategy for ``telescope`` (or ``strategy``, a Lua file)."""
 
@@ -81,33 +72,33 @@ class AOFlaggerRfi:
         except Exception as exc:  # noqa: BLE001 - AOFlagger raises RuntimeError or its own
             raise RfiUnavailable(f"AOFlagger strategy {strategy}: {exc}") from None
 
-    def flag(self, vis: np.ndarray, valid: np.ndarray, nstream: int) -> np.ndarray:
+    def flag(self, vis: np.ndarray, valid: np.ndarray,
+             given: np.ndarray | None = None) -> np.ndarray:
         """bool ``[T, C, nbaseline]``: RFI found in ``T`` dumps ``vis [T, C, nbaseline, 2]``
         (the packed triangle) with ``valid`` spectra (broadcastable to ``[T, C, nbaseline]``;
-        zero: no data, AOFlagger's input flag)."""
+        zero: no data), ``given``: visibilities flagged already (bad inputs), which AOFlagger
+        leaves out of its statistics (with the missing ones) and which are not returned."""
         t, c, nbl, _ = vis.shape
         valid = np.broadcast_to(np.asarray(valid), (t, c, nbl))
         out = np.zeros((t, c, nbl), bool)
         if t == 0:
             return out
-        pairs, idx = pair_products(nstream // 2)
-        images = self.flagger.make_image_set(t, c, 8)
-        given = self.flagger.make_flag_mask(t, c, False)
-        scale = 1.0 / np.maximum(valid, 1).astype(np.float32)  # [T, C, nbl]
-        for p in range(pairs.shape[0]):
-            cols = idx[p]
-            v = vis[:, :, cols, :].astype(np.float32) * scale[:, :, cols, None]  # [T, C, 4, 2]
-            for k in range(4):
-                for part in range(2):
-                    images.set_image_buffer(2 * k + part, np.ascontiguousarray(v[:, :, k, part].T))
-            missing = (valid[:, :, cols] == 0).any(axis=2).T  # [C, T]
-            if missing.any():
-                given.set_buffer(np.ascontiguousarray(missing))
-                mask = self.strategy.run(images, given)
+        images = self.flagger.make_image_set(t, c, 2)
+        mask_in = self.flagger.make_flag_mask(t, c, False)
+        for b in range(nbl):
+            n = valid[:, :, b]
+            known = n == 0 if given is None else (n == 0) | given[:, :, b]
+            if known.all():
+                continue
+            v = vis[:, :, b, :].astype(np.float32) / np.maximum(n, 1)[:, :, None]
+            images.set_image_buffer(0, np.ascontiguousarray(v[:, :, 0].T))
+            images.set_image_buffer(1, np.ascontiguousarray(v[:, :, 1].T))
+            if known.any():
+                mask_in.set_buffer(np.ascontiguousarray(known.T))
+                mask = self.strategy.run(images, mask_in)
             else:
                 mask = self.strategy.run(images)
-            flags = np.asarray(mask.get_buffer(), bool).T  # [T, C]
-            out[:, :, cols] |= flags[:, :, None]
+            out[:, :, b] = np.asarray(mask.get_buffer(), bool).T & ~known
         return out
 
 
@@ -131,18 +122,23 @@ class SlidingRfi:
     dump; get back the dumps now flagged (``delay = window // 2`` dumps late), and the rest at
     :meth:`drain`."""
 
-    def __init__(self, flagger: AOFlaggerRfi, nstream: int, window: int = LIVE_WINDOW) -> None:
+    def __init__(self, flagger: AOFlaggerRfi, window: int = LIVE_WINDOW) -> None:
         if window < 1:
             raise ValueError(f"the RFI window must be at least 1 dump, got {window}")
-        self.flagger, self.nstream, self.window = flagger, nstream, window
+        self.flagger, self.window = flagger, window
         self.delay = window // 2
-        self._dumps: deque = deque(maxlen=window)  # (key, vis, valid)
+        self._dumps: deque = deque(maxlen=window)  # (key, vis, valid, given)
         self._next = 0  # index in the window of the next dump to flag
 
-    def push(self, key, vis: np.ndarray, valid: np.ndarray) -> list[tuple[object, np.ndarray]]:
-        """Add a dump (``key`` comes back with its flags ``[C, nbaseline]``)."""
+    def push(self, key, vis: np.ndarray, valid: np.ndarray,
+             given: np.ndarray) -> list[tuple[object, np.ndarray]]:
+        """Add a dump (``key`` comes back with its flags ``[C, nbaseline]``; ``given``: its
+        flags already, ``[C or 1, nbaseline]``)."""
         full = len(self._dumps) == self.window
-        self._dumps.append((key, np.array(vis, copy=True), np.array(valid, copy=True)))
+        c, nbl = vis.shape[:2]
+        self._dumps.append((key, np.array(vis, copy=True),
+                            np.array(np.broadcast_to(valid, (c, nbl))),
+                            np.array(np.broadcast_to(given, (c, nbl)))))
         if full:
             self._next -= 1
         if len(self._dumps) - self._next <= self.delay:
@@ -154,10 +150,8 @@ class SlidingRfi:
         return self._flag(len(self._dumps)) if self._dumps else []
 
     def _flag(self, upto: int) -> list[tuple[object, np.ndarray]]:
-        keys, vis, valid = zip(*self._dumps, strict=True)
-        c, nbl = vis[0].shape[:2]
-        flags = self.flagger.flag(np.stack(vis), np.stack(
-            [np.broadcast_to(v, (c, nbl)) for v in valid]), self.nstream)
+        keys, vis, valid, given = zip(*self._dumps, strict=True)
+        flags = self.flagger.flag(np.stack(vis), np.stack(valid), np.stack(given))
         out = [(keys[i], flags[i]) for i in range(self._next, upto)]
         self._next = upto
         return out
