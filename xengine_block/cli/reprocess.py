@@ -34,8 +34,8 @@ def _scheduler_arg(text: str) -> str:
 
 
 def _array_arg(text: str) -> str:
-    """An array TOML or a telinfo YAML/TOML that parses (its antennas checked against each
-    recording when it is reprocessed)."""
+    """An array TOML, a telinfo YAML/TOML or an MWA metafits that parses (its antennas checked
+    against each recording when it is reprocessed)."""
     from ..readers.arrays import load_array
 
     path = argtypes.input_file(text)
@@ -55,9 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("auto", *ALL_FORMATS), default="auto",
                    help="the inputs' format (default: recognised from each file's first bytes)")
     p.add_argument("--array", type=_array_arg,
-                   help="antenna positions: an array TOML or a telescope-info YAML/TOML "
-                        "(BLRI/COSMIC telinfo); antennas matched to the recording by name "
-                        "(needed for multi-antenna recordings)")
+                   help="antenna positions: an array TOML, a telescope-info YAML/TOML "
+                        "(BLRI/COSMIC telinfo) or an MWA metafits (OBSID_metafits.fits: "
+                        "TileName names, tile ids, flags); antennas matched to the recording "
+                        "by name, or by number (MWA tile id) (needed for multi-antenna "
+                        "recordings)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--integration-spectra", type=argtypes.positive_int,
                         help="spectra per integration: any whole number (pcap: a multiple of "
