@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tree import repository_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Top-level folders whose paths are ours: a path starting with one of them must exist.
@@ -60,8 +62,8 @@ FORBIDDEN = {
 ALLOWED = {".ci/run": {"a sibling checkout", "notes outside the repository"}}
 
 SUFFIXES = {".py", ".md", ".c", ".h", ".cc", ".sh", ".cfg", ".toml", ".txt", ".in"}
-SKIP_DIRS = {".git", "build", "dist", "_build", "_generated", "__pycache__", ".pytest_cache",
-             ".ruff_cache", "results", "fx_out", "out"}
+#: Folders of the repository whose files are data or generated, not text of ours.
+SKIP_DIRS = {"results"}
 
 PATH_RE = re.compile(r"(?<![\w/.$<{-])((?:\.ci|[A-Za-z_][\w-]*)/[\w./*-]*[\w*])")
 #: A docs page followed by one or more quoted section names: ``docs/x.md, "A" and "B"``.
@@ -80,13 +82,12 @@ class Text:
 
 
 def repository_texts() -> list[Text]:
-    """Every text file of ours: code, comments, docs, build and CI scripts."""
+    """Every text file of ours (code, comments, docs, build and CI scripts): the files git
+    tracks or would add, so a virtual environment or build left in the checkout is not read."""
     out = []
-    for path in sorted(ROOT.rglob("*")):
+    for path in repository_files(ROOT):
         rel = path.relative_to(ROOT)
-        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts[:-1]):
-            continue
-        if not path.is_file() or path.name == Path(__file__).name:
+        if any(part in SKIP_DIRS for part in rel.parts[:-1]) or path.name == Path(__file__).name:
             continue
         if path.suffix in SUFFIXES or path.name in ("Makefile", "run", "LICENSE"):
             out.append(Text(str(rel), path.read_text(errors="replace")))
@@ -146,6 +147,15 @@ def upstream_context(text: str, start: int, ref: str) -> bool:
     return bool(repo) and repo.group(1) not in OUR_TOP + SUBPACKAGES
 
 
+def matches(pattern: Path) -> bool:
+    """Whether a path with wildcards names a file of the repository (a pattern that is no
+    valid glob, like ``**.py``, names none)."""
+    try:
+        return bool(list(ROOT.glob(str(pattern.relative_to(ROOT)))))
+    except ValueError:
+        return False
+
+
 def path_problems(t: Text) -> list[str]:
     problems = []
     for m in PATH_RE.finditer(t.text):
@@ -160,8 +170,7 @@ def path_problems(t: Text) -> list[str]:
         if ("..." in ref or ref.endswith("/*") or ref.startswith(GENERATED)
                 or t.text[m.end():m.end() + 1] in ("{", "<")):  # a template, not a path
             continue
-        if any(c.exists() or ("*" in ref and list(ROOT.glob(str(c.relative_to(ROOT)))))
-               for c in candidates):
+        if any(c.exists() or ("*" in ref and matches(c)) for c in candidates):
             continue
         if upstream_context(t.text, m.start(), ref):
             continue
