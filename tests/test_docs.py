@@ -207,10 +207,80 @@ def forbidden_problems(t: Text) -> list[str]:
     return problems
 
 
+#: A file named without its folder in prose (``config.py``).
+BARE_RE = re.compile(r"(?<![\w/.$<{-])([A-Za-z_]\w*\.(?:py|c|h|cc|md))\b")
+#: A folder of ours followed by a parenthesised list of its files:
+#: ``xengine_block/service/ (config.py keys, endpoints.py sockets, ...)``.
+LISTING_RE = re.compile(r"`?((?:\.ci|[A-Za-z_][\w-]*)/(?:[\w-]+/)*)`?\s*\(([^()]*)\)")
+#: A module of ours named by its dotted path (``xengine_block.service.live``).
+DOTTED_RE = re.compile(r"\b(xengine_block(?:\.\w+)+)")
+
+
+def repository_names() -> tuple[set[str], set[str]]:
+    """The repository's file names, and its modules' dotted names (with the compiled
+    extensions setup.py builds and the old names ``_moved.MOVED`` keeps importable)."""
+    from xengine_block._moved import MOVED
+
+    files = [p.relative_to(ROOT) for p in repository_files(ROOT)]
+    modules = {"xengine_block._native", "xengine_block._readbw", *MOVED}
+    for rel in files:
+        if rel.suffix == ".py":
+            parts = rel.with_suffix("").parts
+            modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return {rel.name for rel in files}, modules
+
+
+def prose_problems(t: Text, names: tuple[set[str], set[str]]) -> list[str]:
+    """Module and file names in prose (Markdown pages, help texts): a bare file name in a list
+    after a folder of ours must be in that folder, any other must exist somewhere; a dotted
+    module name must be a module of ours, or a name its source defines."""
+    if not (t.where.endswith(".md") or t.where.endswith("--help")):
+        return []
+    file_names, modules = names
+    problems = []
+    listed = set()
+    for m in LISTING_RE.finditer(t.text):
+        folder = m.group(1)
+        if folder.split("/", 1)[0] not in OUR_TOP or not (ROOT / folder).is_dir():
+            continue
+        for b in BARE_RE.finditer(m.group(2)):
+            listed.add(m.start(2) + b.start())
+            if not (ROOT / folder / b.group(1)).exists():
+                problems.append(f"{t.where}: {b.group(1)} is not in {folder}")
+    for m in BARE_RE.finditer(t.text):
+        if m.start() in listed or upstream_context(t.text, m.start(), m.group(1)):
+            continue
+        if m.group(1) not in file_names:
+            problems.append(f"{t.where}: {m.group(1)} does not exist")
+    for m in DOTTED_RE.finditer(t.text):
+        if not names_module_or_member(m.group(1), modules):
+            problems.append(f"{t.where}: module {m.group(1)} does not exist")
+    return problems
+
+
+def names_module_or_member(dotted: str, modules: set[str]) -> bool:
+    """Whether ``dotted`` is a module of ours, or a module followed by a name its source
+    defines or uses (a class, a function, a constant)."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 1, -1):
+        module = ".".join(parts[:k])
+        if module in modules:
+            if k == len(parts):
+                return True
+            path = ROOT.joinpath(*parts[:k])
+            source = path.with_suffix(".py") if path.with_suffix(".py").exists() \
+                else path / "__init__.py"
+            return source.exists() and re.search(rf"\b{parts[k]}\b", source.read_text()) \
+                is not None
+    return False
+
+
 def check(texts: list[Text]) -> list[str]:
     problems = []
+    names = repository_names()
     for t in texts:
-        problems += path_problems(t) + section_problems(t) + forbidden_problems(t)
+        problems += (path_problems(t) + section_problems(t) + forbidden_problems(t)
+                     + prose_problems(t, names))
     return problems
 
 
@@ -248,6 +318,17 @@ def test_help_references_resolve() -> None:
 def test_a_planted_bad_reference_is_caught(planted: str, expected: str) -> None:
     """The check fails on each kind of bad reference, and says which."""
     problems = check([Text("planted.py", f"x = 1  # {planted}\n")])
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("planted, expected", [
+    ("Modules: `xengine_block/service/` (`config.py` keys, `sources.py` sockets)",
+     "sources.py is not in xengine_block/service/"),
+    ("the service lives in `nowhere_module.py`", "nowhere_module.py does not exist"),
+    ("see `xengine_block.service.gone`", "module xengine_block.service.gone does not exist"),
+])
+def test_a_planted_bad_module_name_in_prose_is_caught(planted: str, expected: str) -> None:
+    problems = check([Text("planted.md", f"{planted}\n")])
     assert any(expected in p for p in problems), problems
 
 

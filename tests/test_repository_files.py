@@ -22,8 +22,8 @@ def checkout(tmp_path: Path) -> Path:
                       "pkg/mod.py": "x = 1\n", "pkg/new.py": "y = 2\n",
                       ".venv/lib/site-packages/other/mod.py": "see **.py\n",
                       "build/lib/pkg/mod.py": "x = 1\n", "out/run.uvh5": "data",
-                      "docs/sub/.gitignore": "draft.md\n", "docs/sub/draft.md": "no\n",
-                      "docs/sub/page.md": "yes\n"}.items():
+                      "notes/sub/.gitignore": "draft.md\n", "notes/sub/draft.md": "no\n",
+                      "notes/sub/page.md": "yes\n"}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     subprocess.run(["git", "init", "-q", str(root)], check=True)
@@ -32,7 +32,7 @@ def checkout(tmp_path: Path) -> Path:
     return root
 
 
-WANTED = [".gitignore", "README.md", "docs/sub/.gitignore", "docs/sub/page.md", "pkg/mod.py",
+WANTED = [".gitignore", "README.md", "notes/sub/.gitignore", "notes/sub/page.md", "pkg/mod.py",
           "pkg/new.py"]
 
 
