@@ -73,7 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pcap: X-engine frames per dump")
     p.add_argument("--channels", type=_channels_arg,
                    help="channels to write: A:B or a,b,c (default: all)")
-    p.add_argument("--backend", type=argtypes.backend_name, default="auto")
+    p.add_argument("--backend", type=argtypes.backend_name, default="auto",
+                   help="correlator backend, or 'auto' for the fastest exact one here "
+                        "(xengine backends lists them)")
     p.add_argument("--sample-rate", type=argtypes.positive_number, metavar="HZ",
                    help="spectra per second, for recordings whose headers lack it (VDIF)")
     p.add_argument("--freq0", type=argtypes.positive_number, metavar="HZ",
