@@ -55,7 +55,8 @@ def site_info(array: ArrayDescription) -> SiteInfo:
     """What the UVH5 writer needs of an array description."""
     return SiteInfo(array.telescope_name, array.latitude_deg, array.longitude_deg,
                     array.altitude_m, list(array.antenna_names),
-                    np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m)
+                    np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m,
+                    array.flagged_mask)
 
 
 #: Header keys the writer reads (docs/bifrost.md).

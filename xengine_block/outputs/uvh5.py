@@ -423,6 +423,9 @@ class SiteInfo:
     antenna_numbers: np.ndarray  # [Nants]
     antenna_positions: np.ndarray  # [Nants, 3] ECEF minus site ECEF, metres
     enu: np.ndarray  # [Nants, 3] metres
+    #: [Nants] bool or None: antennas whose baselines are written flagged, their visibilities
+    #: and nsamples as correlated (an MWA metafits' flagged tiles)
+    flagged: np.ndarray | None = None
 
     @property
     def nant(self) -> int:
@@ -793,6 +796,9 @@ class UVH5Writer:
                           else visdata_dtype(max_spectra, sample_bits))
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
+        bad = np.zeros(site.nant, bool) if site.flagged is None else np.asarray(site.flagged, bool)
+        #: Baselines flagged whatever their counts (a flagged antenna's), or None.
+        self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
         self._rows = DumpRows(self.bmap, self.freq_hz.size, self.vis_dtype, self.conjugate)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite, kill_safe=kill_safe)
@@ -960,10 +966,13 @@ class UVH5Writer:
         extra = extra if extra is not None and extra.any() else None
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values); not with flags of its own.
-        counts = uniform_counts(valid) if "flags" in self._deflated and extra is None else None
+        counts = (uniform_counts(valid) if "flags" in self._deflated
+                  and self._flag_bls is None and extra is None else None)
         filled = {*self._constant, *(FULL_COUNTS if counts is not None
                                      and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
+        if self._flag_bls is not None:  # flagged antennas: flags set, data and counts kept
+            self._rows.flags[self._flag_bls] = True
         if extra is not None:
             self._rows.add_flags(extra)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
