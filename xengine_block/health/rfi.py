@@ -13,10 +13,10 @@ JVLA, WSRT, ...), else its generic one, or a Lua file of the user's
 (``--rfi aoflagger:STRATEGY.lua``). Visibilities are divided by their spectra first (a dump
 with fewer spectra is no dip), and data already missing enter as AOFlagger's input flags.
 
-Offline (``xengine reprocess``), a file's whole time span at once. Live, a sliding window of
-:data:`LIVE_WINDOW` dumps (:class:`SlidingRfi`): a dump is flagged when the ``window // 2``
-dumps after it have arrived, so its flags come that many dumps late, never more (and at the
-end of a sequence, with the dumps there are).
+Offline (``xengine reprocess``), a file's whole time span at once. Live (:class:`SlidingRfi`),
+each dump as it comes, over a window of itself and the :data:`LIVE_WINDOW` - 1 dumps before
+it: no delay (its flags go out with it), the window bounded; the price is that the newest dump
+lies at its window's edge, where AOFlagger sees its neighbours on one side only.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: Dumps in the live sliding window (odd: as many after the flagged dump as before it).
-LIVE_WINDOW = 9
+#: Dumps in the live sliding window: the dump flagged and those before it.
+LIVE_WINDOW = 8
 #: ``TelescopeId`` names of AOFlagger's strategies by telescope name, lower case.
 TELESCOPES = {"mwa": "MWA", "lofar": "LOFAR", "jvla": "JVLA", "vla": "JVLA", "wsrt": "WSRT",
               "parkes": "Parkes", "arecibo": "Arecibo", "aartfaac": "AARTFAAC",
@@ -118,40 +118,24 @@ def flagged_fractions(flags: np.ndarray, among: np.ndarray | None = None) -> dic
 
 
 class SlidingRfi:
-    """Live RFI flags over a sliding window of ``window`` dumps (module docstring): push each
-    dump; get back the dumps now flagged (``delay = window // 2`` dumps late), and the rest at
-    :meth:`drain`."""
+    """Live RFI flags (module docstring): each dump flagged as it comes, over a window of
+    itself and the ``window - 1`` dumps before it."""
 
     def __init__(self, flagger: AOFlaggerRfi, window: int = LIVE_WINDOW) -> None:
         if window < 1:
             raise ValueError(f"the RFI window must be at least 1 dump, got {window}")
         self.flagger, self.window = flagger, window
-        self.delay = window // 2
-        self._dumps: deque = deque(maxlen=window)  # (key, vis, valid, given)
-        self._next = 0  # index in the window of the next dump to flag
+        self._dumps: deque = deque(maxlen=window)  # (vis, valid, given) [C, nbaseline, ...]
 
-    def push(self, key, vis: np.ndarray, valid: np.ndarray,
-             given: np.ndarray) -> list[tuple[object, np.ndarray]]:
-        """Add a dump (``key`` comes back with its flags ``[C, nbaseline]``; ``given``: its
-        flags already, ``[C or 1, nbaseline]``)."""
-        full = len(self._dumps) == self.window
+    def push(self, vis: np.ndarray, valid: np.ndarray, given: np.ndarray) -> np.ndarray:
+        """Add a dump (``vis [C, nbaseline, 2]``, ``valid`` and ``given`` flags broadcastable
+        to ``[C, nbaseline]``); returns its RFI flags ``[C, nbaseline]``."""
         c, nbl = vis.shape[:2]
-        self._dumps.append((key, np.array(vis, copy=True),
-                            np.array(np.broadcast_to(valid, (c, nbl))),
+        self._dumps.append((np.array(vis, copy=True), np.array(np.broadcast_to(valid, (c, nbl))),
                             np.array(np.broadcast_to(given, (c, nbl)))))
-        if full:
-            self._next -= 1
-        if len(self._dumps) - self._next <= self.delay:
-            return []
-        return self._flag(self._next + 1)
+        vis_w, valid_w, given_w = (np.stack(a) for a in zip(*self._dumps, strict=True))
+        return self.flagger.flag(vis_w, valid_w, given_w)[-1]
 
-    def drain(self) -> list[tuple[object, np.ndarray]]:
-        """The dumps not yet flagged (end of a sequence)."""
-        return self._flag(len(self._dumps)) if self._dumps else []
-
-    def _flag(self, upto: int) -> list[tuple[object, np.ndarray]]:
-        keys, vis, valid, given = zip(*self._dumps, strict=True)
-        flags = self.flagger.flag(np.stack(vis), np.stack(valid), np.stack(given))
-        out = [(keys[i], flags[i]) for i in range(self._next, upto)]
-        self._next = upto
-        return out
+    def reset(self) -> None:
+        """Forget the window (a new sequence)."""
+        self._dumps.clear()

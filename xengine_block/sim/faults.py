@@ -5,7 +5,7 @@ Input faults (:class:`InputFault`), on one stream, over a range of spectra, appl
 quantised samples:
 
 - ``dead``: every sample zero (a cable off, a digitiser down);
-- ``stuck``: every sample of each channel held at one value (drawn from the seed, the stream
+- ``stuck``: every sample of each channel held at one value (drawn from the simulator's seed, the stream
   and the fault's first spectrum: a frozen digitiser, samples that do not change);
 - ``saturated``: the samples multiplied by ``level`` (default 30) and clipped to the
   quantiser's range (a transmitter nearby, an attenuator at 0 dB);
