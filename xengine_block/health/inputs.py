@@ -23,7 +23,9 @@ States (:data:`STATES`), the first that holds in this order:
   the last bit, in an adjacent dump of the same spectra (a constant or a repeating pattern gives
   the same sums every dump; live noise never does). One dump alone cannot show it: live, the
   first dump of a stuck input is judged on its own;
-- ``saturated``: ``saturated_fraction`` above ``Thresholds.saturated_fraction``;
+- ``saturated``: ``saturated_fraction`` above ``Thresholds.saturated_fraction`` and above
+  ``saturated_excess`` times the median of the live inputs' (a transmitter every input hears,
+  clipping every one in its channel, is RFI, for the RFI flagger, not a broken input);
 - ``high_power`` / ``low_power``: power above ``high_power_factor`` times the median of the
   live inputs' power, or below it divided by ``low_power_factor``;
 - ``decorrelated``: ``correlation`` at the noise floor (below ``noise floor + decorrelated_sigma``
@@ -60,6 +62,8 @@ class Thresholds:
     #: Gaussian noise at the simulator's levels (rms 11 of 127 for ci8, 3 of 7 for ci4) puts
     #: 0 and about 0.4 % there.
     saturated_fraction: float = 0.02
+    #: ... and above this factor times the array's median fraction.
+    saturated_excess: float = 4.0
     #: Power above this factor times the array's median: ``high_power`` (10: +10 dB).
     high_power_factor: float = 10.0
     #: Power below the array's median divided by this factor: ``low_power`` (10: -10 dB).
@@ -72,7 +76,7 @@ class Thresholds:
         if not 0 < self.saturated_fraction <= 1:
             raise ValueError(f"saturated_fraction must be in (0, 1], got "
                              f"{self.saturated_fraction}")
-        for name in ("high_power_factor", "low_power_factor"):
+        for name in ("saturated_excess", "high_power_factor", "low_power_factor"):
             if not getattr(self, name) > 1:
                 raise ValueError(f"{name} must be > 1, got {getattr(self, name)}")
         if not self.decorrelated_sigma > 0:
@@ -187,6 +191,8 @@ def judge(stats: DumpStats, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     seen = (stats.valid > 0).any(axis=0)  # no spectrum: nothing to judge (flagged as missing)
     live = stats.power > 0
     median = float(np.median(stats.power[live])) if live.any() else 0.0
+    clipped = (float(np.median(stats.saturated_fraction[live])) if live.any() else 0.0
+               ) * t.saturated_excess
     stuck = np.zeros(s, bool)
     for other in neighbours:
         if other is None or other.autos.shape != stats.autos.shape:
@@ -204,7 +210,7 @@ def judge(stats: DumpStats, thresholds: Thresholds = DEFAULT_THRESHOLDS,
             state = "dead"
         elif stuck[i]:
             state = "stuck"
-        elif stats.saturated_fraction[i] > t.saturated_fraction:
+        elif stats.saturated_fraction[i] > max(t.saturated_fraction, clipped):
             state = "saturated"
         elif stats.power[i] > t.high_power_factor * median:
             state = "high_power"

@@ -314,6 +314,9 @@ KEYS: tuple[Key, ...] = (
     Key("flagging", "saturated_fraction", fraction, DEFAULT_THRESHOLDS.saturated_fraction,
         "fraction of sample parts at the quantiser's extremes above which an input is "
         "saturated"),
+    Key("flagging", "saturated_excess", above_one, DEFAULT_THRESHOLDS.saturated_excess,
+        "... and above this factor times the array's median fraction (saturation in every "
+        "input at once is RFI)"),
     Key("flagging", "high_power_factor", above_one, DEFAULT_THRESHOLDS.high_power_factor,
         "power above this factor times the array's median: high_power"),
     Key("flagging", "low_power_factor", above_one, DEFAULT_THRESHOLDS.low_power_factor,
@@ -382,8 +385,8 @@ class ServiceConfig:
         if not (v["health"] or v["inputs"] or v["rfi"]):
             return None
         return Flagging(v["inputs"], v["rfi"], v["rfi_window"], Thresholds(
-            v["saturated_fraction"], v["high_power_factor"], v["low_power_factor"],
-            v["decorrelated_sigma"]), judge=True)
+            v["saturated_fraction"], v["saturated_excess"], v["high_power_factor"],
+            v["low_power_factor"], v["decorrelated_sigma"]), judge=True)
 
     @property
     def dump_spectra(self) -> int:

@@ -5,8 +5,8 @@ Input faults (:class:`InputFault`), on one stream, over a range of spectra, appl
 quantised samples:
 
 - ``dead``: every sample zero (a cable off, a digitiser down);
-- ``stuck``: every sample of each channel held at one value (drawn from the simulator's seed, the stream
-  and the fault's first spectrum: a frozen digitiser, samples that do not change);
+- ``stuck``: every sample of each channel held at one value (drawn from the simulator's seed,
+  the stream and the fault's first spectrum: a frozen digitiser, samples that do not change);
 - ``saturated``: the samples multiplied by ``level`` (default 30) and clipped to the
   quantiser's range (a transmitter nearby, an attenuator at 0 dB);
 - ``decorrelated``: the samples replaced by independent noise of the same rms (a swapped or
