@@ -101,14 +101,14 @@ def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypat
     path = write_guppi(tmp_path / "g.raw", blocks(samples(2, seed=3)), cards())
     arr = tmp_path / "a.toml"
     write_array(arr, NAMES)
-    from xengine_block.outputs import uvh5
+    from xengine_block.outputs.staged_file import StagedFile
 
     seen, safe = [], []
     real = rp.reprocess_recording
     monkeypatch.setattr(rp, "reprocess_recording",
                         lambda *a: seen.append(gc.get_freeze_count()) or real(*a))
-    staged = uvh5.StagedFile.__init__
-    monkeypatch.setattr(uvh5.StagedFile, "__init__", lambda self, *a, **k: safe.append(
+    staged = StagedFile.__init__
+    monkeypatch.setattr(StagedFile, "__init__", lambda self, *a, **k: safe.append(
         k.get("kill_safe", True)) or staged(self, *a, **k))
     assert gc.get_freeze_count() == 0
     for freeze in (True, False):
