@@ -482,6 +482,7 @@ def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     assert any("AssertionError: data_array" in f for f in failures)
 
 
+@pytest.mark.filterwarnings("ignore:Fixing auto-correlations")  # random triangles: autos too
 @pytest.mark.parametrize("broadcast", [False, True])
 def test_flags_and_nsamples_per_channel(tmp_path, broadcast):
     """Valid counts per channel (and, as reprocessing passes them, one per channel broadcast
@@ -541,6 +542,7 @@ def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
     assert data_chunk_rows(prime, DATA_CHUNK_BYTES // 500) == 500
 
 
+@pytest.mark.filterwarnings("ignore:Fixing auto-correlations")  # random triangles: autos too
 def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
     """flags and nsamples of a dump whose counts are the same on every baseline are written as
     one deflated chunk, compressed when the counts change (a dump with counts varying by baseline

@@ -88,6 +88,34 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
                {n: i for i, n in enumerate(names)}, names, freqs=np.array([120, 121]) * 1.28e6)
 
 
+def test_mwax_with_metafits_through_the_chain_equals_reprocess(rt, tmp_path):
+    """The metafits' names, tile ids and flags travel in the header's array: the chain's file
+    is the direct reprocess's, tile 2049 (LBG1) flagged in both."""
+    from tests.helpers.mwax import METAFITS_16
+
+    tiles = [2049, 2041, 2052]
+    rng = np.random.default_rng(4)
+    bl = [rng.integers(-128, 128, (6, MWAX_NTIME, 2), dtype=np.int8) for _ in range(2)]
+    f = write_subfile(tmp_path / "1_9_121.sub", bl, coarse_channel=121, tile_ids=tiles,
+                      subobs=0)
+    src, w = run_chain(rt, [open_recording([f], "mwax")], load_array(METAFITS_16), MWAX_NTIME,
+                       tmp_path / "pipe")
+    ants = src.headers(0)[0]["array"]["antenna"]
+    assert [(a["name"], a["number"], a.get("flagged", False)) for a in ants] == [
+        ("LBF1", 2041, False), ("LBG1", 2049, True), ("LBG4", 2052, False)]
+    (r,) = reprocess([f], tmp_path / "direct", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=MWAX_NTIME), progress=None)
+    assert r.ok, r.error
+    a = pyuvdata.UVData.from_file(w.files[0])
+    b = pyuvdata.UVData.from_file(r.task.output)
+    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
+                 "ant_1_array", "ant_2_array", "uvw_array"):
+        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    bad = (a.ant_1_array == 2049) | (a.ant_2_array == 2049)
+    assert a.flag_array[bad].all() and not a.flag_array[~bad].any()
+    assert list(a.telescope.antenna_names) == ["LBF1", "LBG1", "LBG4"]
+
+
 def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
     """With freeze_gc (``xengine reprocess``'s choice) a GUPPI file's task runs frozen (a full
     collection of astropy's, h5py's and numba's objects stops the writer and the backend for

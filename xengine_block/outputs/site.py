@@ -22,6 +22,9 @@ class SiteInfo:
     antenna_numbers: np.ndarray  # [Nants]
     antenna_positions: np.ndarray  # [Nants, 3] ECEF minus site ECEF, metres
     enu: np.ndarray  # [Nants, 3] metres
+    #: [Nants] bool or None: antennas whose baselines are written flagged, their visibilities
+    #: and nsamples as correlated (an MWA metafits' flagged tiles)
+    flagged: np.ndarray | None = None
 
     @property
     def nant(self) -> int:
@@ -32,4 +35,5 @@ def site_info(array: ArrayDescription) -> SiteInfo:
     """What a visibility writer needs of an array description."""
     return SiteInfo(array.telescope_name, array.latitude_deg, array.longitude_deg,
                     array.altitude_m, list(array.antenna_names),
-                    np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m)
+                    np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m,
+                    array.flagged_mask)

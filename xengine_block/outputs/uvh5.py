@@ -273,6 +273,9 @@ class UVH5Writer:
                           else visdata_dtype(max_spectra, sample_bits))
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
+        bad = np.zeros(site.nant, bool) if site.flagged is None else np.asarray(site.flagged, bool)
+        #: Baselines flagged whatever their counts (a flagged antenna's), or None.
+        self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
         self._rows = DumpRows(self.bmap, self.freq_hz.size, self.vis_dtype, self.conjugate)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite, kill_safe=kill_safe)
@@ -431,10 +434,13 @@ class UVH5Writer:
                              f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values).
-        counts = uniform_counts(valid) if "flags" in self._deflated else None
+        counts = (uniform_counts(valid) if "flags" in self._deflated
+                  and self._flag_bls is None else None)
         filled = {*self._constant, *(FULL_COUNTS if counts is not None
                                      and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
+        if self._flag_bls is not None:  # flagged antennas: flags set, data and counts kept
+            self._rows.flags[self._flag_bls] = True
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
