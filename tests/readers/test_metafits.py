@@ -146,6 +146,29 @@ def test_inputs_matched_by_tile_id(tmp_path):
     assert uv.flag_array[bad].all() and not uv.flag_array[~bad].any()
 
 
+def test_without_delay_table_inputs_are_the_metafits_order(tmp_path):
+    """Block 0 without a delay table (zeros): the inputs are the metafits' antennas in its
+    Antenna order, the subfile order udp2sub writes; a count that differs is one line."""
+    arr = load_array(METAFITS_16)
+    blocks = tile_blocks(16, 1, seed=11)
+    f = write_subfile(tmp_path / "z_121.sub", blocks, coarse_channel=121,
+                      tile_ids=arr.antenna_numbers)
+    data = bytearray(f.read_bytes())
+    data[4096:4096 + blocks[0].nbytes] = bytes(blocks[0].nbytes)
+    f.write_bytes(bytes(data))
+    assert open_recording([f], "mwax").meta.antenna_numbers is None
+    (r,) = reprocess([f], tmp_path / "out", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=NTIME), progress=None)
+    assert r.ok, r.error
+    names = list(arr.antenna_names)
+    check_file(r.task.output, natural(blocks, 16), [(0, NTIME)],
+               dict(zip(names, arr.antenna_numbers, strict=True)), names)
+    (r,) = reprocess([f], tmp_path / "out1", ReprocessOptions(
+        array=str(METAFITS_LBG4), integration_spectra=NTIME), progress=None)
+    assert not r.ok and "names none of its 16 antennas" in str(r.error)
+    assert "lists 1" in str(r.error)
+
+
 def test_toml_written_from_metafits_matches_by_tile_id(tmp_path):
     """An array TOML named by TileName and numbered by tile id (what a user writes from the
     metafits) is accepted: matched by number where the Tile%03d names are not its."""

@@ -41,6 +41,19 @@ def run_chain(rt, recs, array, nspec, directory, name="pipe.uvh5"):
     return src, chain.writer
 
 
+def same_as_reprocess(piped, path, out, options):
+    """The chain's file ``piped`` holds what ``xengine reprocess`` of ``path`` writes (data,
+    flags, nsamples, times, frequencies, baselines, uvw); returns it read by pyuvdata."""
+    (r,) = reprocess([path], out, options, progress=None)
+    assert r.ok, r.error
+    a = pyuvdata.UVData.from_file(piped)
+    b = pyuvdata.UVData.from_file(r.task.output)
+    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
+                 "ant_1_array", "ant_2_array", "integration_time", "uvw_array"):
+        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    return a
+
+
 def test_guppi_with_gap_through_the_chain_equals_reprocess(rt, tmp_path):
     x = samples(5, seed=21)
     path = write_guppi(tmp_path / "g.raw", blocks(x), cards(),
@@ -55,14 +68,8 @@ def test_guppi_with_gap_through_the_chain_equals_reprocess(rt, tmp_path):
     assert hdr["time_tag"] == 0 and hdr["fs_hz"] == pytest.approx(1 / 4e-6)
     assert [a["name"] for a in hdr["array"]["antenna"]] == NAMES[::-1]
     assert (src.frames_written, src.gap_frames) == (6, 1)  # the missing block: zeros
-    (r,) = reprocess([path], tmp_path / "direct", ReprocessOptions(
-        array=str(arr), integration_spectra=2 * NTIME, allow_damaged=True), progress=None)
-    assert r.ok, r.error
-    a = pyuvdata.UVData.from_file(w.files[0])
-    b = pyuvdata.UVData.from_file(r.task.output)
-    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
-                 "ant_1_array", "ant_2_array", "integration_time"):
-        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    a = same_as_reprocess(w.files[0], path, tmp_path / "direct", ReprocessOptions(
+        array=str(arr), integration_spectra=2 * NTIME, allow_damaged=True))
     assert np.all(a.nsample_array.reshape(3, a.Nbls, -1)[1] == 0.5)  # half of it missing
     y = np.concatenate([x[:, :, :2 * NTIME], np.zeros_like(x[:, :, :NTIME]),
                         x[:, :, 2 * NTIME:]], axis=2)
@@ -103,14 +110,8 @@ def test_mwax_with_metafits_through_the_chain_equals_reprocess(rt, tmp_path):
     ants = src.headers(0)[0]["array"]["antenna"]
     assert [(a["name"], a["number"], a.get("flagged", False)) for a in ants] == [
         ("LBF1", 2041, False), ("LBG1", 2049, True), ("LBG4", 2052, False)]
-    (r,) = reprocess([f], tmp_path / "direct", ReprocessOptions(
-        array=str(METAFITS_16), integration_spectra=MWAX_NTIME), progress=None)
-    assert r.ok, r.error
-    a = pyuvdata.UVData.from_file(w.files[0])
-    b = pyuvdata.UVData.from_file(r.task.output)
-    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
-                 "ant_1_array", "ant_2_array", "uvw_array"):
-        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    a = same_as_reprocess(w.files[0], f, tmp_path / "direct", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=MWAX_NTIME))
     bad = (a.ant_1_array == 2049) | (a.ant_2_array == 2049)
     assert a.flag_array[bad].all() and not a.flag_array[~bad].any()
     assert list(a.telescope.antenna_names) == ["LBF1", "LBG1", "LBG4"]
