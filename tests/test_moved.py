@@ -108,3 +108,20 @@ def test_renamed_module_names_give_the_new_object_with_a_warning():
         assert placement.CaptureLayout is placement.CapturePlan
     with pytest.raises(AttributeError, match="no attribute 'CaptureLayoutt'"):
         placement.CaptureLayoutt  # noqa: B018 (a typo stays an error)
+
+
+def test_names_of_the_split_uvh5_module_keep_their_old_path():
+    """``outputs/uvh5.py`` was split by role: names it still uses stay importable from it as
+    they were; the others (and the renamed error type) warn with their new path."""
+    from xengine_block.outputs import baselines, errors, site, staged_file, times, uvh5
+
+    assert uvh5.SiteInfo is site.SiteInfo and uvh5.StagedFile is staged_file.StagedFile
+    assert uvh5.baseline_map is baselines.baseline_map and uvh5.LstClock is times.LstClock
+    with pytest.warns(DeprecationWarning, match="uvh5.UVH5WriteError is OutputWriteError"):
+        assert uvh5.UVH5WriteError is errors.OutputWriteError
+    with pytest.warns(DeprecationWarning, match="moved to xengine_block.outputs.times"):
+        assert uvh5.load_time_tables is times.load_time_tables
+    with pytest.warns(DeprecationWarning, match="moved to xengine_block.outputs.baselines"):
+        assert uvh5.BaselineMap is baselines.BaselineMap
+    with pytest.raises(AttributeError, match="no attribute 'UVH5Writr'"):
+        uvh5.UVH5Writr  # noqa: B018 (a typo stays an error)

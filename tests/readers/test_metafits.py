@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import import_or_require
 from tests.helpers.mwax import METAFITS_16, METAFITS_LBG4, METAFITS_TILE011, NTIME
-from tests.helpers.recordings import check_file, write_array
+from tests.helpers.recordings import check_file, expected, write_array
 from xengine_block.array import ArrayDescription, ArrayError
 from xengine_block.cli import main
 from xengine_block.readers import open_recording
@@ -146,6 +146,29 @@ def test_inputs_matched_by_tile_id(tmp_path):
     assert uv.flag_array[bad].all() and not uv.flag_array[~bad].any()
 
 
+def test_without_delay_table_inputs_are_the_metafits_order(tmp_path):
+    """Block 0 without a delay table (zeros): the inputs are the metafits' antennas in its
+    Antenna order, the subfile order udp2sub writes; a count that differs is one line."""
+    arr = load_array(METAFITS_16)
+    blocks = tile_blocks(16, 1, seed=11)
+    f = write_subfile(tmp_path / "z_121.sub", blocks, coarse_channel=121,
+                      tile_ids=arr.antenna_numbers)
+    data = bytearray(f.read_bytes())
+    data[4096:4096 + blocks[0].nbytes] = bytes(blocks[0].nbytes)
+    f.write_bytes(bytes(data))
+    assert open_recording([f], "mwax").meta.antenna_numbers is None
+    (r,) = reprocess([f], tmp_path / "out", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=NTIME), progress=None)
+    assert r.ok, r.error
+    names = list(arr.antenna_names)
+    check_file(r.task.output, natural(blocks, 16), [(0, NTIME)],
+               dict(zip(names, arr.antenna_numbers, strict=True)), names)
+    (r,) = reprocess([f], tmp_path / "out1", ReprocessOptions(
+        array=str(METAFITS_LBG4), integration_spectra=NTIME), progress=None)
+    assert not r.ok and "names none of its 16 antennas" in str(r.error)
+    assert "lists 1" in str(r.error)
+
+
 def test_toml_written_from_metafits_matches_by_tile_id(tmp_path):
     """An array TOML named by TileName and numbered by tile id (what a user writes from the
     metafits) is accepted: matched by number where the Tile%03d names are not its."""
@@ -200,6 +223,57 @@ def test_mwax_subfile_read_back_by_mwalib(tmp_path):
     assert np.allclose(np.unique(uv.time_array), jd(start + np.arange(8) + 0.5), rtol=0,
                        atol=2e-9)
     assert list(uv.telescope.antenna_numbers) == [2052]
+
+
+class _Blocks:
+    """160 blocks of a full subfile: ``head`` given, the rest zeros (made once)."""
+
+    def __init__(self, head, nblock=160):
+        self.head, self.nblock, self.zero = head, nblock, np.zeros_like(head[0])
+
+    def __len__(self):
+        return self.nblock
+
+    def __getitem__(self, k):
+        if not 0 <= k < self.nblock:
+            raise IndexError(k)
+        return self.head[k] if k < len(self.head) else self.zero
+
+
+@pytest.mark.slow
+def test_sixteen_tile_subfile_read_back_by_mwalib(tmp_path):
+    """A full-size (844 MB) oversampled subfile for the 16 Phase II tiles, read by mwalib: its
+    samples are ours, and the UVH5 made with ``--array`` the metafits holds mwalib's names and
+    tile ids, the int64 correlation of mwalib's samples (the first second; zeros after),
+    tile 2049 flagged."""
+    mwalib = mwalib_or_skip()
+    obs, ntime, rate = 1370752512, 81920, 1_638_400
+    arr = load_array(METAFITS_16)
+    head = tile_blocks(16, 2, seed=10, ntime=ntime)
+    f = write_subfile(tmp_path / f"{obs}_{obs + 8}_121.sub", _Blocks(head), coarse_channel=121,
+                      tile_ids=arr.antenna_numbers, obs_id=obs, sample_rate=rate)
+    ctx = mwalib.VoltageContext(str(METAFITS_16), [str(f)])
+    got = ctx.read_file(ctx.provided_timestep_indices[0], ctx.provided_coarse_chan_indices[0])
+    x = got[0, :2].transpose(1, 0, 3, 2, 4).reshape(16, 1, -1, 2, 2)  # the first 2 blocks
+    assert np.array_equal(x, natural(head, 16)) and not got[0, 2:].any() and not got[1:].any()
+    del got
+    nspec = 20 * ntime
+    (r,) = reprocess([f], tmp_path / "out", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=nspec), progress=None)
+    assert r.ok, r.error
+    names = [a.tile_name for a in ctx.metafits_context.antennas]
+    ids = [a.tile_id for a in ctx.metafits_context.antennas]
+    uv = pyuvdata.UVData.from_file(r.task.output)
+    assert list(uv.telescope.antenna_names) == names
+    assert list(uv.telescope.antenna_numbers) == ids and uv.Ntimes == 8
+    for i in range(16):
+        for j in range(i, 16):
+            for pol in ("xx", "yy", "xy", "yx"):
+                d = uv.get_data(ids[i], ids[j], pol)
+                assert np.array_equal(d[0], expected(x, i, j, pol)), (names[i], names[j], pol)
+                assert not d[1:].any()
+    bad = (uv.ant_1_array == 2049) | (uv.ant_2_array == 2049)
+    assert uv.flag_array[bad].all() and not uv.flag_array[~bad].any()
 
 
 # ---------------------------------------------------------------------------- hostile

@@ -32,7 +32,8 @@ from tests.helpers.service import (
 from xengine_block.array import default_array
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
-from xengine_block.outputs.uvh5 import POLARIZATIONS, StagedFile
+from xengine_block.outputs.baselines import POLARIZATIONS
+from xengine_block.outputs.staged_file import StagedFile
 from xengine_block.reference import reference_full
 from xengine_block.service.config import load_config
 from xengine_block.service.instances import scrape
