@@ -12,8 +12,8 @@ Statistics (:class:`DumpStats`), per input:
 - ``saturated_fraction``: the fraction of sample parts (re and im) at the quantiser's extremes
   (ci8: -128 and +127; ci4: -8 and +7), counted in the backend's pass over the samples
   (katgpucbf counts saturated samples per input the same way);
-- ``correlation``: the largest, over every input of another antenna, of the channel-averaged
-  correlation coefficient ``|V_jk| / sqrt(A_j A_k)`` (hera_qm's ant_metrics judge dead and
+- ``correlation``: the largest, over every input of another antenna, of the correlation
+  coefficient ``mean_c |V_jk| / sqrt(mean_c A_j mean_c A_k)`` (hera_qm's ant_metrics judge dead and
   cross-polarised antennas from the correlation matrix).
 
 States (:data:`STATES`), the first that holds in this order:
@@ -126,59 +126,57 @@ def dump_stats(tri: np.ndarray, valid: np.ndarray, nstream: int,
     tri = np.asarray(tri)
     valid = np.asarray(valid)
     valid = valid[:, None] if valid.ndim == 1 else valid
-    valid = np.broadcast_to(valid, tri.shape[:2]).astype(np.float64)
     a_idx = auto_index(nstream)
     autos = tri[:, a_idx, 0].astype(np.int64)  # [C, S]
-    v_auto = valid[:, a_idx]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_spec = np.where(v_auto > 0, autos / np.maximum(v_auto, 1), np.nan)  # [C, S]
-    counted = ~np.isnan(per_spec)
-    power = (np.where(counted, per_spec, 0.0).sum(axis=0)
-             / np.maximum(counted.sum(axis=0), 1))
+    v_auto = np.broadcast_to(valid, tri.shape[:2])[:, a_idx].astype(np.float64)
+    counted = v_auto > 0
+    per_spec = np.where(counted, autos / np.maximum(v_auto, 1), 0.0)  # [C, S]
+    power = per_spec.sum(axis=0) / np.maximum(counted.sum(axis=0), 1)
     live = power > 0
     deviation = np.zeros(nstream)
     if live.any():
-        shape = per_spec[:, live] / power[live]
-        median_shape = np.nanmedian(shape, axis=1, keepdims=True)
+        # NaN where a channel has no spectrum: the medians leave it out (numpy's nanmedian,
+        # only then: it costs several times the plain median)
+        median = np.median if counted.all() else np.nanmedian
+        shape = np.where(counted, per_spec, np.nan)[:, live] / power[live]
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.abs(shape / median_shape - 1)
+            rel = np.abs(shape / median(shape, axis=1, keepdims=True) - 1)
+        median = np.median if np.isfinite(rel).all() else np.nanmedian
         rel[~np.isfinite(rel)] = np.nan
-        deviation[live] = np.nan_to_num(np.nanmedian(rel, axis=0)) if rel.size else 0.0
+        deviation[live] = np.nan_to_num(median(rel, axis=0))
     if extremes is None:
         fraction = np.zeros(nstream)
     else:
         fraction = np.asarray(extremes, np.float64) / np.maximum(np.asarray(parts, np.float64), 1)
-    corr, floor = best_correlation(tri, valid, autos, nstream, thresholds.decorrelated_sigma)
-    return DumpStats(power, deviation, fraction, corr, floor, autos, valid[:, a_idx])
+    corr, floor = best_correlation(tri, v_auto, autos, nstream, thresholds.decorrelated_sigma)
+    return DumpStats(power, deviation, fraction, corr, floor, autos, v_auto)
 
 
 def best_correlation(tri: np.ndarray, valid: np.ndarray, autos: np.ndarray, nstream: int,
                      sigma: float) -> tuple[np.ndarray, float]:
-    """Per input, the largest channel-averaged correlation coefficient with an input of
-    another antenna, and the floor below which a coefficient is noise: the mean of a noise
-    coefficient's modulus, ``sqrt(pi / 4N)`` for N spectra (Rayleigh), plus ``sigma`` of its
-    standard deviations over C channels, ``sqrt((4 - pi) / 4NC)``."""
+    """Per input, the largest correlation coefficient with an input of another antenna
+    (``valid``: the spectra of each autocorrelation, ``[C, S]``),
+    ``mean_c |V_jk(c)| / sqrt(mean_c A_j(c) mean_c A_k(c))`` (channel-averaged moduli over
+    channel-averaged powers: one pass over the triangle, in float32), and the floor below
+    which a coefficient is noise: the mean of a noise coefficient's modulus, ``sqrt(pi / 4N)``
+    for N spectra (Rayleigh), plus ``sigma`` of its standard deviations over C channels,
+    ``sqrt((4 - pi) / 4NC)``."""
     j, k = triangle_streams(nstream)
-    cross = (j // 2) != (k // 2)
     nchan = tri.shape[0]
     n = float(np.median(valid)) if valid.size else 0.0
     floor = (math.sqrt(math.pi / (4 * n)) + sigma * math.sqrt((4 - math.pi) / (4 * n * nchan))
              if n > 0 else math.inf)
-    best = np.zeros(nstream)
-    if not cross.any():
-        return best, floor
-    jj, kk = j[cross], k[cross]
-    v = tri[:, cross].astype(np.float64)
-    mod = np.hypot(v[..., 0], v[..., 1])
+    v = tri.astype(np.float32)
+    mod = np.hypot(v[..., 0], v[..., 1]).mean(axis=0)  # [nbl]
+    p = autos.mean(axis=0).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rho = mod / np.sqrt(autos[:, jj].astype(np.float64) * autos[:, kk])
-    rho[~np.isfinite(rho)] = 0.0
-    mean = rho.mean(axis=0)
-    full = np.zeros((nstream, nstream))
-    full[jj, kk] = mean
-    full[kk, jj] = mean
-    best[:] = full.max(axis=1)
-    return best, floor
+        inv = np.where(p > 0, 1 / np.sqrt(p), 0.0).astype(np.float32)
+    rho = mod * inv[j] * inv[k]
+    rho[(j // 2) == (k // 2)] = 0  # the same antenna's inputs: not another antenna
+    full = np.zeros((nstream, nstream), np.float32)
+    full[j, k] = rho
+    full[k, j] = rho
+    return full.max(axis=1).astype(np.float64), floor
 
 
 def judge(stats: DumpStats, thresholds: Thresholds = DEFAULT_THRESHOLDS,
@@ -201,27 +199,14 @@ def judge(stats: DumpStats, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         stuck |= same & live
     signal = stats.correlation[live & ~stuck]
     common = signal.size >= 3 and float(np.median(signal)) > stats.correlation_floor
-    antennas = len({i // 2 for i in np.flatnonzero(live)})
-    out = []
-    for i in range(s):
-        if not seen[i]:
-            state = "ok"
-        elif not live[i]:
-            state = "dead"
-        elif stuck[i]:
-            state = "stuck"
-        elif stats.saturated_fraction[i] > max(t.saturated_fraction, clipped):
-            state = "saturated"
-        elif stats.power[i] > t.high_power_factor * median:
-            state = "high_power"
-        elif stats.power[i] < median / t.low_power_factor:
-            state = "low_power"
-        elif common and antennas >= 3 and stats.correlation[i] < stats.correlation_floor:
-            state = "decorrelated"
-        else:
-            state = "ok"
-        out.append(state)
-    return out
+    antennas = np.unique(np.flatnonzero(live) // 2).size
+    decorrelated = (common and antennas >= 3) & (stats.correlation < stats.correlation_floor)
+    conditions = [~seen, ~live, stuck,
+                  stats.saturated_fraction > max(t.saturated_fraction, clipped),
+                  stats.power > t.high_power_factor * median,
+                  stats.power < median / t.low_power_factor, decorrelated]
+    codes = np.select(conditions, [0, 1, 2, 3, 4, 5, 6], default=0)
+    return [STATES[c] for c in codes]
 
 
 def stream_label(stream: int) -> tuple[int, str]:
