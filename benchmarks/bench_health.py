@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -52,9 +53,9 @@ def counting(nstream: int, nchan: int, nspec: int, repeat: int, nthreads: int | 
     res = backend.new_output()
     for name, data, layout in (("layout", guppi, lay), ("frames", frames, packet)):
         ext = np.zeros(nstream, np.int64)
-        plain = lambda: backend.correlate_layout(data, layout, out=res)  # noqa: E731, B023
-        counted = lambda: backend.correlate_layout(data, layout, out=res,  # noqa: E731
-                                                   extremes=ext)  # noqa: B023
+        plain = functools.partial(backend.correlate_layout, data, layout, out=res)
+        counted = functools.partial(backend.correlate_layout, data, layout, out=res,
+                                    extremes=ext)
         t_plain, t_count = [], []
         for _ in range(repeat):  # alternating
             t_plain.append(best(plain, 1))
