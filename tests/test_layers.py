@@ -35,7 +35,8 @@ import xengine_block
 
 PACKAGE = Path(xengine_block.__file__).resolve().parent
 MODEL = ("geometry", "frames", "sample_layout", "triangle", "array", "integration", "reference",
-         "visibility_orders", "native_extension", "user_cache", "_moved", "_native", "_readbw")
+         "visibility_orders", "native_extension", "user_cache", "kernel_sources", "_moved",
+         "_native", "_readbw")
 #: Lowest first: (layer name, the top-level modules and subpackages in it).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("", *MODEL)),

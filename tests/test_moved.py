@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xengine_block._moved import MOVED
+from xengine_block._moved import FORWARDED, MOVED
 
 
 @pytest.mark.parametrize("old, new", sorted(MOVED.items()))
@@ -19,6 +19,17 @@ def test_old_path_is_the_new_module_with_a_warning(old, new):
     with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("package", sorted(FORWARDED))
+def test_a_module_that_became_a_package_forwards_its_names_with_a_warning(package):
+    new, names = FORWARDED[package]
+    old = importlib.import_module(package)
+    for name in names:
+        with pytest.warns(DeprecationWarning, match=rf"{package}\.{name} has moved to "):
+            assert getattr(old, name) is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        old.nothing_here  # noqa: B018
 
 
 def test_names_from_an_old_path_are_the_new_objects():

@@ -40,6 +40,31 @@ MOVED: dict[str, str] = {
     "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
     "xengine_block.npu.cache": "xengine_block.user_cache",
+    # the NPU package split by role (design and validation, model and trace, host and emulator)
+    "xengine_block.npu.plan": "xengine_block.npu.design.plan",
+    "xengine_block.npu.validate": "xengine_block.npu.design.validate",
+    "xengine_block.npu.limits": "xengine_block.npu.design.limits",
+    "xengine_block.npu.build": "xengine_block.npu.design.build",
+    "xengine_block.npu.aiecc": "xengine_block.npu.design.aiecc",
+    "xengine_block.npu.artifacts": "xengine_block.npu.design.artifacts",
+    "xengine_block.npu.show_design": "xengine_block.npu.design.show_design",
+    "xengine_block.npu.perfmodel": "xengine_block.npu.model.perfmodel",
+    "xengine_block.npu.perftrace": "xengine_block.npu.model.perftrace",
+    "xengine_block.npu.hostio": "xengine_block.npu.host.hostio",
+    "xengine_block.npu.hostkernel": "xengine_block.npu.host.hostkernel",
+    "xengine_block.npu.nativering": "xengine_block.npu.host.nativering",
+    "xengine_block.npu.simdevice": "xengine_block.npu.host.simdevice",
+    "xengine_block.npu.emulate": "xengine_block.npu.host.emulate",
+    "xengine_block.npu.kernel_model": "xengine_block.npu.host.kernel_model",
+    "xengine_block.npu.blockpairs": "xengine_block.npu.host.blockpairs",
+}
+
+#: Modules whose name became a package's: old module -> (its new module, its public names),
+#: read from the package for one more release (:func:`forwarded_names`).
+FORWARDED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "xengine_block.npu.design": ("xengine_block.npu.design.mlir", (
+        "INSTALL_HINT", "Call", "MlirAieUnavailable", "Recorder", "Ref", "design_calls",
+        "format_calls", "load_mlir_aie", "to_mlir")),
 }
 
 
@@ -55,6 +80,23 @@ def renamed_names(module: str, renamed: dict[str, str],
                           f"the next release", DeprecationWarning, stacklevel=2)
             return namespace[renamed[name]]
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def forwarded_names(package: str) -> Callable[[str], object]:
+    """A package ``__getattr__`` giving the public names of the module that had the package's
+    name (:data:`FORWARDED`) from that module's new place, imported on first use, with a
+    ``DeprecationWarning`` naming it, for one more release. Other names are not forwarded, so
+    ``from package import submodule`` still imports the submodule."""
+    new, names = FORWARDED[package]
+
+    def __getattr__(name: str) -> object:
+        if name in names:
+            warnings.warn(f"{package}.{name} has moved to {new}.{name}; the old name will be "
+                          f"removed in the next release", DeprecationWarning, stacklevel=2)
+            return getattr(importlib.import_module(new), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
 
