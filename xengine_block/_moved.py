@@ -59,44 +59,38 @@ MOVED: dict[str, str] = {
     "xengine_block.npu.blockpairs": "xengine_block.npu.host.blockpairs",
 }
 
-#: Modules whose name became a package's: old module -> (its new module, its public names),
-#: read from the package for one more release (:func:`forwarded_names`).
-FORWARDED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "xengine_block.npu.design": ("xengine_block.npu.design.mlir", (
-        "INSTALL_HINT", "Call", "MlirAieUnavailable", "Recorder", "Ref", "design_calls",
-        "format_calls", "load_mlir_aie", "to_mlir")),
-}
-
 
 def renamed_names(module: str, renamed: dict[str, str],
-                  namespace: dict[str, object]) -> Callable[[str], object]:
+                  namespace: dict[str, object]) -> Callable[..., object]:
     """A module ``__getattr__`` that gives each old name in ``renamed`` (old -> new) the new
     name's value from ``namespace`` (the module's globals), with a ``DeprecationWarning``
     naming the new one, for one more release."""
 
-    def __getattr__(name: str) -> object:
+    def __getattr__(name: str, stacklevel: int = 2) -> object:
         if name in renamed:
             warnings.warn(f"{module}.{name} is {renamed[name]}; the old name will be removed in "
-                          f"the next release", DeprecationWarning, stacklevel=2)
+                          f"the next release", DeprecationWarning, stacklevel=stacklevel)
             return namespace[renamed[name]]
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
 
 
-def forwarded_names(package: str) -> Callable[[str], object]:
-    """A package ``__getattr__`` giving the public names of the module that had the package's
-    name (:data:`FORWARDED`) from that module's new place, imported on first use, with a
-    ``DeprecationWarning`` naming it, for one more release. Other names are not forwarded, so
-    ``from package import submodule`` still imports the submodule."""
-    new, names = FORWARDED[package]
+def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None,
+                namespace: dict[str, object] | None = None) -> Callable[..., object]:
+    """A module ``__getattr__`` that gives each name in ``moved`` (name -> the module it now
+    lives in, under the same name) that module's value, and each old name in ``renamed`` the
+    new name's value from ``namespace`` (as :func:`renamed_names`), each with a
+    ``DeprecationWarning`` naming the new path, for one more release."""
+    also = renamed_names(module, renamed or {}, namespace or {})
 
     def __getattr__(name: str) -> object:
-        if name in names:
-            warnings.warn(f"{package}.{name} has moved to {new}.{name}; the old name will be "
-                          f"removed in the next release", DeprecationWarning, stacklevel=2)
-            return getattr(importlib.import_module(new), name)
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if name in moved:
+            warnings.warn(f"{module}.{name} has moved to {moved[name]}.{name}; the old path "
+                          f"will be removed in the next release", DeprecationWarning,
+                          stacklevel=2)
+            return getattr(importlib.import_module(moved[name]), name)
+        return also(name, 3)
 
     return __getattr__
 
