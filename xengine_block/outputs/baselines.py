@@ -92,7 +92,7 @@ class DumpRows:
         ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
         [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
         fraction of ``nspectra``. Both passes are the C extension's (``uvh5_rows``,
-        ``uvh5_counts``: ``src/native/uvh5_rows.c``, the GIL released)."""
+        ``uvh5_counts``: ``kernels/cpu/uvh5_rows.c``, the GIL released)."""
         ext = native_extension.native()
         tri = np.ascontiguousarray(tri)
         if tri.dtype not in (np.int32, np.int64, np.float64):
