@@ -180,6 +180,8 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
         name, lat, lon, alt = site
         ant = (meta.antenna_names or (name,))[0]
         return ArrayDescription(name, lat, lon, alt, [ant], [0], [[0.0, 0.0, 0.0]]), [0]
+    if meta.antenna_names is None and meta.antenna_numbers is not None:
+        return _match_numbers(meta.antenna_numbers, array, where)
     if meta.antenna_names is None:
         if array.nant != meta.nant:
             raise RecordingError(f"{where}the recording names none of its {meta.nant} "
@@ -193,11 +195,31 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
         raise RecordingError(f"{where}--array lacks recorded antenna(s) "
                              f"{', '.join(missing[:5])}{more}")
     keep = [i for i, n in enumerate(array.antenna_names) if n in index]
-    sub = ArrayDescription(array.telescope_name, array.latitude_deg, array.longitude_deg,
-                           array.altitude_m, [array.antenna_names[i] for i in keep],
-                           [array.antenna_numbers[i] for i in keep], array.enu_m[keep],
-                           instrument=array.instrument, x_orientation=array.x_orientation)
-    return sub, [index[array.antenna_names[i]] for i in keep]
+    return _subarray(array, keep), [index[array.antenna_names[i]] for i in keep]
+
+
+def _match_numbers(numbers: Sequence[int], array: ArrayDescription,
+                   where: str) -> tuple[ArrayDescription, list[int]]:
+    """:func:`match_antennas` for a recording that numbers its antennas (LWA stands): the
+    array file's antennas of those numbers, in the array file's order."""
+    index = {n: i for i, n in enumerate(numbers)}
+    have = set(array.antenna_numbers)
+    missing = [n for n in numbers if n not in have]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise RecordingError(f"{where}--array lacks recorded antenna number(s) "
+                             f"{', '.join(map(str, missing[:5]))}{more} (the recording's "
+                             f"stand numbers)")
+    keep = [i for i, n in enumerate(array.antenna_numbers) if n in index]
+    return _subarray(array, keep), [index[array.antenna_numbers[i]] for i in keep]
+
+
+def _subarray(array: ArrayDescription, keep: list[int]) -> ArrayDescription:
+    """The array's antennas ``keep`` (indices), site and instrument kept."""
+    return ArrayDescription(array.telescope_name, array.latitude_deg, array.longitude_deg,
+                            array.altitude_m, [array.antenna_names[i] for i in keep],
+                            [array.antenna_numbers[i] for i in keep], array.enu_m[keep],
+                            instrument=array.instrument, x_orientation=array.x_orientation)
 
 
 def _names(meta: RecordingMeta) -> str:

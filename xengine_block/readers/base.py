@@ -26,11 +26,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..sample_layout import SampleLayout
+
+if TYPE_CHECKING:
+    from ..array import ArrayDescription
 
 #: Damage counters, declared once: name -> what it counts.
 DAMAGE: dict[str, str] = {
@@ -96,6 +99,12 @@ class RecordingMeta:
     telescope: str | None = None
     chan0: int = 0  # first channel's index in the full F-engine band, where the file says
     source: str = ""
+    #: Per antenna of the file, the number it has at its telescope (LWA stand numbers), by
+    #: which an array file's antennas are matched where the file names none.
+    antenna_numbers: tuple[int, ...] | None = None
+    #: Each channel's centre frequency where channels are not one even run from ``freq0_hz``
+    #: (an LWA TBF file's two tunings far apart); None: ``freq0_hz + chan_bw_hz * i``.
+    channel_freqs_hz: tuple[float, ...] | None = None
 
     @property
     def nstream(self) -> int:
@@ -107,6 +116,8 @@ class RecordingMeta:
 
     @property
     def freqs_hz(self) -> np.ndarray:
+        if self.channel_freqs_hz is not None:
+            return np.array(self.channel_freqs_hz, np.float64)
         return self.freq0_hz + self.chan_bw_hz * np.arange(self.nchan)
 
 
@@ -207,6 +218,12 @@ class Recording:
     def sniff(cls, head: bytes, path: Path) -> bool:
         """Whether a file starting with ``head`` (its first 64 KiB) is of this format."""
         raise NotImplementedError
+
+    def array(self) -> ArrayDescription | None:
+        """Where the antennas are when no array file is given: the telescope's own
+        definition where the reader knows one (LWA stations from LSL), else None (then an
+        array file is required, :func:`~xengine_block.readers.arrays.match_antennas`)."""
+        return None
 
     @classmethod
     def group(cls, paths: Sequence[Path]) -> list[list[Path]]:
