@@ -40,21 +40,57 @@ MOVED: dict[str, str] = {
     "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
     "xengine_block.npu.cache": "xengine_block.user_cache",
+    # the NPU package split by role (design and validation, model and trace, host and emulator)
+    "xengine_block.npu.plan": "xengine_block.npu.design.plan",
+    "xengine_block.npu.validate": "xengine_block.npu.design.validate",
+    "xengine_block.npu.limits": "xengine_block.npu.design.limits",
+    "xengine_block.npu.build": "xengine_block.npu.design.build",
+    "xengine_block.npu.aiecc": "xengine_block.npu.design.aiecc",
+    "xengine_block.npu.artifacts": "xengine_block.npu.design.artifacts",
+    "xengine_block.npu.show_design": "xengine_block.npu.design.show_design",
+    "xengine_block.npu.perfmodel": "xengine_block.npu.model.perfmodel",
+    "xengine_block.npu.perftrace": "xengine_block.npu.model.perftrace",
+    "xengine_block.npu.hostio": "xengine_block.npu.host.hostio",
+    "xengine_block.npu.hostkernel": "xengine_block.npu.host.hostkernel",
+    "xengine_block.npu.nativering": "xengine_block.npu.host.nativering",
+    "xengine_block.npu.simdevice": "xengine_block.npu.host.simdevice",
+    "xengine_block.npu.emulate": "xengine_block.npu.host.emulate",
+    "xengine_block.npu.kernel_model": "xengine_block.npu.host.kernel_model",
+    "xengine_block.npu.blockpairs": "xengine_block.npu.host.blockpairs",
 }
 
 
 def renamed_names(module: str, renamed: dict[str, str],
-                  namespace: dict[str, object]) -> Callable[[str], object]:
+                  namespace: dict[str, object]) -> Callable[..., object]:
     """A module ``__getattr__`` that gives each old name in ``renamed`` (old -> new) the new
     name's value from ``namespace`` (the module's globals), with a ``DeprecationWarning``
     naming the new one, for one more release."""
 
-    def __getattr__(name: str) -> object:
+    def __getattr__(name: str, stacklevel: int = 2) -> object:
         if name in renamed:
             warnings.warn(f"{module}.{name} is {renamed[name]}; the old name will be removed in "
-                          f"the next release", DeprecationWarning, stacklevel=2)
+                          f"the next release", DeprecationWarning, stacklevel=stacklevel)
             return namespace[renamed[name]]
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None,
+                namespace: dict[str, object] | None = None) -> Callable[..., object]:
+    """A module ``__getattr__`` that gives each name in ``moved`` (name -> the module it now
+    lives in, under the same name) that module's value, and each old name in ``renamed`` the
+    new name's value from ``namespace`` (as :func:`renamed_names`), each with a
+    ``DeprecationWarning`` naming the new path, for one more release."""
+    also = renamed_names(module, renamed or {}, namespace or {})
+
+    def __getattr__(name: str) -> object:
+        if name in moved:
+            warnings.warn(f"{module}.{name} has moved to {moved[name]}.{name}; the old path "
+                          f"will be removed in the next release", DeprecationWarning,
+                          stacklevel=2)
+            return getattr(importlib.import_module(moved[name]), name)
+        return also(name, 3)
 
     return __getattr__
 

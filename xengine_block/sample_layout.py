@@ -408,7 +408,7 @@ def gather(data: np.ndarray, layout: SampleLayout, out: np.ndarray, out_layout: 
     scratch: two parts, ``im_offset`` elements apart), spectrum ``t0 + d`` to out spectrum
     ``d``, streams ``streams`` (indices into ``layout``'s; default all) to out streams 0, 1, ...,
     channels ``[c0, c1)`` (default all) to out channels 0, 1, .... One compiled pass (the C
-    extension's ``gather``, ``src/native/host_passes.c``, the GIL released), no intermediate
+    extension's ``gather``, ``kernels/cpu/host_passes.c``, the GIL released), no intermediate
     copy; ci4 unpacked and ci16 narrowed on the way (a value outside -128..127 raises
     :class:`LayoutError` naming it). ``out``: int8, int16, int32, float32 or float64. A ci4
     ``out_layout`` (an NPU build that takes ci4, ``out`` int8 bytes) gets packed bytes in its

@@ -84,7 +84,10 @@ class RecordingMeta:
     ``OBSBW`` < 0, DADA ``BW`` < 0), i.e. a spectrally inverted band, whose samples carry the
     conjugate of the sky's phase (``docs/reprocess.md``; the UVH5 writer conjugates for it).
     ``antenna_names``: per antenna of the file, in file order; None when the file names none
-    (antennas are then matched to an array file by position).
+    (antennas are then matched to an array file by position). ``antenna_numbers``: the
+    observatory's numbers of the same antennas where the file gives them (MWAX: tile ids, LWA:
+    stand numbers), matched to an array file's numbers where its names do not match (or the
+    file names none).
     """
 
     format: str
@@ -99,8 +102,6 @@ class RecordingMeta:
     telescope: str | None = None
     chan0: int = 0  # first channel's index in the full F-engine band, where the file says
     source: str = ""
-    #: Per antenna of the file, the number it has at its telescope (LWA stand numbers), by
-    #: which an array file's antennas are matched where the file names none.
     antenna_numbers: tuple[int, ...] | None = None
     #: Each channel's centre frequency where channels are not one even run from ``freq0_hz``
     #: (an LWA TBF file's two tunings far apart); None: ``freq0_hz + chan_bw_hz * i``.
