@@ -61,7 +61,8 @@ def _array_arg(text: str) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", type=argtypes.input_file,
                    help="recordings: pcap files (with .json sidecars), GUPPI RAW files or "
-                        ".NNNN.raw sequences, PSRDADA files, VDIF files, MWAX .sub files")
+                        ".NNNN.raw sequences, PSRDADA files, VDIF files, MWAX .sub files, LWA "
+                        "TBF/TBX files, OVRO-LWA voltage buffer dumps")
     p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
                    help="output directory")
     p.add_argument("--format", choices=("auto", *ALL_FORMATS), default="auto",
@@ -70,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="antenna positions: an array TOML, a telescope-info YAML/TOML "
                         "(BLRI/COSMIC telinfo) or an MWA metafits (OBSID_metafits.fits: "
                         "TileName names, tile ids, flags); antennas matched to the recording "
-                        "by name, or by number (MWA tile id) (needed for multi-antenna "
-                        "recordings)")
+                        "by name, or by number (MWA tile id, LWA stand) (needed for "
+                        "multi-antenna recordings but LWA-SV's and LWA-NA's, whose stands LSL "
+                        "knows)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--integration-spectra", type=argtypes.positive_int,
                         help="spectra per integration: any whole number (pcap: a multiple of "

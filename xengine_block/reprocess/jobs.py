@@ -419,7 +419,8 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
 
     if task.format is None:
         raise ValueError(f"{task.input}: not a recording of a known format (pcap, GUPPI RAW, "
-                         f"PSRDADA, VDIF, MWAX subfile); give --format")
+                         f"PSRDADA, VDIF, MWAX subfile, LWA TBF/TBX, OVRO-LWA dump); give "
+                         f"--format")
     where = f"{task.input}: "
     rec = open_recording(task.files, task.format, **options.sky_overrides)
     corr = None
@@ -442,7 +443,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
             raise ValueError(f"{where}no complete integration of {nspec} spectra starts in "
                              f"this file (the recording holds {rec.end - rec.start} spectra "
                              f"from {rec.start})")
-        array = load_array(options.array) if options.array else None
+        array = load_array(options.array) if options.array else rec.array()
         sub, antennas = match_antennas(meta, array, where)
         chans = options.channel_indices(meta.nchan)
         if chans.max() >= meta.nchan:
