@@ -36,6 +36,30 @@ XE_AVX2_TARGET void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, 
     }
 }
 
+/* xe_count_fn on AVX2: half a row a register, the two compares' bytes as a bit mask, one
+ * popcnt (every AVX2 CPU has it). */
+__attribute__((target("avx2,popcnt"))) void xe_count_extremes_avx2(
+    const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo, int8_t hi)
+{
+    const size_t blk = xe_block_bytes(p);
+    const __m256i vlo = _mm256_set1_epi8(lo), vhi = _mm256_set1_epi8(hi);
+    for (int i = i0; i < i1; i++) {
+        int64_t n[8] = {0};
+        for (int t = 0; t < nt; t++) {
+            const int8_t *tile = w->a + (size_t)i * blk + (size_t)t * XE_TILE_BYTES;
+            for (int m = 0; m < 16; m++)
+                for (int h = 0; h < 64; h += 32) {
+                    const __m256i r = _mm256_load_si256((const __m256i *)(tile + 64 * m + h));
+                    const __m256i e = _mm256_or_si256(_mm256_cmpeq_epi8(r, vlo),
+                                                      _mm256_cmpeq_epi8(r, vhi));
+                    n[m & 7] += __builtin_popcount((unsigned)_mm256_movemask_epi8(e));
+                }
+        }
+        for (int m = 0; m < 8; m++)
+            w->ext[8 * i + m] += n[m];
+    }
+}
+
 static XE_AVX2_TARGET void avx2_sub(const xe_plan *p, const xe_work *w, int nt, int I, int M,
                                      int32_t *C)
 {
