@@ -23,6 +23,7 @@ import time
 import numpy as np
 from results_file import add_option, emit
 
+from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.native import NativeBackend
 from xengine_block.geometry import Geometry
 from xengine_block.health.inputs import dump_stats, judge
@@ -113,20 +114,28 @@ def main() -> None:
                     help="spectra per dump (default: the published design's P = 136 packets)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--nthreads", type=int, default=None)
-    ap.add_argument("--isa", default="auto")
+    ap.add_argument("--isas", default="auto,avx2",
+                    help="native paths to measure, comma-separated (those not runnable here "
+                         "are left out with the reason)")
     ap.add_argument("--rfi-nant", type=int, default=32)
     ap.add_argument("--rfi-nchan", type=int, default=64)
     ap.add_argument("--rfi-dumps", type=int, default=32)
     add_option(ap)
     a = ap.parse_args()
-    counts = counting(a.nstream, a.nchan, a.dump_spectra, a.repeat, a.nthreads, a.isa)
     judge_s = judging(a.nstream, a.nchan, a.dump_spectra, a.repeat)
-    out = {"S": a.nstream, "nchan": a.nchan, "dump_spectra": a.dump_spectra, **counts,
-           "judge_cpu_s_per_dump": round(judge_s, 5)}
-    for name in ("layout", "frames"):
-        c = counts[name]
-        out[name]["health_share"] = round(
-            (c["with_counts_cpu_s"] - c["xengine_cpu_s"] + judge_s) / c["xengine_cpu_s"], 4)
+    out = {"S": a.nstream, "nchan": a.nchan, "dump_spectra": a.dump_spectra,
+           "judge_cpu_s_per_dump": round(judge_s, 5), "per_isa": {}}
+    for isa in a.isas.split(","):
+        try:
+            counts = counting(a.nstream, a.nchan, a.dump_spectra, a.repeat, a.nthreads, isa)
+        except BackendUnavailable as exc:
+            out["per_isa"][isa] = {"error": str(exc)}
+            continue
+        for name in ("layout", "frames"):
+            c = counts[name]
+            c["health_share"] = round(
+                (c["with_counts_cpu_s"] - c["xengine_cpu_s"] + judge_s) / c["xengine_cpu_s"], 4)
+        out["per_isa"][counts["isa"]] = counts
     out["aoflagger"] = aoflagger(a.rfi_nant, a.rfi_nchan, a.rfi_dumps)
     emit("bench_health", out, a)
 

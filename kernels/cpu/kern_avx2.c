@@ -10,7 +10,8 @@
 #if defined(XE_HAVE_AVX2)
 #include <immintrin.h>
 
-#define XE_AVX2_TARGET __attribute__((target("avx2")))
+/* popcnt: every AVX2 CPU has it (the extremes counts in xe_widen_avx2) */
+#define XE_AVX2_TARGET __attribute__((target("avx2,popcnt")))
 
 /* c[j] += the horizontal sum of a[j], j = 0..3. */
 static inline XE_AVX2_TARGET void add_sums4(int32_t *c, const __m256i *a)
@@ -23,40 +24,27 @@ static inline XE_AVX2_TARGET void add_sums4(int32_t *c, const __m256i *a)
 
 /* The int16 tiles are written once per unit: widening in the kernel instead (vpmovsxbw per
  * row load) re-widened every row for each sub-block and 2 x 4 group it enters, a shuffle-port
- * uop for every 1.3 vpmaddwd. */
+ * uop for every 1.3 vpmaddwd. With w->ext, the parts at the quantiser's extremes are counted
+ * on the way (xe_count_fn, xcorr.h), from the same loads: byte k of a tile is in row k / 64,
+ * stream (k / 64) % 8 of the block. */
 XE_AVX2_TARGET void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
 {
     const size_t blk = xe_block_bytes(p);
+    const __m128i lo = _mm_set1_epi8(w->ext_lo), hi = _mm_set1_epi8(w->ext_hi);
     for (int i = i0; i < i1; i++) {
         const int8_t *src = w->a + (size_t)i * blk;
         int16_t *dst = (int16_t *)w->b + (size_t)i * blk;
-        for (size_t k = 0; k < (size_t)nt * XE_TILE_BYTES; k += 16)
-            _mm256_store_si256((__m256i *)(dst + k),
-                               _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(src + k))));
-    }
-}
-
-/* xe_count_fn on AVX2: half a row a register, the two compares' bytes as a bit mask, one
- * popcnt (every AVX2 CPU has it). */
-__attribute__((target("avx2,popcnt"))) void xe_count_extremes_avx2(
-    const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo, int8_t hi)
-{
-    const size_t blk = xe_block_bytes(p);
-    const __m256i vlo = _mm256_set1_epi8(lo), vhi = _mm256_set1_epi8(hi);
-    for (int i = i0; i < i1; i++) {
         int64_t n[8] = {0};
-        for (int t = 0; t < nt; t++) {
-            const int8_t *tile = w->a + (size_t)i * blk + (size_t)t * XE_TILE_BYTES;
-            for (int m = 0; m < 16; m++)
-                for (int h = 0; h < 64; h += 32) {
-                    const __m256i r = _mm256_load_si256((const __m256i *)(tile + 64 * m + h));
-                    const __m256i e = _mm256_or_si256(_mm256_cmpeq_epi8(r, vlo),
-                                                      _mm256_cmpeq_epi8(r, vhi));
-                    n[m & 7] += __builtin_popcount((unsigned)_mm256_movemask_epi8(e));
-                }
+        for (size_t k = 0; k < (size_t)nt * XE_TILE_BYTES; k += 16) {
+            const __m128i v = _mm_load_si128((const __m128i *)(src + k));
+            _mm256_store_si256((__m256i *)(dst + k), _mm256_cvtepi8_epi16(v));
+            if (w->ext)
+                n[(k >> 6) & 7] += __builtin_popcount((unsigned)_mm_movemask_epi8(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, lo), _mm_cmpeq_epi8(v, hi))));
         }
-        for (int m = 0; m < 8; m++)
-            w->ext[8 * i + m] += n[m];
+        if (w->ext)
+            for (int m = 0; m < 8; m++)
+                w->ext[8 * i + m] += n[m];
     }
 }
 

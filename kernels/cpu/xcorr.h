@@ -224,8 +224,9 @@ typedef void (*xe_kernel_fn)(const xe_plan *p, xe_work *w, int nt, int sp0, int 
 /* Parts equal to lo or hi in the Y tiles (w->a) of blocks [i0, i1), K-steps [0, nt), added
  * per stream to w->ext (rows m and m + 8 of a block's tile are stream 8i + m's re and im):
  * input health's count of samples at the quantiser's extremes. One definition, three
- * instruction sets (C, AVX2; AVX-512 BW inside the VNNI packing and the one-pass build, while
- * the rows are in registers): the same comparisons, the same counts. */
+ * instruction sets (C; AVX2 inside the int16 widening; AVX-512 BW inside the VNNI packing and
+ * the one-pass build; the last two from the loads they make anyway): the same comparisons,
+ * the same counts. */
 typedef void (*xe_count_fn)(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
                             int8_t hi);
 void xe_count_extremes_c(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
@@ -272,10 +273,9 @@ void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 #endif
 #if defined(XE_HAVE_AVX2)
 void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
-/* The first nt K-steps of blocks [i0, i1) of the Y tiles (w->a) widened to int16 (w->b). */
+/* The first nt K-steps of blocks [i0, i1) of the Y tiles (w->a) widened to int16 (w->b);
+ * with w->ext, their extremes counted on the way. */
 void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1);
-void xe_count_extremes_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
-                            int8_t hi);
 #endif
 
 #endif
