@@ -364,3 +364,25 @@ def test_ovro_cut_header_block(tmp_path):
 
 def test_ticks(tmp_path):
     assert (ADP_TICKS, NDP_TICKS) == (7840, 8192) and FS_HZ / ADP_TICKS == 25e3
+
+
+def test_lsl_xengine_second_opinion(tmp_path):
+    """LSL's own X-engine (``lsl.correlator._core.XEngine2``, what ``lsl.correlator.fx``
+    runs after its F-engine; float32, ``sum conj(x_2) x_1 / n``) on LSL's samples of its TBX
+    test file agrees with our XX visibilities: conjugated, times n, to float32 precision."""
+    core = import_or_require("lsl.correlator._core", "lsl")
+    import pyuvdata
+
+    x, _ = lsl_tbx_samples(LSL_DATA / "tbx-test.dat")  # [stand, chan, t, pol, 2]
+    z = (x[..., 0, 0] + 1j * x[..., 0, 1]).astype(np.complex64)  # X pol: [stand, chan, t]
+    valid = np.ones((z.shape[0], z.shape[2]), np.uint8)
+    theirs = core.XEngine2(z, z, valid, valid)  # [baseline s1 <= s2, chan]
+    arr = numbered_array(tmp_path, 64)
+    r = run([LSL_DATA / "tbx-test.dat"], tmp_path, array=str(arr), integration_spectra=1,
+            allow_damaged=True)
+    assert r.ok, r.error
+    uv = pyuvdata.UVData.from_file(r.task.output)
+    s1, s2 = np.triu_indices(64)
+    for k in range(0, s1.size, 97):
+        ours = uv.get_data(int(s1[k]) + 1, int(s2[k]) + 1, "xx")[0]
+        assert np.allclose(ours, np.conj(theirs[k]) * z.shape[2], rtol=1e-6, atol=1e-4), k
