@@ -460,9 +460,9 @@ def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 #: LWA cases (TBF and TBX: 12-channel frames of every stand, time-major as a station writes
 #: them; OVRO-LWA: one dump, ``[time][chan][stand][pol]``), 4+4-bit: S -> (stands, channels,
 #: spectra, spectra per integration). A transient buffer holds a few seconds of a few
-#: channels: 24 channels of 8192 spectra (0.34 s), 101 MB at S = 512, two integrations.
+#: channels: 24 channels of 16384 spectra (0.68 s), 202 MB at S = 512, four integrations.
 LWA_SIZES = {64: (32, 96, 16384, 8192), 256: (128, 48, 8192, 4096),
-             512: (256, 24, 8192, 4096)}
+             512: (256, 24, 16384, 4096)}
 QUICK_LWA_SIZES = {64: (32, 24, 1024, 512), 256: (128, 12, 1024, 512),
                    512: (256, 12, 512, 256)}
 

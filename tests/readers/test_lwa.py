@@ -386,3 +386,34 @@ def test_lsl_xengine_second_opinion(tmp_path):
     for k in range(0, s1.size, 97):
         ours = uv.get_data(int(s1[k]) + 1, int(s2[k]) + 1, "xx")[0]
         assert np.allclose(ours, np.conj(theirs[k]) * z.shape[2], rtol=1e-6, atol=1e-4), k
+
+
+def test_hostile_files_through_the_command_are_one_line_each(tmp_path, capsys):
+    """Through ``xengine reprocess --format``: garbage, a sync word alone, a header block with
+    no JSON, a TBF frame whose stand count lies on the first frame (the rest read): one line
+    each, no traceback."""
+    from xengine_block.cli import main
+
+    bad = {"junk.tbf": os.urandom(7000), "sync.tbx": b"\xde\xc0\xde\x5c" * 3,
+           "nojson.tbf.0": (40).to_bytes(4, "little") + (1 << 20).to_bytes(4, "little")
+           + b"x" * 100}
+    for name, content in bad.items():
+        (tmp_path / name).write_bytes(content)
+    path, y = frame_file(tmp_path, "lie.tbf", ntime=2)
+    data = bytearray(path.read_bytes())
+    data[14:16] = (7).to_bytes(2, "big")  # the first frame's stand count
+    path.write_bytes(bytes(data))
+    arr = numbered_array(tmp_path, 4)
+    for fmt, name in (("tbf", "junk.tbf"), ("tbx", "sync.tbx"), ("ovro-lwa", "nojson.tbf.0")):
+        rc = main(["reprocess", str(tmp_path / name), "-o", str(tmp_path / "out"), "--format",
+                   fmt, "--array", str(arr)])
+        out = capsys.readouterr()
+        assert rc == 1 and "Traceback" not in out.out + out.err
+        assert out.out.count("FAILED") == 1 and name in out.out
+    rc = main(["reprocess", str(path), "-o", str(tmp_path / "out"), "--array", str(arr),
+               "--integration-spectra", "2", "--allow-damaged"])
+    out = capsys.readouterr()
+    assert rc == 0 and "garbage_bytes=" in out.out, out.out
+    with open_recording([path], "tbf") as rec:
+        x, present = recorded(rec)
+    assert present[:, 0].sum() == 12 and present[:, 1].all()  # frame 0 lost, the rest kept

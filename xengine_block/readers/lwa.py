@@ -127,6 +127,22 @@ def find_sync(buf: np.ndarray, start: int, stop: int | None = None) -> int:
     return -1
 
 
+def majority(values: np.ndarray) -> int:
+    """The most common of ``values`` (the smallest of equals)."""
+    vals, counts = np.unique(values, return_counts=True)
+    return int(vals[np.argmax(counts)])
+
+
+def headers(buf: np.ndarray, offsets: np.ndarray, nbytes: int) -> np.ndarray:
+    """The ``nbytes`` first bytes of the frames at ``offsets``, ``[n, nbytes]`` (gathered in
+    pieces: one index array for a whole file's frames would be 8 x nbytes per frame)."""
+    out = np.empty((offsets.size, nbytes), np.uint8)
+    cols = np.arange(nbytes)
+    for a in range(0, offsets.size, 1 << 16):
+        out[a:a + (1 << 16)] = buf[offsets[a:a + (1 << 16), None] + cols]
+    return out
+
+
 def _syncs(buf: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Whether a sync word starts at each of ``offsets`` (each at least 4 bytes in)."""
     b = np.frombuffer(SYNC, np.uint8)
@@ -140,6 +156,7 @@ class LwaFrameRecording(Recording):
     """A TBF or TBX file (see the module docstring)."""
 
     frame_format: ClassVar[FrameFormat] = TBF
+    _spans: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def sniff(cls, head: bytes, path: Path) -> bool:
@@ -163,12 +180,10 @@ class LwaFrameRecording(Recording):
         offsets = self._walk(buf, size, first, path)
         if offsets.size == 0:
             raise RecordingError(f"{where}no whole {self.format.upper()} frame")
-        head = buf[offsets[:, None] + np.arange(fmt.header_bytes)]
-        f = fmt.fields(head)
-        ids, counts = np.unique(f["id"], return_counts=True)
-        frame_id = int(ids[np.argmax(counts)])
-        i0 = int(np.flatnonzero(f["id"] == frame_id)[0])
-        nstand, nchan = int(f["nstand"][i0]), int(f["nchan"][i0])
+        f = fmt.fields(headers(buf, offsets, fmt.header_bytes))
+        frame_id = majority(f["id"])
+        mine = f["id"] == frame_id
+        nstand, nchan = majority(f["nstand"][mine]), majority(f["nchan"][mine])
         good = ((f["id"] == frame_id) & (f["nstand"] == nstand) & (f["nchan"] == nchan)
                 & (f["chan"] >= 0) & (f["chan"] + nchan <= MAX_CHANNEL)
                 & (fmt.header_bytes + nchan * nstand * 2 == size))
@@ -255,13 +270,14 @@ class LwaFrameRecording(Recording):
                path: Path) -> tuple[np.ndarray, np.ndarray]:
         """Spectrum index of each frame from its time tag; frames off the grid of the
         majority, or further from the median than the file has frames, are time disorder."""
+        self.tt0 = 0
         if not good.any():
             return np.zeros(len(tt), np.int64), good
         phase = tt % ticks
-        vals, counts = np.unique(phase[good], return_counts=True)
-        on = good & (phase == vals[np.argmax(counts)])
-        med = int(np.median(tt[on]))
-        near = on & (np.abs(tt - med) <= ticks * len(tt))
+        on = good & (phase == majority(phase[good]))
+        med, span = int(np.median(tt[on])), ticks * len(tt)
+        lo, hi = max(med - span, -(1 << 63)), min(med + span, (1 << 63) - 1)
+        near = on & (tt >= lo) & (tt <= hi)
         self.damage.add(path, "time_disorder", int((good & ~near).sum()))
         self.tt0 = int(tt[near].min())  # spectrum 0's time tag
         return (tt - self.tt0) // ticks, near
@@ -340,10 +356,12 @@ class LwaFrameRecording(Recording):
         runs gives one chunk of them copied together (one correlation call, not one per
         frame)."""
         streams = self.stream_order(antennas)
+        if self._spans is None:  # each run's first and one-past-last spectrum
+            self._spans = (np.array([r.time_tag for r in self.runs], np.int64),
+                           np.array([r.end for r in self.runs], np.int64))
         by_block: dict[int, list[int]] = {}
-        for i, run in enumerate(self.runs):
-            if run.time_tag < t1 and t0 < run.end:
-                by_block.setdefault(run.chan0, []).append(i)
+        for i in np.flatnonzero((self._spans[0] < t1) & (self._spans[1] > t0)).tolist():
+            by_block.setdefault(self.runs[i].chan0, []).append(i)
         for chan0, which in sorted(by_block.items()):
             if len(which) == 1:
                 i = which[0]
