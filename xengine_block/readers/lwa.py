@@ -63,6 +63,8 @@ ADP_TICKS = 7840  # fS / 25 kHz
 MAX_CHANNEL = 4096
 #: Where the sync word is looked for after a damaged frame: bytes per search.
 _SEARCH = 1 << 20
+#: Frames checked for their sync words at a time.
+_WINDOW = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -231,33 +233,33 @@ class LwaFrameRecording(Recording):
 
     def _walk(self, buf: np.ndarray, size: int, pos: int, path: Path) -> np.ndarray:
         """Offsets of the whole frames of ``size`` bytes from ``pos``: frames follow each
-        other; where one is not followed by a sync word the next is looked for (the bytes
-        skipped are garbage, a frame cut short by the next one's sync word among them); a
-        last frame cut by the end of the file is counted."""
+        other (checked a window of frames at a time); where one is not followed by a sync
+        word the next is looked for (the bytes skipped are garbage, a frame cut short by the
+        next one's sync word among them); a last frame cut by the end of the file is
+        counted."""
         n = len(buf)
         self.damage.add(path, "garbage_bytes", pos)
         parts = []
+        window = 256  # grows while frames follow each other, small again after a break
         while pos < n:
-            k = (n - pos) // size
+            k = min((n - pos) // size, window)
+            if k == 0:  # the rest is shorter than a frame
+                cut = bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]
+                self.damage.add(path, "truncated_bytes" if cut else "garbage_bytes", n - pos)
+                break
             cand = pos + size * np.arange(k, dtype=np.int64)
-            ok = _syncs(buf, cand)
-            bad = np.flatnonzero(~ok)
+            bad = np.flatnonzero(~_syncs(buf, cand))
             stop = int(bad[0]) if bad.size else k
-            if stop:
-                # the last frame before a break: whole only if no sync word lies inside it
-                last = int(cand[stop - 1])
-                if bad.size and find_sync(buf, last + 1, last + size) >= 0:
-                    stop -= 1
-                parts.append(cand[:stop])
-            pos = int(cand[stop]) if stop < k else pos + k * size
-            if pos >= n:
-                break
-            if stop == k:  # the rest is shorter than a frame
-                if bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]:
-                    self.damage.add(path, "truncated_bytes", n - pos)
-                else:
-                    self.damage.add(path, "garbage_bytes", n - pos)
-                break
+            window = 256 if bad.size else min(4 * window, _WINDOW)
+            end = pos + stop * size
+            if stop and end < n and bytes(buf[end:end + 4]) != SYNC[:min(4, n - end)]:
+                # the frame before a break: whole only if no sync word lies inside it
+                if find_sync(buf, end - size + 1, end) >= 0:
+                    stop, end = stop - 1, end - size
+            parts.append(cand[:stop])
+            pos = end
+            if pos >= n or bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]:
+                continue  # on at the next frame (or the short rest)
             nxt = find_sync(buf, pos + 1)
             if nxt < 0:
                 self.damage.add(path, "garbage_bytes", n - pos)
@@ -298,7 +300,8 @@ class LwaFrameRecording(Recording):
     def _runs(self, payloads: np.ndarray, t: np.ndarray, chan: np.ndarray, good: np.ndarray,
               blocks: list[int], path: Path) -> list[Run]:
         """Per block, runs of frames consecutive in time at one stride in the file (the
-        first frame of a repeated (time, block) kept); missing frames counted."""
+        first frame of a repeated (time, block) kept); missing frames counted (those of the
+        first and last spectrum excepted)."""
         idx = np.flatnonzero(good)
         order = np.lexsort((idx, t[idx], chan[idx]))
         idx = idx[order]
@@ -307,8 +310,13 @@ class LwaFrameRecording(Recording):
         dup[1:] = (c[1:] == c[:-1]) & (tt[1:] == tt[:-1])
         self.damage.add(path, "time_disorder", int(dup.sum()))
         idx, c, tt = idx[~dup], c[~dup], tt[~dup]
-        span = int(tt.max()) + 1 if tt.size else 0
-        missing = span * len(blocks) - idx.size
+        # Frames missing between the first and the last spectrum are lost (damage); those of
+        # the first and last spectra are where the buffer's dump began and ended, its frames
+        # arriving in any order (LSL's TBFFile looks past them for the lowest frame count):
+        # left out as the channels' not recorded, not counted.
+        last = int(tt.max()) if tt.size else 0
+        inner = (tt > 0) & (tt < last)
+        missing = max(last - 1, 0) * len(blocks) - int(inner.sum())
         self.damage.add(path, "gap_blocks", missing)
         self.damage.add(path, "gap_spectra", missing)
         runs: list[Run] = []
