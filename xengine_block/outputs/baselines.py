@@ -130,3 +130,17 @@ def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
     if valid.strides[1] == 0 or (valid == first[:, None]).all():
         return first.copy()
     return None
+
+
+def checked_dump(tri: np.ndarray, valid: np.ndarray, nfreq: int) -> np.ndarray:
+    """``valid`` as ``[C or 1, nbaseline]`` for a dump ``tri [C, nbaseline, 2]`` of a file
+    of ``nfreq`` channels; ValueError naming the mismatch (every writer's ``append``)."""
+    if tri.shape[0] != nfreq:
+        raise ValueError(f"dump has {tri.shape[0]} channels, file has {nfreq}")
+    valid = np.asarray(valid)
+    valid = valid[None] if valid.ndim == 1 else valid
+    if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
+            or valid.shape[0] not in (1, tri.shape[0])):
+        raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
+                         f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+    return valid

@@ -26,11 +26,12 @@ What is written:
 Streaming and crash safety: each dump adds its rows, writes them and flushes the table
 (casacore writes the storage managers' files, then the table's ``table.dat`` through a
 temporary file renamed over the old one). A writer killed between dumps leaves a table of
-every dump flushed; killed while a dump is flushed, the table opens with the dumps before
-intact and the last one possibly in part (``tests/outputs/test_ms.py`` kills writers and reads
-what they leave). A write that fails (full disk, quota, EIO) raises
-:class:`~xengine_block.outputs.errors.OutputWriteError`; the dumps flushed before stay, and a
-table without a complete dump is removed.
+every dump flushed (``tests/outputs/test_ms.py`` kills writers and reads what they leave);
+killed while casacore flushes, the storage managers' headers may count more rows than
+``table.dat`` and casacore then refuses to open the table (docs/design.md). A full disk is
+caught before a dump touches the table (:meth:`MSWriter._check_space`). A write that fails
+raises :class:`~xengine_block.outputs.errors.OutputWriteError`; the dumps flushed before stay,
+and a table without a complete dump is removed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .baselines import POLARIZATIONS, DumpRows, baseline_map, visdata_dtype
+from .baselines import POLARIZATIONS, DumpRows, baseline_map, checked_dump, visdata_dtype
 from .errors import OutputWriteError
 from .phasing import PhaseCentre, Phaser, altitude_deg, zenith_icrs
 from .site import SiteInfo
@@ -152,7 +153,7 @@ class MSWriter:
             self._create()
         except Exception as exc:
             self._drop()
-            raise OutputWriteError.caused_by(_os_error(exc), self.path, None) from exc
+            raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path, None) from exc
 
     # ------------------------------------------------------------------ layout
     def _create(self) -> None:
@@ -304,18 +305,11 @@ class MSWriter:
         """Append one dump (arguments as :meth:`UVH5Writer.append`); flushed when this
         returns, or :class:`OutputWriteError` is raised."""
         if self.error is not None:
-            raise OutputWriteError.caused_by(_os_error(self.error), self.path,
+            raise OutputWriteError.caused_by(_os_error(self.error, self.path), self.path,
                                              self.ndump or None) from self.error
         if self._ms is None:
             raise ValueError(f"{self.path} is closed")
-        if tri.shape[0] != self.freq_hz.size:
-            raise ValueError(f"dump has {tri.shape[0]} channels, file has {self.freq_hz.size}")
-        valid = np.asarray(valid)
-        valid = valid[None] if valid.ndim == 1 else valid
-        if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
-                or valid.shape[0] not in (1, tri.shape[0])):
-            raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
-                             f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+        valid = checked_dump(tri, valid, self.freq_hz.size)
         rows = self._rows
         rows.fill(tri, valid, nspectra)
         if self._flag_bls is not None:
@@ -330,7 +324,7 @@ class MSWriter:
         order and UVH5's polarisation order, unprojected): ``append``'s second half, and
         what ``xengine convert`` feeds from a UVH5 file."""
         if self.error is not None:
-            raise OutputWriteError.caused_by(_os_error(self.error), self.path,
+            raise OutputWriteError.caused_by(_os_error(self.error, self.path), self.path,
                                              self.ndump or None) from self.error
         if self._ms is None:
             raise ValueError(f"{self.path} is closed")
@@ -339,6 +333,7 @@ class MSWriter:
         jd = unix_to_jd(mid)
         lst = self._lst(jd)
         try:
+            self._check_space()
             if self.ndump == 0:
                 self._first_dump(jd, lst)
             uvw = self._phaser.uvw(jd, lst)
@@ -377,8 +372,21 @@ class MSWriter:
             if self.ndump == 0:
                 self._drop()
                 kept = None
-            raise OutputWriteError.caused_by(_os_error(exc), self.path, kept) from exc
+            raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path, kept) from exc
         self.ndump += 1
+
+    def _check_space(self) -> None:
+        """ENOSPC before the table is touched when the filesystem has not room for twice a
+        dump's rows (and a tile's worth more): casacore, out of space in the middle of a
+        flush, leaves storage-manager headers that disagree with the table's row count, a
+        table that no longer opens. A disk filling up slowly stops here, the table intact."""
+        b = self.bmap
+        row = self.freq_hz.size * len(CORR_TYPES) * (8 + 1 + 4) + 3 * 8 + 2 * 4 * 4 + 64
+        need = 2 * b.nbls * row + 4 * (1 << 20)
+        st = os.statvfs(self.path)
+        if st.f_bavail * st.f_frsize < need:
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (less than {need} bytes "
+                                        f"free for the next dump)")
 
     def close(self) -> None:
         """Finish the table (flushed already after every dump)."""
@@ -388,7 +396,8 @@ class MSWriter:
         try:
             ms.close()
         except Exception as exc:
-            raise OutputWriteError.caused_by(_os_error(exc), self.path, self.ndump) from exc
+            raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path,
+                                             self.ndump) from exc
         if self.ndump == 0 and self.error is None:
             pass  # an MS without rows is still an MS (a run stopped before its first dump)
 
@@ -428,13 +437,23 @@ def _site_ecef(site: SiteInfo) -> np.ndarray:
     return np.array([loc.x.to_value(u.m), loc.y.to_value(u.m), loc.z.to_value(u.m)])
 
 
-def _os_error(exc: BaseException) -> BaseException:
-    """casacore reports failed writes as RuntimeError with the system's message: an errno for
-    it where the message names one (ENOSPC, EDQUOT, EIO), else the exception itself."""
+def _os_error(exc: BaseException, path: Path | None = None) -> BaseException:
+    """casacore reports failed writes as RuntimeError with the system's message, or without
+    the errno at all ("write error ...: Success"): an errno for it where the message names one
+    (ENOSPC, EDQUOT, EIO), ENOSPC for a write error on a filesystem with no block left, else
+    the exception itself."""
     if isinstance(exc, OSError):
         return exc
     text = str(exc)
+    first = text.splitlines()[0][:200] if text else type(exc).__name__
     for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES):
         if os.strerror(code).lower() in text.lower():
-            return OSError(code, f"{os.strerror(code)} ({text.splitlines()[0][:200]})")
+            return OSError(code, f"{os.strerror(code)} ({first})")
+    if "write error" in text.lower() and path is not None:
+        try:
+            full = os.statvfs(path if path.exists() else path.parent).f_bavail == 0
+        except OSError:
+            full = False
+        if full:
+            return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({first})")
     return exc

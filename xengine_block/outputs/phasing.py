@@ -61,7 +61,8 @@ class PhaseCentre:
         return cls(False, ra % 360.0, dec)
 
     def __str__(self) -> str:
-        return "zenith" if self.zenith else f"{self.ra_deg:g},{self.dec_deg:g}"
+        """The text :meth:`parse` reads back to this centre (floats to the last digit)."""
+        return "zenith" if self.zenith else f"{self.ra_deg!r},{self.dec_deg!r}"
 
 
 def _location(site: SiteInfo):  # -> astropy EarthLocation

@@ -69,6 +69,7 @@ from .baselines import (
     POLARIZATIONS,
     DumpRows,
     baseline_map,
+    checked_dump,
     count_rows,
     uniform_counts,
     visdata_dtype,
@@ -424,14 +425,7 @@ class UVH5Writer:
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
-        if tri.shape[0] != self.freq_hz.size:
-            raise ValueError(f"dump has {tri.shape[0]} channels, file has {self.freq_hz.size}")
-        valid = np.asarray(valid)
-        valid = valid[None] if valid.ndim == 1 else valid
-        if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
-                or valid.shape[0] not in (1, tri.shape[0])):
-            raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
-                             f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+        valid = checked_dump(tri, valid, self.freq_hz.size)
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values).
         counts = (uniform_counts(valid) if "flags" in self._deflated
