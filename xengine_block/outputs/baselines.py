@@ -92,7 +92,7 @@ class DumpRows:
         ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
         [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
         fraction of ``nspectra``. Both passes are the C extension's (``uvh5_rows``,
-        ``uvh5_counts``: ``src/native/uvh5_rows.c``, the GIL released)."""
+        ``uvh5_counts``: ``kernels/cpu/uvh5_rows.c``, the GIL released)."""
         ext = native_extension.native()
         tri = np.ascontiguousarray(tri)
         if tri.dtype not in (np.int32, np.int64, np.float64):
@@ -101,6 +101,12 @@ class DumpRows:
         if counts:
             ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
                             self.flags, self.nsamples)
+
+
+    def add_flags(self, flags: np.ndarray) -> None:
+        """Flag besides the missing data (after :meth:`fill` with counts): ``flags [C or 1,
+        nbaseline]`` bool in the triangle's order; ``nsamples`` stays as it is."""
+        self.flags |= np.moveaxis(flags[:, self.index], 0, 1)
 
 
 def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
@@ -132,9 +138,11 @@ def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def checked_dump(tri: np.ndarray, valid: np.ndarray, nfreq: int) -> np.ndarray:
+def checked_dump(tri: np.ndarray, valid: np.ndarray, nfreq: int,
+                 flags: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """``valid`` as ``[C or 1, nbaseline]`` for a dump ``tri [C, nbaseline, 2]`` of a file
-    of ``nfreq`` channels; ValueError naming the mismatch (every writer's ``append``)."""
+    of ``nfreq`` channels, and the extra ``flags`` (bool, same shape rule) or None where none
+    is set; ValueError naming the mismatch (every writer's ``append``)."""
     if tri.shape[0] != nfreq:
         raise ValueError(f"dump has {tri.shape[0]} channels, file has {nfreq}")
     valid = np.asarray(valid)
@@ -143,4 +151,9 @@ def checked_dump(tri: np.ndarray, valid: np.ndarray, nfreq: int) -> np.ndarray:
             or valid.shape[0] not in (1, tri.shape[0])):
         raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
                          f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
-    return valid
+    extra = None if flags is None else np.asarray(flags, bool)
+    if extra is not None and (extra.ndim != 2 or extra.shape[1] != tri.shape[1]
+                              or extra.shape[0] not in (1, tri.shape[0])):
+        raise ValueError(f"flags of shape {extra.shape} for a dump of {tri.shape[0]} "
+                         f"channels x {tri.shape[1]} baselines")
+    return valid, (extra if extra is not None and extra.any() else None)

@@ -301,7 +301,7 @@ class MSWriter:
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
-               duration_s: float) -> None:
+               duration_s: float, flags: np.ndarray | None = None) -> None:
         """Append one dump (arguments as :meth:`UVH5Writer.append`); flushed when this
         returns, or :class:`OutputWriteError` is raised."""
         if self.error is not None:
@@ -309,9 +309,11 @@ class MSWriter:
                                              self.ndump or None) from self.error
         if self._ms is None:
             raise ValueError(f"{self.path} is closed")
-        valid = checked_dump(tri, valid, self.freq_hz.size)
+        valid, extra = checked_dump(tri, valid, self.freq_hz.size, flags)
         rows = self._rows
         rows.fill(tri, valid, nspectra)
+        if extra is not None:  # bad inputs, RFI (xengine_block.health): flagged, data kept
+            rows.add_flags(extra)
         if self._flag_bls is not None:
             rows.flags[self._flag_bls] = True
         vis = rows.visdata
