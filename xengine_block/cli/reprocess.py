@@ -4,13 +4,15 @@ files again, locally or on a dask cluster."""
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 
 from ..array import ArrayError
 from ..console import argtypes
+from ..health.rfi import parse_rfi
 from ..readers import ALL_FORMATS
 from ..reprocess.jobs import ReprocessOptions, parse_channels, plan_tasks, reprocess
-from ..reprocess.tasks import summarise
+from ..reprocess.tasks import summarise, summary_json
 from . import command
 
 
@@ -22,6 +24,16 @@ def _channels_arg(text: str) -> tuple[int, ...] | None:
     if chans and min(chans) < 0:
         raise argparse.ArgumentTypeError(f"channels {text!r}: indices must be >= 0")
     return chans
+
+
+def _rfi_arg(text: str) -> str:
+    from ..health.rfi import parse_rfi
+
+    try:
+        parse_rfi(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _scheduler_arg(text: str) -> str:
@@ -98,11 +110,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write damaged recordings (lost or mangled packets or blocks, garbage, "
                         "cut files, lying headers) and count them as done; their line still "
                         "says what is wrong")
+    p.add_argument("--flag-inputs", action="store_true",
+                   help="judge every input (antenna x pol) in every dump from its power, "
+                        "bandpass, saturated samples and correlation, and flag every baseline "
+                        "of an input judged bad (dead, stuck, saturated, low_power, high_power, "
+                        "decorrelated) in that dump; nsamples kept (docs/flagging.md)")
+    p.add_argument("--rfi", type=_rfi_arg, metavar="aoflagger[:STRATEGY.lua]",
+                   help="flag RFI with AOFlagger over each file's time span: the telescope's "
+                        "strategy where AOFlagger has one, else its generic one, or the Lua "
+                        "file given (docs/flagging.md)")
+    p.add_argument("--output-format", type=_formats_arg, default=("uvh5",),
+                   metavar="uvh5|ms|uvh5,ms",
+                   help="files per task: UVH5, Measurement Sets (NAME.ms, needs "
+                        "python-casacore) or both")
+    p.add_argument("--phase-centre", type=argtypes.phase_centre, default="zenith",
+                   help="the Measurement Sets' phase centre: 'zenith' (at the first dump) or "
+                        "'RA,DEC' in degrees (ICRS)")
     cluster = p.add_mutually_exclusive_group()
     cluster.add_argument("--workers", type=argtypes.positive_int,
                          help="start a LocalCluster of N worker processes")
     cluster.add_argument("--scheduler", type=_scheduler_arg,
                          help="address of an existing dask scheduler")
+
+
+def _formats_arg(text: str) -> tuple[str, ...]:
+    """``uvh5``, ``ms`` or ``uvh5,ms``: the files each task writes."""
+    formats = tuple(dict.fromkeys(f.strip() for f in text.split(",")))
+    if not formats or any(f not in ("uvh5", "ms") for f in formats):
+        raise argparse.ArgumentTypeError(f"{text!r}: uvh5, ms or uvh5,ms")
+    return formats
 
 
 @command("reprocess", "correlate recordings (pcap, GUPPI RAW, PSRDADA, VDIF, MWAX) again "
@@ -115,7 +151,13 @@ def run(a: argparse.Namespace) -> int:
                                integration_spectra=a.integration_spectra,
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
                                freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s,
-                               in_place=not a.replay, freeze_gc=True)
+                               in_place=not a.replay, freeze_gc=True,
+                               flag_inputs=a.flag_inputs, rfi=a.rfi,
+                               output_formats=a.output_format, phase_centre=a.phase_centre)
+    if "ms" in a.output_format:
+        problem = argtypes.measurement_sets_available()
+        if problem:
+            raise argtypes.UsageError("--output-format", problem)
     try:
         plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:
@@ -127,5 +169,13 @@ def run(a: argparse.Namespace) -> int:
         except OSError as exc:
             raise argtypes.UsageError("--scheduler", f"cannot reach {a.scheduler}: "
                                                      f"{exc.strerror or exc}") from None
+    if a.rfi is not None:  # AOFlagger missing: said now, before any file is read
+        from ..health.rfi import AOFlaggerRfi, RfiUnavailable
+
+        try:
+            AOFlaggerRfi(strategy=parse_rfi(a.rfi)[1])
+        except RfiUnavailable as exc:
+            raise argtypes.UsageError("--rfi", str(exc)) from None
     results = reprocess(a.inputs, a.out, options, scheduler=a.scheduler, workers=a.workers)
+    (a.out / "summary.json").write_text(json.dumps(summary_json(results), indent=2) + "\n")
     return 0 if summarise(results) else 1

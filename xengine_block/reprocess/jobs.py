@@ -33,12 +33,14 @@ import functools
 import gc
 import logging
 import os
+import shutil
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..health.inputs import Thresholds
 from ..runtime.pipeline import frozen_heap
 from .tasks import Task, run_tasks
 
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 
     from ..capture.recording import RecordingInfo
     from ..geometry import Geometry
+    from ..health.monitor import HealthMonitor
+    from ..health.rfi import AOFlaggerRfi
     from ..outputs.site import SiteInfo
     from ..readers.base import RecordingMeta
     from .recording_correlator import RecordingCorrelator
@@ -78,6 +82,25 @@ class ReprocessOptions:
     #: garbage collector frozen while it runs): the choice of the program that owns the process
     #: (``xengine reprocess`` turns it on), not of the library.
     freeze_gc: bool = False
+    #: Judge every input in every dump and flag the baselines of those judged bad
+    #: (:mod:`xengine_block.health`; ``--flag-inputs``).
+    flag_inputs: bool = False
+    #: ``aoflagger`` or ``aoflagger:STRATEGY.lua``: RFI flags over each file's time span
+    #: (``--rfi``); None: none.
+    rfi: str | None = None
+    #: When an input is judged bad (``xengine_block.health.inputs.Thresholds``; None: the
+    #: defaults).
+    thresholds: Thresholds | None = None
+    #: The files each task writes: ``uvh5`` and/or ``ms`` (``--output-format``). A Measurement
+    #: Set is written from the task's finished UVH5 file by the Measurement Set writer, a dump
+    #: at a time (:func:`~xengine_block.outputs.convert.uvh5_to_ms`), phased to
+    #: ``phase_centre``; with ``ms`` alone the UVH5 file is only the task's partial output.
+    output_formats: tuple[str, ...] = ("uvh5",)
+    phase_centre: str = "zenith"
+
+    @property
+    def flagging(self) -> bool:
+        return self.flag_inputs or self.rfi is not None
 
     def channel_indices(self, nchan: int) -> np.ndarray:
         """The recording channels to write (``channels``, or all ``nchan``), unchecked: each
@@ -154,6 +177,10 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     done = reprocess_in_place(task, options, info, g, ninteg) if options.in_place else None
     if done is not None:
         return done
+    if options.flagging:
+        raise ValueError(f"{task.input}: --flag-inputs and --rfi flag recordings read in place; "
+                         f"this one goes through the capture (damaged, or --replay), which "
+                         f"does not flag")
     # The damage scan walks the file on its own thread (compiled, without the GIL) while the
     # pipeline captures it: it was a serial tenth of the run.
     with ThreadPoolExecutor(1, thread_name_prefix="pcap-scan") as scanner:
@@ -222,11 +249,14 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
         return None
     wins, corr = rec.dumps, None
     span = wins[0][1] - wins[0][0]
+    flags: dict[str, Any] = {}
     try:
         corr = RecordingCorrelator(rec, range(info.array.nant),
                                    (int(chans.min()), int(chans.max()) + 1), options.backend)
+        site = site_info(info.array)
         _, gaps = write_dumps(
-            task.partial, corr, wins, chans, span, site_info(info.array), rec.meta,
+            task.partial, corr, wins, chans, span, site, rec.meta,
+            file_flagging(options, site, info.array.telescope_name), flags,
             history=f"xengine_block reprocess: pcap {task.input.name} read in place; {span} "
                     f"spectra per dump")
     finally:
@@ -234,7 +264,8 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
             corr.close()
         rec.close()
     return {"dumps": len(wins), "frames": rec.runs[0].nframe, "missing": 0, "malformed": 0,
-            "dropped_partial": rec.dropped_partial, "dumps_with_gaps": gaps, "read": "in place"}
+            "dropped_partial": rec.dropped_partial, "dumps_with_gaps": gaps, "read": "in place",
+            **flags}
 
 
 def extra_output(output: Path, n: int) -> Path:
@@ -364,11 +395,36 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     # alone, and the collection is then a full one, as it is without freeze_gc.
     with frozen_heap() if options.freeze_gc else contextlib.nullcontext():
         if isinstance(task, RecordingTask):
-            return reprocess_recording(task, options)
-        try:
-            return reprocess_file(task, options)
-        finally:
-            gc.collect()
+            summary = reprocess_recording(task, options)
+        else:
+            try:
+                summary = reprocess_file(task, options)
+            finally:
+                gc.collect()
+    if "ms" in options.output_formats:
+        write_measurement_set(task, options)
+    return summary
+
+
+def write_measurement_set(task: Task, options: ReprocessOptions) -> Path:
+    """The task's Measurement Set from its finished UVH5 partial: ``NAME.ms`` beside
+    ``NAME.uvh5``, or, for a task of Measurement Sets alone (output ``NAME.ms``), the partial
+    itself replaced by the table (which the task runner then renames)."""
+    from ..outputs.convert import uvh5_to_ms
+    from ..outputs.phasing import PhaseCentre
+
+    pc = PhaseCentre.parse(options.phase_centre)
+    only_ms = task.output.suffix == ".ms"
+    final = task.partial if only_ms else task.output.with_suffix(".ms")
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    uvh5_to_ms([task.partial], tmp, pc)
+    if only_ms:
+        task.partial.unlink()
+    elif final.exists():
+        shutil.rmtree(final)  # a rerun's: its UVH5 was not complete, so neither is this
+    os.replace(tmp, final)
+    return final
 
 
 def integration_spectra(options: ReprocessOptions, fs_hz: float, span: int) -> int:
@@ -428,8 +484,11 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         c0, c1 = int(chans.min()), int(chans.max()) + 1
         corr = RecordingCorrelator(rec, antennas, (c0, c1), options.backend)
         names = ", ".join(f.name for f in task.files)
+        site = site_info(sub)
+        flags: dict[str, Any] = {}
         spectra, gaps = write_dumps(
-            task.partial, corr, wins, chans, nspec, site_info(sub), meta,
+            task.partial, corr, wins, chans, nspec, site, meta,
+            file_flagging(options, site, sub.telescope_name), flags,
             history=f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump",
             instrument=sub.instrument, x_orientation=sub.x_orientation)
         summary: dict[str, Any] = {
@@ -440,6 +499,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
             summary["dropped_spectra"] = dropped
         if damage:
             summary["damaged"] = what.replace(" ", "")
+        summary.update(flags)
         return summary
     finally:
         if corr is not None:
@@ -447,15 +507,39 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         rec.close()
 
 
+def file_flagging(options: ReprocessOptions, site: SiteInfo,
+                  telescope: str = "") -> tuple[HealthMonitor | None, AOFlaggerRfi | None]:
+    """The input judge and the RFI flagger ``options`` ask for, for the antennas of ``site``
+    (the strategy: ``telescope``'s, where AOFlagger has one)."""
+    from ..health.monitor import HealthMonitor
+    from ..health.rfi import AOFlaggerRfi, parse_rfi
+
+    monitor = (HealthMonitor(site.antenna_numbers, site.antenna_names,
+                             options.thresholds or Thresholds(), name="reprocess")
+               if options.flag_inputs else None)
+    rfi = None
+    if options.rfi is not None:
+        _, strategy = parse_rfi(options.rfi)
+        rfi = AOFlaggerRfi(telescope, strategy)
+    return monitor, rfi
+
+
 def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int]],
                 chans: np.ndarray, nspec: int, site: SiteInfo, meta: RecordingMeta,
-                **writer: Any) -> tuple[int, int]:
+                flagging: tuple[HealthMonitor | None, AOFlaggerRfi | None] = (None, None),
+                report: dict[str, Any] | None = None, **writer: Any) -> tuple[int, int]:
     """Correlate the windows ``wins`` with ``corr`` (a
     :class:`~xengine_block.reprocess.recording_correlator.RecordingCorrelator` of channels
     ``[chans.min(), chans.max()]``) and write channels ``chans`` of each as a dump of ``nspec``
     spectra into the UVH5 file ``path`` (``writer``: the writer's keywords); closes the
     correlator and its recording before the last append. Returns (spectra correlated, in the
-    fullest channel of each dump, summed; dumps with gaps)."""
+    fullest channel of each dump, summed; dumps with gaps).
+
+    ``flagging`` (:func:`file_flagging`): with an input judge or an RFI flagger the file's
+    dumps are all correlated first and held (AOFlagger sees the whole time span; ``stuck``
+    both neighbours), flagged (:func:`~xengine_block.health.monitor.flag_dumps`), then
+    written, the history saying which inputs were flagged and why; ``report`` receives the
+    summary's ``bad_inputs`` and ``rfi``."""
     import numpy as np
 
     from ..outputs.uvh5 import UVH5Writer
@@ -463,6 +547,9 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
     c0 = int(chans.min())
     every = np.array_equal(chans, np.arange(c0, int(chans.max()) + 1))  # no gather needed
     nbl, spectra, gaps = corr.nbaseline, 0, 0
+    if flagging != (None, None):
+        return write_flagged(path, corr, wins, chans, nspec, site, meta, flagging,
+                             {} if report is None else report, **writer)
     # The file is made, and each dump written, by one writer thread while the next
     # integration correlates (the backends release the GIL): creating the file overlaps the
     # first integration, the appends stay in order, one at a time, and the first failure stops
@@ -496,11 +583,57 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
     return spectra, gaps
 
 
+def write_flagged(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int]],
+                  chans: np.ndarray, nspec: int, site: SiteInfo, meta: RecordingMeta,
+                  flagging: tuple[HealthMonitor | None, AOFlaggerRfi | None],
+                  report: dict[str, Any], **writer: Any) -> tuple[int, int]:
+    """:func:`write_dumps` with flags: every dump correlated and held, flagged, written."""
+    import numpy as np
+
+    from ..health.monitor import flag_dumps
+    from ..outputs.uvh5 import UVH5Writer
+
+    monitor, rfi = flagging
+    c0 = int(chans.min())
+    corr.count_extremes = monitor is not None
+    vis, valid, extremes, parts = [], [], [], []
+    for c in corr.integrations(wins):
+        vis.append(c.vis[chans - c0])
+        valid.append(c.valid[chans - c0])
+        extremes.append(c.extremes)
+        parts.append(np.full(corr.nstream, 2 * int(c.valid.sum()), np.int64))
+    corr.close()
+    corr.rec.close()
+    counts = np.stack(valid)  # [T, C]
+    flags, summary = flag_dumps(monitor, rfi, np.stack(vis), counts[:, :, None],
+                                np.stack(extremes) if monitor is not None else None,
+                                np.stack(parts))
+    report.update(summary)
+    notes = [writer.pop("history", "")]
+    if monitor is not None:
+        notes.append(monitor.history())
+    if rfi is not None:
+        notes.append(f"RFI flagged by AOFlagger, strategy {rfi.strategy_path.name}, over the "
+                     f"file's {len(wins)} dumps")
+    nbl = corr.nbaseline
+    with UVH5Writer(path, site, meta.freqs_hz[chans], meta.chan_bw_hz, nspec,
+                    sample_bits=meta.sample_bits, overwrite=True, kill_safe=False,
+                    history="; ".join(n for n in notes if n), **writer) as out:
+        for i, (t0, _) in enumerate(wins):
+            out.append(vis[i], np.broadcast_to(counts[i][:, None], (chans.size, nbl)), nspec,
+                       meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz, flags=flags[i])
+    return (int(counts.max(axis=1, initial=0).sum()),
+            int((counts < nspec).any(axis=1).sum()))
+
+
 def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
               scheduler: str | None = None, workers: int | None = None, progress=sys.stderr):
     """Plan and run; returns the per-task results."""
     outdir.mkdir(parents=True, exist_ok=True)
     fn = functools.partial(run_task, options=options)
-    return run_tasks(plan_tasks(inputs, outdir, options.format, options), fn,
+    tasks = plan_tasks(inputs, outdir, options.format, options)
+    if "uvh5" not in options.output_formats:  # Measurement Sets alone: NAME.ms per task
+        tasks = [replace(t, output=t.output.with_suffix(".ms")) for t in tasks]
+    return run_tasks(tasks, fn,
                      scheduler=scheduler,
                      workers=workers, progress=progress)
