@@ -436,3 +436,22 @@ def test_many_breaks_index_quickly(tmp_path):
     assert time.perf_counter() - t < 10
     assert rec.damage.by_file == {"b.tbf": {"garbage_bytes": 3 * 4000}}
     assert sum(c.nframe for c in rec.chunks(rec.start, rec.end)) == 40000
+
+
+@pytest.mark.parametrize("backend", ["cpu", "emulator"])
+def test_other_backends_take_the_ci4_frames(tmp_path, backend):
+    """The numpy backend and the NPU design's emulation (which takes ci4 as ci4) give the
+    same exact file from the frames in place, a frame missing."""
+    y = ci4_values((4, 2, 12, 4, 2, 2), seed=13)
+    order = [(t, b) for t in range(4) for b in range(2) if (t, b) != (1, 1)]
+    path = write_frames(tmp_path / "e.tbx", TBX, y, chans=[700, 712], time_tag=TT0,
+                        order=order)
+    arr = numbered_array(tmp_path, 4)
+    r = run([path], tmp_path, array=str(arr), integration_spectra=2, backend=backend,
+            allow_damaged=True)
+    assert r.ok, r.error
+    assert r.summary["damaged"] == "e.tbx:gap_blocks=1,gap_spectra=1"
+    with open_recording([path], "tbx") as rec:
+        x, present = recorded(rec)
+    check_uvh5(r.task.output, x, present, [(0, 2), (2, 4)], list(range(1, 5)),
+               np.arange(700, 724) * NDP_FC)
