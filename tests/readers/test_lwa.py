@@ -451,6 +451,7 @@ def test_other_backends_take_the_ci4_frames(tmp_path, backend):
             allow_damaged=True)
     assert r.ok, r.error
     assert r.summary["damaged"] == "e.tbx:gap_blocks=1,gap_spectra=1"
+    assert r.summary["backend"] == backend
     with open_recording([path], "tbx") as rec:
         x, present = recorded(rec)
     check_uvh5(r.task.output, x, present, [(0, 2), (2, 4)], list(range(1, 5)),
