@@ -53,7 +53,7 @@ from results_file import add_option, emit
 
 from xengine_block.array import ArrayDescription
 from xengine_block.bench.machine import interleaved_best, machine_identity
-from xengine_block.blocks.writer import site_info
+from xengine_block.outputs.site import site_info
 from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.readers import open_recording
 from xengine_block.readers.arrays import load_array, match_antennas

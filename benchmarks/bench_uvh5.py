@@ -25,8 +25,9 @@ from results_file import add_option, emit
 
 from xengine_block.array import default_array
 from xengine_block.bench.machine import machine_identity
-from xengine_block.blocks.writer import site_info
-from xengine_block.outputs.uvh5 import StagedFile, UVH5Writer
+from xengine_block.outputs.site import site_info
+from xengine_block.outputs.staged_file import StagedFile
+from xengine_block.outputs.uvh5 import UVH5Writer
 
 
 def hdf5_order(self: StagedFile, old: int) -> list[tuple[int, bytes]]:

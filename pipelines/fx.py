@@ -55,9 +55,14 @@ from xengine_block.sim.meerkat import FramesToHeaps, MeerkatFEngines
 log = logging.getLogger("fx")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
+                    argparse.RawDescriptionHelpFormatter):
+    """Defaults shown; the description (the summary and the examples) kept as written."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = at.ArgumentParser(prog="fx.py", description=__doc__.splitlines()[0],
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = at.ArgumentParser(prog="fx.py", description="\n\n".join(__doc__.split("\n\n")[:2]),
+                          formatter_class=HelpFormatter)
     p.add_argument("--nant", type=at.positive_int, default=128,
                    help="antennas (2 streams each)")
     p.add_argument("--array", type=at.input_file,

@@ -101,7 +101,7 @@ def check_reprocess(work: Path) -> None:
     from xengine_block.capture.spead import pcap_sender
     from xengine_block.frames import frames_to_natural
     from xengine_block.geometry import Geometry
-    from xengine_block.outputs.uvh5 import POLARIZATIONS
+    from xengine_block.outputs.baselines import POLARIZATIONS
     from xengine_block.reference import reference_full
 
     nant, npacket, ndump = 4, 2, 2

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tree import repository_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Top-level folders whose paths are ours: a path starting with one of them must exist.
@@ -60,8 +62,8 @@ FORBIDDEN = {
 ALLOWED = {".ci/run": {"a sibling checkout", "notes outside the repository"}}
 
 SUFFIXES = {".py", ".md", ".c", ".h", ".cc", ".sh", ".cfg", ".toml", ".txt", ".in"}
-SKIP_DIRS = {".git", "build", "dist", "_build", "_generated", "__pycache__", ".pytest_cache",
-             ".ruff_cache", "results", "fx_out", "out"}
+#: Folders of the repository whose files are data or generated, not text of ours.
+SKIP_DIRS = {"results"}
 
 PATH_RE = re.compile(r"(?<![\w/.$<{-])((?:\.ci|[A-Za-z_][\w-]*)/[\w./*-]*[\w*])")
 #: A docs page followed by one or more quoted section names: ``docs/x.md, "A" and "B"``.
@@ -80,13 +82,12 @@ class Text:
 
 
 def repository_texts() -> list[Text]:
-    """Every text file of ours: code, comments, docs, build and CI scripts."""
+    """Every text file of ours (code, comments, docs, build and CI scripts): the files git
+    tracks or would add, so a virtual environment or build left in the checkout is not read."""
     out = []
-    for path in sorted(ROOT.rglob("*")):
+    for path in repository_files(ROOT):
         rel = path.relative_to(ROOT)
-        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts[:-1]):
-            continue
-        if not path.is_file() or path.name == Path(__file__).name:
+        if any(part in SKIP_DIRS for part in rel.parts[:-1]) or path.name == Path(__file__).name:
             continue
         if path.suffix in SUFFIXES or path.name in ("Makefile", "run", "LICENSE"):
             out.append(Text(str(rel), path.read_text(errors="replace")))
@@ -146,6 +147,15 @@ def upstream_context(text: str, start: int, ref: str) -> bool:
     return bool(repo) and repo.group(1) not in OUR_TOP + SUBPACKAGES
 
 
+def matches(pattern: Path) -> bool:
+    """Whether a path with wildcards names a file of the repository (a pattern that is no
+    valid glob, like ``**.py``, names none)."""
+    try:
+        return bool(list(ROOT.glob(str(pattern.relative_to(ROOT)))))
+    except ValueError:
+        return False
+
+
 def path_problems(t: Text) -> list[str]:
     problems = []
     for m in PATH_RE.finditer(t.text):
@@ -160,8 +170,7 @@ def path_problems(t: Text) -> list[str]:
         if ("..." in ref or ref.endswith("/*") or ref.startswith(GENERATED)
                 or t.text[m.end():m.end() + 1] in ("{", "<")):  # a template, not a path
             continue
-        if any(c.exists() or ("*" in ref and list(ROOT.glob(str(c.relative_to(ROOT)))))
-               for c in candidates):
+        if any(c.exists() or ("*" in ref and matches(c)) for c in candidates):
             continue
         if upstream_context(t.text, m.start(), ref):
             continue
@@ -198,10 +207,80 @@ def forbidden_problems(t: Text) -> list[str]:
     return problems
 
 
+#: A file named without its folder in prose (``config.py``).
+BARE_RE = re.compile(r"(?<![\w/.$<{-])([A-Za-z_]\w*\.(?:py|c|h|cc|md))\b")
+#: A folder of ours followed by a parenthesised list of its files:
+#: ``xengine_block/service/ (config.py keys, endpoints.py sockets, ...)``.
+LISTING_RE = re.compile(r"`?((?:\.ci|[A-Za-z_][\w-]*)/(?:[\w-]+/)*)`?\s*\(([^()]*)\)")
+#: A module of ours named by its dotted path (``xengine_block.service.live``).
+DOTTED_RE = re.compile(r"\b(xengine_block(?:\.\w+)+)")
+
+
+def repository_names() -> tuple[set[str], set[str]]:
+    """The repository's file names, and its modules' dotted names (with the compiled
+    extensions setup.py builds and the old names ``_moved.MOVED`` keeps importable)."""
+    from xengine_block._moved import MOVED
+
+    files = [p.relative_to(ROOT) for p in repository_files(ROOT)]
+    modules = {"xengine_block._native", "xengine_block._readbw", *MOVED}
+    for rel in files:
+        if rel.suffix == ".py":
+            parts = rel.with_suffix("").parts
+            modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return {rel.name for rel in files}, modules
+
+
+def prose_problems(t: Text, names: tuple[set[str], set[str]]) -> list[str]:
+    """Module and file names in prose (Markdown pages, help texts): a bare file name in a list
+    after a folder of ours must be in that folder, any other must exist somewhere; a dotted
+    module name must be a module of ours, or a name its source defines."""
+    if not (t.where.endswith(".md") or t.where.endswith("--help")):
+        return []
+    file_names, modules = names
+    problems = []
+    listed = set()
+    for m in LISTING_RE.finditer(t.text):
+        folder = m.group(1)
+        if folder.split("/", 1)[0] not in OUR_TOP or not (ROOT / folder).is_dir():
+            continue
+        for b in BARE_RE.finditer(m.group(2)):
+            listed.add(m.start(2) + b.start())
+            if not (ROOT / folder / b.group(1)).exists():
+                problems.append(f"{t.where}: {b.group(1)} is not in {folder}")
+    for m in BARE_RE.finditer(t.text):
+        if m.start() in listed or upstream_context(t.text, m.start(), m.group(1)):
+            continue
+        if m.group(1) not in file_names:
+            problems.append(f"{t.where}: {m.group(1)} does not exist")
+    for m in DOTTED_RE.finditer(t.text):
+        if not names_module_or_member(m.group(1), modules):
+            problems.append(f"{t.where}: module {m.group(1)} does not exist")
+    return problems
+
+
+def names_module_or_member(dotted: str, modules: set[str]) -> bool:
+    """Whether ``dotted`` is a module of ours, or a module followed by a name its source
+    defines or uses (a class, a function, a constant)."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 1, -1):
+        module = ".".join(parts[:k])
+        if module in modules:
+            if k == len(parts):
+                return True
+            path = ROOT.joinpath(*parts[:k])
+            source = path.with_suffix(".py") if path.with_suffix(".py").exists() \
+                else path / "__init__.py"
+            return source.exists() and re.search(rf"\b{parts[k]}\b", source.read_text()) \
+                is not None
+    return False
+
+
 def check(texts: list[Text]) -> list[str]:
     problems = []
+    names = repository_names()
     for t in texts:
-        problems += path_problems(t) + section_problems(t) + forbidden_problems(t)
+        problems += (path_problems(t) + section_problems(t) + forbidden_problems(t)
+                     + prose_problems(t, names))
     return problems
 
 
@@ -239,6 +318,17 @@ def test_help_references_resolve() -> None:
 def test_a_planted_bad_reference_is_caught(planted: str, expected: str) -> None:
     """The check fails on each kind of bad reference, and says which."""
     problems = check([Text("planted.py", f"x = 1  # {planted}\n")])
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("planted, expected", [
+    ("Modules: `xengine_block/service/` (`config.py` keys, `sources.py` sockets)",
+     "sources.py is not in xengine_block/service/"),
+    ("the service lives in `nowhere_module.py`", "nowhere_module.py does not exist"),
+    ("see `xengine_block.service.gone`", "module xengine_block.service.gone does not exist"),
+])
+def test_a_planted_bad_module_name_in_prose_is_caught(planted: str, expected: str) -> None:
+    problems = check([Text("planted.md", f"{planted}\n")])
     assert any(expected in p for p in problems), problems
 
 

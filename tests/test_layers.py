@@ -32,8 +32,14 @@ from pathlib import Path
 import pytest
 
 import xengine_block
+from tests.helpers.tree import repository_files
 
 PACKAGE = Path(xengine_block.__file__).resolve().parent
+
+
+def package_modules() -> list[Path]:
+    """The package's Python modules (those git tracks or would add: not a stray build copy)."""
+    return [p for p in repository_files(PACKAGE) if p.suffix == ".py"]
 MODEL = ("geometry", "frames", "sample_layout", "triangle", "array", "integration", "reference",
          "visibility_orders", "native_extension", "user_cache", "_moved", "_native", "_readbw")
 #: Lowest first: (layer name, the top-level modules and subpackages in it).
@@ -91,7 +97,7 @@ def layer_of(module: str) -> int:
 
 def test_every_module_imports_only_its_own_layer_or_lower():
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package_modules()):
         here = layer_of(module_name(path))
         for line, target in imports_of(path):
             there = layer_of(target)
@@ -126,7 +132,7 @@ def test_the_command_line_is_the_top_layer_and_nothing_imports_it():
     in)."""
     assert LAYERS[-1] == ("cli", ("cli",))
     users = [f"{path.relative_to(PACKAGE.parent)}:{line}"
-             for path in PACKAGE.rglob("*.py") if "cli" not in path.relative_to(PACKAGE).parts
+             for path in package_modules() if "cli" not in path.relative_to(PACKAGE).parts
              for line, target in imports_of(path)
              if target == "xengine_block.cli" or target.startswith("xengine_block.cli.")]
     assert not users, f"library modules importing the CLI: {users}"
@@ -136,7 +142,7 @@ def test_the_benchmark_machinery_stays_out_of_the_library():
     """``bench/`` (the machine's limits, the library peers, the correlator benchmark) is imported
     only by itself and the command line (``xengine bench``), so a pipeline never loads it."""
     users = [f"{path.relative_to(PACKAGE.parent)}:{line}"
-             for path in PACKAGE.rglob("*.py")
+             for path in package_modules()
              if not {"cli", "bench"} & set(path.relative_to(PACKAGE).parts)
              for line, target in imports_of(path)
              if target == "xengine_block.bench" or target.startswith("xengine_block.bench.")]

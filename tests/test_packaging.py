@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import xengine_block
+from tests.helpers.tree import repository_files
 from xengine_block import user_cache
 from xengine_block.npu import artifacts, hostkernel, nativering
 from xengine_block.service import instances
@@ -28,7 +29,9 @@ def test_no_path_climbs_out_of_the_package():
     """``Path(__file__).parents[n]`` / ``.parent.parent`` would find a checkout around the
     package, which an installed wheel does not have."""
     offenders = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in repository_files(PACKAGE):
+        if path.suffix != ".py":
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             text = ast.unparse(node) if isinstance(node, (ast.Subscript, ast.Attribute)) else ""
             if "__file__" in text and (".parents" in text or ".parent.parent" in text):

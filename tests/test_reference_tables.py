@@ -58,3 +58,46 @@ def test_npu_tables_are_the_model_s_predictions(reference_tables) -> None:
         assert row[:4] == [f"| {nstream}", f"ci{bits}", device, f"{msps:.1f}"], row
     assert "_generated/npu_calibration.md" in (ROOT / "docs" / "npu.md").read_text()
     assert "| rate |" in reference_tables.npu_calibration()
+
+
+def test_generated_sections_are_up_to_date(reference_tables) -> None:
+    """Every page's generated sections are what the code renders now (else: python
+    docs/_ext/reference_tables.py), so the repository's web page shows them right."""
+    stale = [str(p.relative_to(ROOT)) for p in reference_tables.stale_pages()]
+    assert not stale, f"run python docs/_ext/reference_tables.py: {stale} are out of date"
+
+
+def test_the_reference_pages_hold_their_sections(reference_tables) -> None:
+    want = {"cli.md": ["cli"], "config.md": ["config_keys"],
+            "metrics.md": ["metrics", "capture_counters"]}
+    for page, names in want.items():
+        text = (ROOT / "docs" / page).read_text()
+        found = [m.group("name") for m in reference_tables.SECTION_RE.finditer(text)]
+        assert found == names, (page, found)
+        assert "_generated/" not in text  # nothing read at build time only
+
+
+def test_a_stale_or_unknown_section_is_found_and_rewritten(reference_tables, tmp_path) -> None:
+    page = tmp_path / "page.md"
+    body = reference_tables.capture_counters()
+    inline = "<!-- generated: capture_counters -->x<!-- end generated: capture_counters -->"
+    page.write_text("# P\n\n<!-- generated: capture_counters -->\n\n| old |\n\n"
+                    f"<!-- end generated: capture_counters -->\n\nInline: {inline}.\n")
+    assert reference_tables.stale_pages(tmp_path) == [page]
+    assert reference_tables.write_pages(tmp_path) == [page]
+    text = page.read_text()
+    assert "| old |" not in text and text.count(body.strip()) == 2
+    assert f"\n\n{body.strip()}\n\n<!-- end generated" in text  # the block keeps its blank lines
+    assert reference_tables.stale_pages(tmp_path) == []
+    page.write_text("<!-- generated: nothing_such -->\n<!-- end generated: nothing_such -->\n")
+    with pytest.raises(ValueError, match="no generated section 'nothing_such'"):
+        reference_tables.stale_pages(tmp_path)
+
+
+def test_the_cli_reference_does_not_depend_on_the_terminal(reference_tables, monkeypatch) -> None:
+    """argparse wraps ``--help`` to the terminal: the page is rendered from the parser's
+    actions instead, the same at any width."""
+    monkeypatch.setenv("COLUMNS", "40")
+    narrow = reference_tables.cli_help()
+    monkeypatch.setenv("COLUMNS", "200")
+    assert reference_tables.cli_help() == narrow

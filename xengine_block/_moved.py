@@ -44,17 +44,36 @@ MOVED: dict[str, str] = {
 
 
 def renamed_names(module: str, renamed: dict[str, str],
-                  namespace: dict[str, object]) -> Callable[[str], object]:
+                  namespace: dict[str, object]) -> Callable[..., object]:
     """A module ``__getattr__`` that gives each old name in ``renamed`` (old -> new) the new
     name's value from ``namespace`` (the module's globals), with a ``DeprecationWarning``
     naming the new one, for one more release."""
 
-    def __getattr__(name: str) -> object:
+    def __getattr__(name: str, stacklevel: int = 2) -> object:
         if name in renamed:
             warnings.warn(f"{module}.{name} is {renamed[name]}; the old name will be removed in "
-                          f"the next release", DeprecationWarning, stacklevel=2)
+                          f"the next release", DeprecationWarning, stacklevel=stacklevel)
             return namespace[renamed[name]]
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def moved_names(module: str, moved: dict[str, str], renamed: dict[str, str] | None = None,
+                namespace: dict[str, object] | None = None) -> Callable[..., object]:
+    """A module ``__getattr__`` that gives each name in ``moved`` (name -> the module it now
+    lives in, under the same name) that module's value, and each old name in ``renamed`` the
+    new name's value from ``namespace`` (as :func:`renamed_names`), each with a
+    ``DeprecationWarning`` naming the new path, for one more release."""
+    also = renamed_names(module, renamed or {}, namespace or {})
+
+    def __getattr__(name: str) -> object:
+        if name in moved:
+            warnings.warn(f"{module}.{name} has moved to {moved[name]}.{name}; the old path "
+                          f"will be removed in the next release", DeprecationWarning,
+                          stacklevel=2)
+            return getattr(importlib.import_module(moved[name]), name)
+        return also(name, 3)
 
     return __getattr__
 

@@ -34,6 +34,7 @@ writes is read by :func:`parse_array_toml` ten times faster, to the same values)
     name = "Tile001"
     number = 0
     enu_m = [-149.785, 265.814, 0.011]
+    flagged = true                    # optional: its baselines written flagged, data kept
 
 Invalid content raises :class:`ArrayError` naming the field and what was expected.
 """
@@ -62,6 +63,7 @@ POLS = ("X", "Y")
 _TOP_KEYS = {"telescope_name", "instrument", "x_orientation", "site", "antenna"}
 _SITE_KEYS = {"latitude_deg", "longitude_deg", "altitude_m"}
 _ANT_KEYS = {"name", "number", "enu_m"}
+_ANT_OPTIONAL = {"flagged"}
 _X_ORIENTATIONS = ("east", "north")
 
 
@@ -182,12 +184,15 @@ class ArrayDescription:
     enu_m : ``[nant, 3]`` positions east, north, up of the site, metres.
     instrument : UVH5 ``instrument`` (default: the telescope name).
     x_orientation : direction of the X feeds, ``"east"`` or ``"north"``.
+    flagged : names of antennas known bad (an MWA metafits' ``Flag``): correlated and
+        written like the others, their baselines flagged in UVH5 (data and nsamples kept).
     """
 
     def __init__(self, telescope_name: str, latitude_deg: float, longitude_deg: float,
                  altitude_m: float, antenna_names: Sequence[str],
                  antenna_numbers: Sequence[int], enu_m: Any, *,
-                 instrument: str | None = None, x_orientation: str = "east") -> None:
+                 instrument: str | None = None, x_orientation: str = "east",
+                 flagged: Sequence[str] = ()) -> None:
         if not isinstance(telescope_name, str) or not telescope_name:
             raise ArrayError(f"telescope_name must be a non-empty string, got {telescope_name!r}")
         instrument = telescope_name if instrument is None else instrument
@@ -238,6 +243,11 @@ class ArrayDescription:
             bad = int(np.argwhere(~np.isfinite(enu))[0, 0])
             raise ArrayError(f"antenna[{bad}].enu_m must be finite, got {enu[bad].tolist()}")
         enu.flags.writeable = False
+        bad = set(flagged)
+        unknown = sorted(bad - set(names), key=str)
+        if unknown:
+            raise ArrayError(f"flagged antenna(s) {', '.join(map(repr, unknown))} are not in "
+                             f"the array")
         self.telescope_name = telescope_name
         self.instrument = instrument
         self.x_orientation = x_orientation
@@ -245,6 +255,8 @@ class ArrayDescription:
         self.antenna_names: tuple[str, ...] = tuple(names)
         self.antenna_numbers: tuple[int, ...] = tuple(int(n) for n in numbers)
         self.enu_m = enu
+        #: The flagged antennas' names, in the array's order.
+        self.flagged: tuple[str, ...] = tuple(n for n in names if n in bad)
 
     # ------------------------------------------------------------------ sizes and streams
     @property
@@ -265,6 +277,11 @@ class ArrayDescription:
     def stream_antenna_pol(stream: int) -> tuple[int, int]:
         """(antenna index, pol) of a stream."""
         return divmod(stream, 2)
+
+    @property
+    def flagged_mask(self) -> np.ndarray:
+        """``[nant]`` bool: which antennas are flagged."""
+        return np.array([n in self.flagged for n in self.antenna_names], bool)
 
     @property
     def stream_names(self) -> list[str]:
@@ -304,10 +321,17 @@ class ArrayDescription:
         """The first ``n_ant`` antennas (same site): small examples and tests."""
         if isinstance(n_ant, bool) or not isinstance(n_ant, int) or not 1 <= n_ant <= self.nant:
             raise ArrayError(f"subset n_ant must be an integer in [1, {self.nant}], got {n_ant!r}")
+        return self.select(range(n_ant))
+
+    def select(self, indices: Sequence[int]) -> ArrayDescription:
+        """The antennas at ``indices``, in that order (same site, flags kept)."""
+        keep = list(indices)
+        names = [self.antenna_names[i] for i in keep]
         return ArrayDescription(self.telescope_name, self.latitude_deg, self.longitude_deg,
-                                self.altitude_m, self.antenna_names[:n_ant],
-                                self.antenna_numbers[:n_ant], self.enu_m[:n_ant],
-                                instrument=self.instrument, x_orientation=self.x_orientation)
+                                self.altitude_m, names, [self.antenna_numbers[i] for i in keep],
+                                self.enu_m[keep], instrument=self.instrument,
+                                x_orientation=self.x_orientation,
+                                flagged=[n for n in names if n in self.flagged])
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -318,7 +342,8 @@ class ArrayDescription:
             "x_orientation": self.x_orientation,
             "site": {"latitude_deg": self.latitude_deg, "longitude_deg": self.longitude_deg,
                      "altitude_m": self.altitude_m},
-            "antenna": [{"name": n, "number": k, "enu_m": p}
+            "antenna": [{"name": n, "number": k, "enu_m": p,
+                         **({"flagged": True} if n in self.flagged else {})}
                         for n, k, p in zip(self.antenna_names, self.antenna_numbers,
                                            self.enu_m.tolist(), strict=True)],
         }
@@ -333,9 +358,12 @@ class ArrayDescription:
         if not isinstance(ants, Sequence) or isinstance(ants, str):
             raise ArrayError("antenna must be an array of tables ([[antenna]] in TOML)")
         for i, a in enumerate(ants):
-            _check_keys(a, _ANT_KEYS, f"antenna[{i}].")
+            _check_keys(a, _ANT_KEYS | _ANT_OPTIONAL, f"antenna[{i}].")
             for key in _ANT_KEYS:
                 _require(a, key, f"antenna[{i}].")
+            if not isinstance(a.get("flagged", False), bool):
+                raise ArrayError(f"antenna[{i}].flagged must be true or false, got "
+                                 f"{a['flagged']!r}")
             pos = a["enu_m"]
             if not isinstance(pos, Sequence) or isinstance(pos, str) or len(pos) != 3:
                 raise ArrayError(f"antenna[{i}].enu_m must be [east, north, up] in metres, "
@@ -348,7 +376,8 @@ class ArrayDescription:
                    _require(site, "altitude_m", "site."),
                    [a["name"] for a in ants], [a["number"] for a in ants],
                    [a["enu_m"] for a in ants],
-                   instrument=d.get("instrument"), x_orientation=d.get("x_orientation", "east"))
+                   instrument=d.get("instrument"), x_orientation=d.get("x_orientation", "east"),
+                   flagged=[a["name"] for a in ants if a.get("flagged", False)])
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> ArrayDescription:
@@ -375,6 +404,8 @@ class ArrayDescription:
                                   self.enu_m.tolist(), strict=True):
             lines += ["", "[[antenna]]", f"name = {_toml_str(name)}", f"number = {num}",
                       f"enu_m = [{', '.join(repr(v) for v in pos)}]"]
+            if name in self.flagged:
+                lines.append("flagged = true")
         return "\n".join(lines) + "\n"
 
     def write_toml(self, path: str | os.PathLike) -> None:

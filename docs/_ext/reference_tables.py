@@ -1,7 +1,18 @@
-"""Reference tables generated from the code's own tables at build time (a Sphinx extension).
+"""Reference text generated from the code's own tables, kept in the Markdown pages themselves.
 
-Each table has one source of truth in the package, and the docs include what this module
-renders from it into ``docs/_generated/`` (ignored by git) when the build starts:
+Each table has one source of truth in the package; this module renders it and writes it into
+the page between two marker lines, so the page reads complete on the repository's web page as
+well as in the built site::
+
+    <!-- generated: config_keys (python docs/_ext/reference_tables.py; do not edit) -->
+    | key | flag | ... |
+    <!-- end generated: config_keys -->
+
+``python docs/_ext/reference_tables.py`` rewrites every marked section of every page from the
+code; ``--check`` only says which are out of date (exit 1). ``tests/test_reference_tables.py``
+fails when a committed page differs from what the code renders, and the Sphinx build (this
+module is also its extension) warns, so a ``-W`` build fails, rather than publish a stale table.
+A marker pair may also sit inside a sentence, around a single figure. The sections:
 
 - ``config_keys.md``: ``xengine_block.service.config.KEYS`` (key, flag, default, meaning);
 - ``capture_counters.md``: ``xengine_block.capture.placement.COUNTERS``;
@@ -17,12 +28,22 @@ substitutions from :func:`npu_quotes`), so no predicted number is copied by hand
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from markdown_table import table
+DOCS = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # run as a script: the checkout's package and the sibling modules
+    sys.path[:0] = [str(DOCS / "_ext"), str(DOCS.parent)]
 
-GENERATED = Path(__file__).resolve().parents[1] / "_generated"
+from markdown_table import table  # noqa: E402 (after the script's path set-up)
+
+GENERATED = DOCS / "_generated"
+#: A generated section: its name, then everything up to its end marker.
+SECTION_RE = re.compile(r"(<!-- generated: (?P<name>[\w.-]+)(?: [^>]*)? -->)(?P<body>.*?)"
+                        r"(<!-- end generated: (?P=name) -->)", re.DOTALL)
 
 
 def config_keys() -> str:
@@ -192,27 +213,130 @@ def set_substitutions(app: Any, config: Any) -> None:
 
 
 def cli_help() -> str:
-    from xengine_block.cli import build_parser, subcommand_parsers
+    """Every subcommand's description and options, from the argparse parser, as tables (not
+    ``--help`` itself, whose wrapping and layout change with the terminal and the Python
+    version: the page must render the same wherever it is regenerated)."""
+    import argparse
+
+    from xengine_block.cli import DESCRIPTION, EVERYDAY, build_parser, subcommand_parsers
+
+    def option_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
+        rows = []
+        for action in parser._actions:  # argparse keeps them there, with no public accessor
+            if (isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+                    or action.help == argparse.SUPPRESS):
+                continue
+            names = ", ".join(action.option_strings) or action.dest
+            if action.nargs != 0:
+                metavar = action.metavar or (action.dest.upper() if action.option_strings
+                                             else "")
+                if isinstance(metavar, tuple):
+                    metavar = " ".join(metavar)
+                if action.choices is not None and not action.metavar:
+                    metavar = "{" + ",".join(map(str, action.choices)) + "}"
+                names = f"{names} {metavar}".strip() if action.option_strings else names
+            text = (action.help or "") % {**vars(action), "prog": parser.prog}
+            if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
+                    and "default" not in text:
+                text += f" (default: `{action.default}`)"
+            if action.required and action.option_strings:
+                text += " (required)"
+            rows.append([f"`{names}`", " ".join(text.replace("|", "\\|").split())])
+        return rows
+
+    def options(parser: argparse.ArgumentParser) -> str:
+        rows = option_rows(parser)
+        return table(["option", "meaning"], rows) if rows else "No options."
 
     parser = build_parser()
-    parts = ["## `xengine`\n", "```text\n" + parser.format_help() + "```\n"]
+    parts = ["## `xengine`", " ".join(DESCRIPTION.split()), "```text\n" + EVERYDAY + "```",
+             options(parser)]
     for name, sub in subcommand_parsers(parser).items():
-        parts += [f"## `xengine {name}`\n", "```text\n" + sub.format_help() + "```\n"]
-    return "\n".join(parts)
+        parts += [f"## `xengine {name}`", sub.description or "", options(sub)]
+    return "\n\n".join(p.strip() for p in parts if p)
+
+
+#: The sections pages may hold, by the name their markers give.
+SECTIONS: dict[str, Callable[[], str]] = {
+    "config_keys": config_keys, "capture_counters": capture_counters, "metrics": metrics,
+    "cli": cli_help,
+}
 
 
 def write_tables(app: Any = None) -> None:
+    """The tables docs/npu.md still includes from ``docs/_generated/`` at build time."""
     GENERATED.mkdir(exist_ok=True)
-    for name, render in (("config_keys", config_keys), ("capture_counters", capture_counters),
-                         ("metrics", metrics), ("cli", cli_help),
-                         ("npu_calibration", npu_calibration), ("npu_model", npu_model)):
+    for name, render in (("npu_calibration", npu_calibration), ("npu_model", npu_model)):
         path = GENERATED / f"{name}.md"
         text = render()
         if not path.exists() or path.read_text() != text:  # unchanged: no rebuild
             path.write_text(text)
 
 
+def regenerated(text: str, where: str = "page") -> str:
+    """``text`` with every generated section rendered anew from the code (a block section
+    keeps a blank line on each side of its content; an inline one has none)."""
+    def render(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in SECTIONS:
+            raise ValueError(f"{where}: no generated section {name!r} "
+                             f"(known: {', '.join(sorted(SECTIONS))})")
+        body = SECTIONS[name]().strip()
+        if m.group("body").startswith("\n"):
+            body = f"\n\n{body}\n\n"
+        return m.group(1) + body + m.group(4)
+
+    return SECTION_RE.sub(render, text)
+
+
+def pages(docs: Path = DOCS) -> list[Path]:
+    """The Markdown pages holding generated sections (the docs and the README)."""
+    candidates = sorted(docs.glob("*.md")) + [docs.parent / "README.md"]
+    return [p for p in candidates if p.exists() and SECTION_RE.search(p.read_text())]
+
+
+def stale_pages(docs: Path = DOCS) -> list[Path]:
+    """The pages whose generated sections differ from what the code renders now."""
+    return [p for p in pages(docs) if regenerated(p.read_text(), str(p)) != p.read_text()]
+
+
+def write_pages(docs: Path = DOCS) -> list[Path]:
+    """Rewrite every stale page's generated sections; the pages written."""
+    stale = stale_pages(docs)
+    for page in stale:
+        page.write_text(regenerated(page.read_text(), str(page)))
+    return stale
+
+
+def warn_if_stale(app: Any) -> None:
+    from sphinx.util import logging
+
+    for page in stale_pages():
+        logging.getLogger(__name__).warning(
+            f"{page.name}: generated sections out of date; run python "
+            f"docs/_ext/reference_tables.py")
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("builder-inited", write_tables)
+    app.connect("builder-inited", warn_if_stale)
     app.connect("config-inited", set_substitutions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        stale = stale_pages()
+        for page in stale:
+            print(f"{page.relative_to(DOCS.parent)}: generated sections out of date")
+        return 1 if stale else 0
+    if argv:
+        print("usage: python docs/_ext/reference_tables.py [--check]", file=sys.stderr)
+        return 2
+    for page in write_pages():
+        print(f"wrote {page.relative_to(DOCS.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 #: P = 72: a quarter is 18 frames, 8640 spectra, 135 K-steps of 64 (the native rule's floor is
 #: 8192 spectra), so the native X-engine reads 18 frames a gulp.
 G = Geometry(nstream=16, nchan=9, npacket=72)
-SKY = {"sync_time": 0.0, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
+SKY = {"sync_time": 1.7e9, "fs_hz": 40e3, "freq0_hz": 150e6, "chan_bw_hz": 40e3}
 
 
 def native():

@@ -11,12 +11,12 @@ import pytest
 
 from tests.conftest import random_frames
 from xengine_block.array import ArrayDescription, default_array
-from xengine_block.blocks.writer import site_info
 from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.capture.spead import pcap_sender
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
 from xengine_block.outputs.quicklook_png import last_integration, quicklook_uvh5
+from xengine_block.outputs.site import site_info
 from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.reference import reference_full, reference_triangle
 from xengine_block.reprocess.jobs import ReprocessOptions, reprocess

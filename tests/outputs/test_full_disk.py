@@ -29,14 +29,17 @@ import pytest
 from tests.conftest import mounted_tmpfs, random_frames
 from xengine_block.array import default_array
 from xengine_block.blocks.chain import correlator_chain
-from xengine_block.blocks.writer import UVH5WriterBlock, site_info
+from xengine_block.blocks.writer import UVH5WriterBlock
 from xengine_block.capture.receive import CaptureBlock
 from xengine_block.capture.recording import read_metadata, write_metadata
 from xengine_block.capture.spead import pcap_sender
 from xengine_block.capture.transports import PcapSource
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
-from xengine_block.outputs.uvh5 import StagedFile, UVH5WriteError, UVH5Writer
+from xengine_block.outputs.errors import OutputWriteError
+from xengine_block.outputs.site import site_info
+from xengine_block.outputs.staged_file import StagedFile
+from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.reference import reference_full, reference_triangle
 from xengine_block.reprocess.jobs import ReprocessOptions, reprocess
 from xengine_block.reprocess.tasks import summarise
@@ -156,7 +159,7 @@ def test_writer_on_a_full_disk_raises_and_keeps_every_completed_dump(tmp_path, m
         path = tmp_path / f"f{limit}.uvh5"
         with monkeypatch.context() as m:
             full_disk(m, limit)
-            with pytest.raises(UVH5WriteError) as info:
+            with pytest.raises(OutputWriteError) as info:
                 write_dumps(path, 4)
         err = info.value
         assert err.errno == errno.ENOSPC and err.filename == str(path)
@@ -178,9 +181,9 @@ def test_writer_refuses_appends_after_a_failure_and_closes_quietly(tmp_path, mon
     w = UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
     tri, valid = reference_triangle(x), np.full((1, g.nbaseline), 960)
     w.append(tri, valid, 960, 1.8e9, 1.0)
-    with pytest.raises(UVH5WriteError, match="keeps the 1 dumps"):
+    with pytest.raises(OutputWriteError, match="keeps the 1 dumps"):
         w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
-    with pytest.raises(UVH5WriteError, match="ENOSPC") as info:
+    with pytest.raises(OutputWriteError, match="ENOSPC") as info:
         w.append(tri * 2, valid, 960, 1.8e9 + 1, 1.0)
     import pickle  # e.g. a dask worker's error travelling back
     assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
@@ -194,7 +197,7 @@ def test_writer_that_cannot_create_the_file_removes_it(tmp_path, monkeypatch, si
     path = tmp_path / "f.uvh5"
     full_disk(monkeypatch, sizes[0] // 2)
     site, _, _ = writer_inputs()
-    with pytest.raises(UVH5WriteError, match="no file left") as info:
+    with pytest.raises(OutputWriteError, match="no file left") as info:
         UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
     assert info.value.errno == errno.ENOSPC and not path.exists()
 
@@ -204,13 +207,13 @@ CREATE_ERRORS = [errno.EROFS, errno.EDQUOT, errno.ENOSPC, errno.EIO]
 
 @pytest.mark.parametrize("code", CREATE_ERRORS, ids=errno.errorcode.get)
 def test_writer_that_cannot_open_a_new_file_raises_the_write_error(tmp_path, monkeypatch, code):
-    """The file cannot even be created: the same :class:`UVH5WriteError` (errno, the path,
+    """The file cannot even be created: the same :class:`OutputWriteError` (errno, the path,
     no dump kept) as a failed write, not a bare OSError that no caller handles; nothing left.
     An existing file stays ``FileExistsError`` (the writer block then picks another name)."""
     state = refusing_creation(monkeypatch, code)
     site, _, _ = writer_inputs()
     path = tmp_path / "f.uvh5"
-    with pytest.raises(UVH5WriteError) as info:
+    with pytest.raises(OutputWriteError) as info:
         UVH5Writer(path, site, 1e8 + 1e4 * np.arange(9), 1e4, 960)
     err = info.value
     assert state["refused"] == 1
@@ -249,7 +252,7 @@ def test_failed_in_place_write_is_undone(tmp_path, monkeypatch, sizes, which):
         w.append(tri * (i + 1), valid, 960, 1.8e9 + i, 1.0)
     committed = path.read_bytes()
     state["armed"] = True
-    with pytest.raises(UVH5WriteError, match="EIO"):
+    with pytest.raises(OutputWriteError, match="EIO"):
         w.append(tri * 3, valid, 960, 1.8e9 + 2, 1.0)
     assert not state["armed"]  # the chosen write was reached, and failed
     assert path.read_bytes() == committed  # every in-place byte written before it put back

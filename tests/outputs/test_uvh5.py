@@ -6,15 +6,10 @@ import pytest
 from tests.conftest import random_frames
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry, max_spectra_int32
-from xengine_block.outputs.uvh5 import (
-    LST_ANCHOR_S,
-    LstClock,
-    SiteInfo,
-    UVH5Writer,
-    _lst_rad,
-    baseline_map,
-    visdata_dtype,
-)
+from xengine_block.outputs.baselines import DumpRows, baseline_map, visdata_dtype
+from xengine_block.outputs.site import SiteInfo
+from xengine_block.outputs.times import LST_ANCHOR_S, SIDEREAL_RAD_PER_S, LstClock, _lst_rad
+from xengine_block.outputs.uvh5 import UVH5Writer
 from xengine_block.reference import reference_triangle
 
 pyuvdata = pytest.importorskip("pyuvdata", reason="pyuvdata (test extra) validates UVH5 files")
@@ -74,11 +69,11 @@ def test_the_same_dumps_make_the_same_file_bytes(tmp_path):
 def test_a_writer_not_kill_safe_publishes_buffered_the_same_bytes(tmp_path, monkeypatch):
     """``kill_safe=False`` (reprocessing's .partial files): the file is never opened for
     direct writes, and it is byte for byte the kill-safe writer's."""
-    from xengine_block.outputs import uvh5
+    from xengine_block.outputs import staged_file
 
     direct = []
-    real = uvh5._open_direct
-    monkeypatch.setattr(uvh5, "_open_direct", lambda path: direct.append(path) or real(path))
+    real = staged_file._open_direct
+    monkeypatch.setattr(staged_file, "_open_direct", lambda path: direct.append(path) or real(path))
     safe = write(tmp_path, name="safe.uvh5")[0]
     assert direct == [safe]
     partial = write(tmp_path, name="partial.uvh5", kill_safe=False)[0]
@@ -105,17 +100,17 @@ def test_lst_clock_follows_astropy_between_anchors():
 def test_lst_clocks_of_one_site_share_their_anchor(monkeypatch):
     """A second file's clock at the same site, within the anchor's reach, asks astropy
     nothing; another site's clock does."""
-    import xengine_block.outputs.uvh5 as uvh5
+    import xengine_block.outputs.times as times
 
     asked = []
-    monkeypatch.setattr(uvh5, "_lst_rad", lambda jd, *site: asked.append(site) or _lst_rad(
+    monkeypatch.setattr(times, "_lst_rad", lambda jd, *site: asked.append(site) or _lst_rad(
         jd, *site))
     jd0 = 2461003.5
     first = LstClock(LAT, LON, ALT)(jd0)
     second = LstClock(LAT, LON, ALT)(jd0 + 10 / 86400)
     assert asked == [(LAT, LON, ALT)]
     # (10 s as far as a JD in float64 tells it: to ~40 us)
-    assert second == pytest.approx(first + 10 * uvh5.SIDEREAL_RAD_PER_S, abs=1e-8)
+    assert second == pytest.approx(first + 10 * SIDEREAL_RAD_PER_S, abs=1e-8)
     LstClock(LAT + 1, LON, ALT)(jd0)
     assert asked == [(LAT, LON, ALT), (LAT + 1, LON, ALT)]
 
@@ -279,7 +274,7 @@ def record_writer(monkeypatch, path, nant: int, nchan: int, ndump: int):
     """Write ``ndump`` distinct dumps (dump i: the samples' triangle times i + 1) and close;
     returns the file as the constructor left it, the (offset, bytes) / (size, None) calls of
     each commit (dump 1..ndump, then close) and the complex samples ``[stream, chan, time]``."""
-    from xengine_block.outputs.uvh5 import StagedFile
+    from xengine_block.outputs.staged_file import StagedFile
 
     calls: list[tuple[int, bytes | None]] = []
     pwrite, ftruncate = StagedFile._pwrite, StagedFile._ftruncate
@@ -429,7 +424,7 @@ def test_the_publishing_write_is_one_direct_write_and_a_cut_one_would_tear(tmp_p
     test's SIGKILL once caught one): replayed cut at each boundary, the file is refused (or
     holds rows of zeros). So it goes to disk as one direct write, which a kill cannot cut,
     where the filesystem has direct I/O (here: every append's)."""
-    from xengine_block.outputs.uvh5 import StagedFile
+    from xengine_block.outputs.staged_file import StagedFile
 
     probe = StagedFile(tmp_path / "probe", overwrite=True)  # a direct write, as the writer's
     probe.write(bytes(3 * 4096))
@@ -476,7 +471,7 @@ def test_the_publishing_write_is_one_direct_write_and_a_cut_one_would_tear(tmp_p
 def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     """The replay can fail: the in-place writes in HDF5's own order (the code before this
     test) leave files pyuvdata refuses, or that hold rows of zeros."""
-    from xengine_block.outputs.uvh5 import StagedFile
+    from xengine_block.outputs.staged_file import StagedFile
 
     def hdf5_order(self, old):
         return [(off, data[:old - off]) for off, data in self._writes if off < old]
@@ -487,6 +482,7 @@ def test_crash_replay_fails_commits_in_hdf5s_order(tmp_path, monkeypatch):
     assert any("AssertionError: data_array" in f for f in failures)
 
 
+@pytest.mark.filterwarnings("ignore:Fixing auto-correlations")  # random triangles: autos too
 @pytest.mark.parametrize("broadcast", [False, True])
 def test_flags_and_nsamples_per_channel(tmp_path, broadcast):
     """Valid counts per channel (and, as reprocessing passes them, one per channel broadcast
@@ -546,6 +542,7 @@ def test_data_chunk_rows_divide_the_dump_where_that_costs_little():
     assert data_chunk_rows(prime, DATA_CHUNK_BYTES // 500) == 500
 
 
+@pytest.mark.filterwarnings("ignore:Fixing auto-correlations")  # random triangles: autos too
 def test_repeated_count_chunks_are_deflated_once_and_read_back(tmp_path):
     """flags and nsamples of a dump whose counts are the same on every baseline are written as
     one deflated chunk, compressed when the counts change (a dump with counts varying by baseline
@@ -620,10 +617,8 @@ def test_row_pass_equals_numpy(tri_dtype, vis_spectra):
     float64 rows (integrations past the int32 bound) from int64 and float64 ones, every flip;
     any number of polarisations; bad input refused by name."""
     from xengine_block.native_extension import native
-    from xengine_block.outputs import uvh5
-
     nant, nchan = 5, 3
-    rows = uvh5.DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(vis_spectra))
+    rows = DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(vis_spectra))
     wide = rows._pairs.dtype == np.float64
     assert wide == (vis_spectra > max_spectra_int32(8))
     nbl = 2 * nant * (2 * nant + 1) // 2
@@ -655,10 +650,8 @@ def test_count_pass_equals_numpy(per_chan):
     float64 fraction), for one row of counts shared by every channel and for one per
     channel; a count array of the wrong number of rows refused by name."""
     from xengine_block.native_extension import native
-    from xengine_block.outputs import uvh5
-
     nant, nchan, nspectra = 4, 3, 3840
-    rows = uvh5.DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(nspectra))
+    rows = DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(nspectra))
     nbl = 2 * nant * (2 * nant + 1) // 2
     valid = np.random.default_rng(2).integers(0, nspectra + 1, (nchan if per_chan else 1, nbl))
     valid[:, ::5] = 0

@@ -41,6 +41,19 @@ def run_chain(rt, recs, array, nspec, directory, name="pipe.uvh5"):
     return src, chain.writer
 
 
+def same_as_reprocess(piped, path, out, options):
+    """The chain's file ``piped`` holds what ``xengine reprocess`` of ``path`` writes (data,
+    flags, nsamples, times, frequencies, baselines, uvw); returns it read by pyuvdata."""
+    (r,) = reprocess([path], out, options, progress=None)
+    assert r.ok, r.error
+    a = pyuvdata.UVData.from_file(piped)
+    b = pyuvdata.UVData.from_file(r.task.output)
+    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
+                 "ant_1_array", "ant_2_array", "integration_time", "uvw_array"):
+        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    return a
+
+
 def test_guppi_with_gap_through_the_chain_equals_reprocess(rt, tmp_path):
     x = samples(5, seed=21)
     path = write_guppi(tmp_path / "g.raw", blocks(x), cards(),
@@ -55,14 +68,8 @@ def test_guppi_with_gap_through_the_chain_equals_reprocess(rt, tmp_path):
     assert hdr["time_tag"] == 0 and hdr["fs_hz"] == pytest.approx(1 / 4e-6)
     assert [a["name"] for a in hdr["array"]["antenna"]] == NAMES[::-1]
     assert (src.frames_written, src.gap_frames) == (6, 1)  # the missing block: zeros
-    (r,) = reprocess([path], tmp_path / "direct", ReprocessOptions(
-        array=str(arr), integration_spectra=2 * NTIME, allow_damaged=True), progress=None)
-    assert r.ok, r.error
-    a = pyuvdata.UVData.from_file(w.files[0])
-    b = pyuvdata.UVData.from_file(r.task.output)
-    for attr in ("data_array", "flag_array", "nsample_array", "time_array", "freq_array",
-                 "ant_1_array", "ant_2_array", "integration_time"):
-        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+    a = same_as_reprocess(w.files[0], path, tmp_path / "direct", ReprocessOptions(
+        array=str(arr), integration_spectra=2 * NTIME, allow_damaged=True))
     assert np.all(a.nsample_array.reshape(3, a.Nbls, -1)[1] == 0.5)  # half of it missing
     y = np.concatenate([x[:, :, :2 * NTIME], np.zeros_like(x[:, :, :NTIME]),
                         x[:, :, 2 * NTIME:]], axis=2)
@@ -88,6 +95,28 @@ def test_mwax_channels_in_one_frame(rt, tmp_path):
                {n: i for i, n in enumerate(names)}, names, freqs=np.array([120, 121]) * 1.28e6)
 
 
+def test_mwax_with_metafits_through_the_chain_equals_reprocess(rt, tmp_path):
+    """The metafits' names, tile ids and flags travel in the header's array: the chain's file
+    is the direct reprocess's, tile 2049 (LBG1) flagged in both."""
+    from tests.helpers.mwax import METAFITS_16
+
+    tiles = [2049, 2041, 2052]
+    rng = np.random.default_rng(4)
+    bl = [rng.integers(-128, 128, (6, MWAX_NTIME, 2), dtype=np.int8) for _ in range(2)]
+    f = write_subfile(tmp_path / "1_9_121.sub", bl, coarse_channel=121, tile_ids=tiles,
+                      subobs=0)
+    src, w = run_chain(rt, [open_recording([f], "mwax")], load_array(METAFITS_16), MWAX_NTIME,
+                       tmp_path / "pipe")
+    ants = src.headers(0)[0]["array"]["antenna"]
+    assert [(a["name"], a["number"], a.get("flagged", False)) for a in ants] == [
+        ("LBF1", 2041, False), ("LBG1", 2049, True), ("LBG4", 2052, False)]
+    a = same_as_reprocess(w.files[0], f, tmp_path / "direct", ReprocessOptions(
+        array=str(METAFITS_16), integration_spectra=MWAX_NTIME))
+    bad = (a.ant_1_array == 2049) | (a.ant_2_array == 2049)
+    assert a.flag_array[bad].all() and not a.flag_array[~bad].any()
+    assert list(a.telescope.antenna_names) == ["LBF1", "LBG1", "LBG4"]
+
+
 def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypatch):
     """With freeze_gc (``xengine reprocess``'s choice) a GUPPI file's task runs frozen (a full
     collection of astropy's, h5py's and numba's objects stops the writer and the backend for
@@ -101,14 +130,14 @@ def test_a_reader_task_runs_frozen_into_a_file_not_kill_safe(tmp_path, monkeypat
     path = write_guppi(tmp_path / "g.raw", blocks(samples(2, seed=3)), cards())
     arr = tmp_path / "a.toml"
     write_array(arr, NAMES)
-    from xengine_block.outputs import uvh5
+    from xengine_block.outputs.staged_file import StagedFile
 
     seen, safe = [], []
     real = rp.reprocess_recording
     monkeypatch.setattr(rp, "reprocess_recording",
                         lambda *a: seen.append(gc.get_freeze_count()) or real(*a))
-    staged = uvh5.StagedFile.__init__
-    monkeypatch.setattr(uvh5.StagedFile, "__init__", lambda self, *a, **k: safe.append(
+    staged = StagedFile.__init__
+    monkeypatch.setattr(StagedFile, "__init__", lambda self, *a, **k: safe.append(
         k.get("kill_safe", True)) or staged(self, *a, **k))
     assert gc.get_freeze_count() == 0
     for freeze in (True, False):

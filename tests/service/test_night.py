@@ -32,7 +32,8 @@ from tests.helpers.service import (
 from xengine_block.array import default_array
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import Geometry
-from xengine_block.outputs.uvh5 import POLARIZATIONS, StagedFile
+from xengine_block.outputs.baselines import POLARIZATIONS
+from xengine_block.outputs.staged_file import StagedFile
 from xengine_block.reference import reference_full
 from xengine_block.service.config import load_config
 from xengine_block.service.instances import scrape
@@ -379,13 +380,16 @@ def test_injected_write_errors_the_service_rides_through(tmp_path, monkeypatch, 
 
 
 # ---------------------------------------------------------------------------- SIGHUP
-def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
+@pytest.mark.parametrize("before", [4, 24])
+def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path, before):
     """The F-engines re-arm with a new sync time: the operator edits band.sync_time (and, by
     mistake, capture.window) and sends SIGHUP; the new sync time applies from the sequence
     their restart begins (its file's times count from it), capture.window is refused in one
     line naming it; a file that does not parse is refused too, and so is one that is not
     UTF-8 (a Latin-1 byte; before, its UnicodeDecodeError ended the process); the service runs
-    on."""
+    on. The SIGHUP comes ``before`` frames into the running sequence: after 4 (every packet
+    received, no dump written: none of its frames has left the capture yet) its dumps keep
+    the sync time they started with all the same, as after 24 (a dump written)."""
     cfg_path = tmp_path / "c.toml"
     write_config(cfg_path, NIGHT)
     a, b = random_frames(G, 24, seed=21), random_frames(G, 16, seed=22)
@@ -393,15 +397,20 @@ def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
     inst = Instance(cfg_path)
     try:
         port = inst.port
-        sent = send(a, G, port, time_tag=0)
-        # the first sequence has begun (its header made, with the sync time then in force)
-        wait_for(inst.scrape, lambda m: m["xengine_dumps_written_total"] >= 1, "a dump")
+        sent = send(a[:before], G, port, time_tag=0)
+        inst.wait_packets(sent)
+        if before == len(a):  # its header made, with the sync time then in force
+            wait_for(inst.scrape, lambda m: m["xengine_dumps_written_total"] >= 1, "a dump")
+        else:
+            assert inst.scrape()["xengine_dumps_written_total"] == 0
         write_config(cfg_path, merged(NIGHT, band={"sync_time": new_sync},
                                       capture={"window": 16}, output={"prefix": "rearmed_"}))
         inst.proc.send_signal(signal.SIGHUP)
         m = wait_for(inst.scrape, lambda m: m["xengine_config_reloads_total{result=refused}"],
                      "the reload")
         assert m["xengine_sync_time_seconds"] == new_sync
+        sent += send(a[before:], G, port, time_tag=before * G.nspectra_pkt)  # the old time base
+        inst.wait_packets(sent)
         sent += send(b, G, port, time_tag=0)  # re-armed: from 0 again, under the new sync time
         cfg_path.write_text("[band\nsync_time = ")
         inst.proc.send_signal(signal.SIGHUP)
@@ -419,7 +428,9 @@ def test_sighup_applies_a_new_sync_time_from_the_next_sequence(tmp_path):
     assert summary["reloads"] == {"applied": 0, "refused": 1, "invalid": 2}
     assert summary["capture"]["restarts"] == 1
     first, second = (Path(f) for f in summary["files"])
-    assert first.name.startswith("xengine_") and second.name.startswith("rearmed_")
+    # output.prefix applies from the next file begun: after 4 frames that is the first one
+    assert first.name == f"{'xengine_' if before == len(a) else 'rearmed_'}{SYNC:.3f}.uvh5"
+    assert second.name.startswith("rearmed_")
     assert assert_dumps_exact(first, a, 0) == list(range(0, 24, NPACKET))
     assert assert_dumps_exact(second, b, 0, sync_time=new_sync) == list(range(4, 16, NPACKET))
     assert second.name == f"rearmed_{new_sync + 4 * 480 / FS:.3f}.uvh5"

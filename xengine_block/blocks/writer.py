@@ -13,7 +13,7 @@ Each dump is one append + flush, so the file is valid after every dump (also aft
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
 
 A dump that cannot be written (a full disk, a quota, an I/O error, a new file or the output
-directory that cannot be created: any :class:`~xengine_block.outputs.uvh5.UVH5WriteError`)
+directory that cannot be created: any :class:`~xengine_block.outputs.errors.OutputWriteError`)
 leaves the file with every dump completed before it (the UVH5 writer's crash guarantee). What
 follows is the block's ``on_write_error``: ``"stop"`` (jobs: ``pipelines/fx.py``,
 reprocessing) raises it and the pipeline stops with that one error; ``"skip"`` (the live
@@ -41,7 +41,10 @@ import numpy as np
 from ..array import ArrayDescription
 from ..geometry import Geometry
 from ..integration import counts_per_channel
-from ..outputs.uvh5 import SiteInfo, UVH5WriteError, UVH5Writer, load_time_tables
+from ..outputs.errors import OutputWriteError
+from ..outputs.site import site_info
+from ..outputs.times import load_time_tables
+from ..outputs.uvh5 import UVH5Writer
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
 from ..visibility_orders import TRIANGLE_ORDER, as_triangle, visibility_order
@@ -49,13 +52,6 @@ from .base import BlockLogic, common_frames, lost_frames_any
 from .headers import channel_freqs, frame_start_unix, paired_inputs, require_keys
 
 log = logging.getLogger(__name__)
-
-
-def site_info(array: ArrayDescription) -> SiteInfo:
-    """What the UVH5 writer needs of an array description."""
-    return SiteInfo(array.telescope_name, array.latitude_deg, array.longitude_deg,
-                    array.altitude_m, list(array.antenna_names),
-                    np.asarray(array.antenna_numbers), array.antenna_positions, array.enu_m)
 
 
 #: Header keys the writer reads (docs/bifrost.md).
@@ -102,7 +98,7 @@ class UVH5WriterLogic(BlockLogic):
         self.files: list[Path] = []
         self.dumps_written = self.dumps_not_written = self.write_failures = 0
         #: The error that began the current episode of failing writes (None: writing).
-        self.write_error: UVH5WriteError | None = None
+        self.write_error: OutputWriteError | None = None
         self._retry_at = 0.0  # monotonic time of the next attempt while failing
         self._failed_from = 0  # dumps_not_written when the episode began
         self._writer: UVH5Writer | None = None
@@ -151,7 +147,7 @@ class UVH5WriterLogic(BlockLogic):
         try:  # for every file: a directory that cannot be made yet is a failed write too
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UVH5WriteError.caused_by(exc, self.directory, None) from exc
+            raise OutputWriteError.caused_by(exc, self.directory, None) from exc
         for i, name in enumerate(names):
             path = self.directory / name
             try:
@@ -166,7 +162,7 @@ class UVH5WriterLogic(BlockLogic):
                 if self.on_write_error == "skip":  # every name taken: a failed write too
                     taken = (f"{names[0]} and the {len(names) - 1} numbered names after it "
                              "exist" if len(names) > 1 else f"{names[0]} exists")
-                    raise UVH5WriteError(errno.EEXIST, taken, str(path), None) from exc
+                    raise OutputWriteError(errno.EEXIST, taken, str(path), None) from exc
                 raise
             break
         self.files.append(path)
@@ -231,7 +227,7 @@ class UVH5WriterLogic(BlockLogic):
                 self._writer = self._open(time_tag)
             self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
                                 self.nspectra / self.hdr["fs_hz"])
-        except UVH5WriteError as exc:
+        except OutputWriteError as exc:
             self._failed(exc)
             self.dumps_not_written += 1
             return
@@ -244,7 +240,7 @@ class UVH5WriterLogic(BlockLogic):
         if self.dumps_per_file and self._writer.ndump >= self.dumps_per_file:
             self._close()
 
-    def _failed(self, exc: UVH5WriteError) -> None:
+    def _failed(self, exc: OutputWriteError) -> None:
         """A write failed: raise it (``"stop"``), or drop the file (it keeps every dump
         completed before) and go on failing until ``retry_s`` from now (``"skip"``)."""
         if self.on_write_error == "stop":
@@ -270,7 +266,7 @@ class UVH5WriterLogic(BlockLogic):
         if writer is not None:
             try:
                 writer.close()
-            except UVH5WriteError as exc:  # its last bytes: the file keeps its dumps
+            except OutputWriteError as exc:  # its last bytes: the file keeps its dumps
                 self._failed(exc)
 
     def on_sequence_end(self, iseqs: list) -> None:

@@ -205,11 +205,19 @@ class _State(IntEnum):
     PRE_CHUNK0 = 31  # ... (the current sequence's lane; 0 frames for later sequences)
     KFRAMES = 32  # frames per spead2 chunk (parameter: CapturePlan.chunk_frames)
     FLOOR = 33  # heaps of earlier frames never vote (an explicit start; else 0: none)
-    LANE_BASE = 34  # first frame of each lane (_MAX_LANES slots)
+    # Labels: which header fields (sync time...) a sequence's dumps carry is fixed when the
+    # sequence starts on the wire, at its first heap, whatever happens to them after. The
+    # consumer numbers the fields it has been given (0, 1, ...: CaptureBlock.set_sky) and
+    # writes the newest number here; the callback copies it into a sequence's record at its
+    # first heap (a start by a candidate: the candidate's first heap).
+    LABEL = 34  # the label sequences starting now take (written by the consumer)
+    CAND_LABEL = 35  # the label the candidate took at its first heap
+    LANE_BASE = 36  # first frame of each lane (_MAX_LANES slots), then each lane's label
 
 
 class _Epoch(IntEnum):
-    """A sequence record: 4 int64 (start chunk, offset, end chunk or -1, status)."""
+    """A sequence record: _REC int64 (start chunk, offset, end chunk or -1, status, label or
+    -1 until its first heap)."""
 
     PROVISIONAL = 0
     CONFIRMED = 1
@@ -221,8 +229,11 @@ _NHISTORY = 16
 #: Lanes of the start-up area at most (the provisional start and candidates that replaced
 #: each other: more than three forged starts in a row only vote, as all did before).
 _MAX_LANES = 4
-#: int64 scalars before the state's arrays (the _State slots, then the lanes' first frames).
-_NSCALAR = int(_State.LANE_BASE) + _MAX_LANES
+#: int64 scalars before the state's arrays (the _State slots, then the lanes' first frames
+#: and labels).
+_NSCALAR = int(_State.LANE_BASE) + 2 * _MAX_LANES
+#: int64 per sequence record (_Epoch).
+_REC = 5
 #: A spead2 chunk of several frames stays within this (CapturePlan.chunk_frames).
 _CHUNK_BYTES = 16 << 20
 
@@ -241,7 +252,7 @@ class _Offsets:
 
     @property
     def tags(self) -> int:
-        return self.history + 4 * _NHISTORY
+        return self.history + _REC * _NHISTORY
 
     @property
     def counts(self) -> int:
@@ -504,7 +515,7 @@ class CapturePlan:
             first = -(-start_timestamp // self.timestamp_step)
             start = -(-first // self.align_frames) * self.align_frames
             h = self.offsets.history
-            state[h:h + 4] = (0, -start, -1, _Epoch.CONFIRMED)  # chunk ids from 0
+            state[h:h + _REC] = (0, -start, -1, _Epoch.CONFIRMED, -1)  # chunk ids from 0
             state[[_State.NEPOCH, _State.STATUS, _State.START, _State.HEAD, _State.OFFSET,
                    _State.FLOOR]] = (1, _Epoch.CONFIRMED, start, start - 1, -start, start)
         return state
@@ -541,7 +552,7 @@ def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int, int] | None
         return 0, frame, sequence_frames(state, 0, fid)
     n = int(state[_State.NEPOCH])
     for i in range(n - 1, max(-1, n - 1 - _NHISTORY), -1):
-        r = h + 4 * (i % _NHISTORY)
+        r = h + _REC * (i % _NHISTORY)
         start_chunk, offset, end_chunk, status = (int(x) for x in state[r:r + 4])
         if fid >= start_chunk:
             if (end_chunk >= 0 and fid >= end_chunk) or status == _Epoch.ABANDONED:
@@ -550,13 +561,25 @@ def chunk_frame(state: np.ndarray, chunk_id: int) -> tuple[int, int, int] | None
     return None
 
 
+def sequence_label(state: np.ndarray, number: int) -> int:
+    """The label sequence ``number``'s dumps carry: the consumer's label number in force at
+    its first heap (State.LABEL); -1 while no heap of it has arrived."""
+    return int(state[_NSCALAR + _REC * (number % _NHISTORY) + 4])
+
+
+def set_label(state: np.ndarray, label: int) -> None:
+    """Make ``label`` the one sequences starting from now on take (one aligned int64 store:
+    the callback sees the old number or the new, never half of one)."""
+    state[_State.LABEL] = label
+
+
 def sequence_frames(state: np.ndarray, number: int, fid: int) -> int:
     """Frames of the chunk whose first frame id is ``fid`` that sequence ``number`` delivers:
     all K but in its last chunk (frames after its end were space when K was 1: they stay so)
     and in the data's last (frames no heap has reached; spead2 hands over a chunk before the
     newest one placed only when a later chunk is in use). 0 or less: none."""
     limit = int(state[_State.MAXCHUNK]) + 1
-    end = int(state[_NSCALAR + 4 * (number % _NHISTORY) + 2])
+    end = int(state[_NSCALAR + _REC * (number % _NHISTORY) + 2])
     if end >= 0:
         limit = min(limit, end)
     return min(int(state[_State.KFRAMES]), limit - fid)
@@ -601,6 +624,9 @@ _I_WINNER = int(_State.WINNER)
 _I_PRE_FRAMES = int(_State.PRE_FRAMES)
 _I_PRE_CHUNK0 = int(_State.PRE_CHUNK0)
 _I_LANE_BASE = int(_State.LANE_BASE)
+_I_LANE_LABEL = _I_LANE_BASE + _MAX_LANES
+_I_LABEL = int(_State.LABEL)
+_I_CAND_LABEL = int(_State.CAND_LABEL)
 _I_KFRAMES = int(_State.KFRAMES)
 _I_FLOOR = int(_State.FLOOR)
 _PROVISIONAL, _CONFIRMED, _ABANDONED = (int(e) for e in _Epoch)
@@ -620,9 +646,10 @@ def spead_chunks(nframes: int, kframes: int) -> int:
 
 
 @numba.njit(cache=True)
-def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's thread
-    """Record a sequence starting at frame ``start``; chunk ids keep moving forward. The first
-    one places its first AHEAD frames in lane 0 of the start-up area, the rest after it."""
+def _new_sequence(state, start, status, label):  # pragma: no cover - runs in spead2's thread
+    """Record a sequence starting at frame ``start`` whose dumps carry ``label`` (State.LABEL);
+    chunk ids keep moving forward. The first one places its first AHEAD frames in lane 0 of the
+    start-up area, the rest after it."""
     nchunks = state[_I_WINDOW] + state[_I_AHEAD]
     n = state[_I_NEPOCH]
     offset = state[_I_OFFSET]
@@ -631,12 +658,13 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
         width = state[_I_AHEAD]
         state[_I_LANE_USED] = 1
         state[_I_LANE_BASE] = start
+        state[_I_LANE_LABEL] = label
         state[_I_PRE_FRAMES] = width
         state[_I_PRE_CHUNK0] = 0
         offset = -start  # frames from start + width on: chunk ids from width on
         first_chunk = width
     else:
-        prev = _HIST + 4 * ((n - 1) % _NHISTORY)
+        prev = _HIST + _REC * ((n - 1) % _NHISTORY)
         if state[prev + 3] == _PROVISIONAL:
             state[prev + 3] = _ABANDONED
         last = state[_I_MAXCHUNK]
@@ -648,11 +676,12 @@ def _new_sequence(state, start, status):  # pragma: no cover - runs in spead2's 
         offset += (kf - (start + offset) % kf) % kf  # its first frame begins a chunk
         first_chunk = start + offset
         state[_I_PRE_FRAMES] = 0
-    rec = _HIST + 4 * (n % _NHISTORY)
+    rec = _HIST + _REC * (n % _NHISTORY)
     state[rec] = first_chunk
     state[rec + 1] = offset
     state[rec + 2] = -1
     state[rec + 3] = status
+    state[rec + 4] = label
     state[_I_NEPOCH] = n + 1
     state[_I_STATUS] = status
     state[_I_START] = start
@@ -675,6 +704,7 @@ def _decide(state, lane):  # pragma: no cover - runs in spead2's thread
     state[_HIST] = cont
     state[_HIST + 1] = cont - start - width
     state[_HIST + 3] = _CONFIRMED
+    state[_HIST + 4] = state[_I_LANE_LABEL + lane]  # the label its first heap took
     state[_I_OFFSET] = cont - start - width
     state[_I_START] = start
     state[_I_PRE_FRAMES] = width
@@ -682,7 +712,7 @@ def _decide(state, lane):  # pragma: no cover - runs in spead2's thread
     state[_I_STATUS] = _CONFIRMED
     state[_I_WINNER] = lane
     state[_I_CAND_LANE] = -1
-    tags = _HIST + 4 * _NHISTORY
+    tags = _HIST + _REC * _NHISTORY
     head = start - 1
     accepted = 0
     for i in range(width):  # what the lane already holds
@@ -701,7 +731,7 @@ def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's th
     """A heap far from the sequence votes for the candidate; may move the sequence."""
     nchunks = state[_I_WINDOW] + state[_I_AHEAD]
     quorum = state[_I_QUORUM]
-    ccounts = _HIST + 4 * _NHISTORY + 2 * nchunks
+    ccounts = _HIST + _REC * _NHISTORY + 2 * nchunks
     cbits = numba.carray(intp_to_voidptr(state[_I_CAND_BITMAP]), nchunks * nheap,
                          dtype=np.uint8)
     base = state[_I_CAND_BASE]
@@ -727,6 +757,7 @@ def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's th
         state[_I_CAND_VOTES] = 1
         state[_I_CAND_NEWEST] = frame
         state[_I_CAND_ACCEPTED0] = state[_I_ACCEPTED]
+        state[_I_CAND_LABEL] = state[_I_LABEL]  # its first heap: the label it starts with
         cbits[nheap + index] = 1
         state[ccounts + 1] = 1
         state[_I_CAND_QFRAMES] = 1 if quorum <= 1 else 0
@@ -735,6 +766,7 @@ def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's th
         if state[_I_STATUS] == _PROVISIONAL and lane < state[_I_LANES]:
             align = state[_I_ALIGN]  # a lane of its own while the start is undecided
             state[_I_LANE_BASE + lane] = (frame + align - 1) // align * align
+            state[_I_LANE_LABEL + lane] = state[_I_CAND_LABEL]
             state[_I_LANE_USED] = lane + 1
             state[_I_CAND_LANE] = lane
     if state[_I_STATUS] == _PROVISIONAL:
@@ -748,7 +780,7 @@ def _vote(state, frame, index, nheap):  # pragma: no cover - runs in spead2's th
         else:
             align = state[_I_ALIGN]
             _new_sequence(state, (state[_I_CAND_NEWEST] + align) // align * align,
-                          _CONFIRMED)
+                          _CONFIRMED, state[_I_CAND_LABEL])
 
 
 def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2's thread
@@ -759,7 +791,7 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     window, ahead = head_state[_I_WINDOW], head_state[_I_AHEAD]
     nchunks = window + ahead
     nheap = nstream * ngroup
-    tags = _HIST + 4 * _NHISTORY
+    tags = _HIST + _REC * _NHISTORY
     counts = tags + nchunks
     stops = counts + 2 * nchunks
     state = numba.carray(state_ptr, stops + nstream)
@@ -820,7 +852,8 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
     frame = timestamp // step
     index = stream * ngroup + chan // nchan_pkt
     if state[_I_STATUS] < 0:  # the first well-formed heap opens a provisional sequence
-        _new_sequence(state, (frame + align - 1) // align * align, _PROVISIONAL)
+        _new_sequence(state, (frame + align - 1) // align * align, _PROVISIONAL,
+                      state[_I_LABEL])
     start, head = state[_I_START], state[_I_HEAD]
     chunk = -1
     voted = False
@@ -888,6 +921,9 @@ def _place(data_ptr, data_size, state_ptr):  # pragma: no cover - runs in spead2
                 if state[_I_STATUS] == _PROVISIONAL:
                     _decide(state, 0)  # the provisional start holds
     stats[base + 12] += 1  # PLACED
+    rec = _HIST + _REC * ((state[_I_NEPOCH] - 1) % _NHISTORY)
+    if state[rec + 4] < 0:  # the first heap of a sequence begun without one (an explicit start)
+        state[rec + 4] = state[_I_LABEL]
     if chunk > state[_I_MAXCHUNK]:
         state[_I_MAXCHUNK] = chunk
     kf = state[_I_KFRAMES]

@@ -52,6 +52,8 @@ from .placement import (
     _State,
     chunk_frame,
     sequence_frames,
+    sequence_label,
+    set_label,
 )
 from .transports import Source
 
@@ -169,6 +171,7 @@ class Delivery(NamedTuple):
     data: np.ndarray  # the slot's frames' bytes (uint8, chunk_frames frames)
     present: np.ndarray  # their per-heap presence (uint8, 1 = arrived)
     nframe: int  # frames of it delivered: chunk_frames, fewer in a sequence's last slot
+    label: int = 0  # its sequence's label: the Capture's label at the sequence's first heap
 
 
 class Capture:
@@ -190,6 +193,8 @@ class Capture:
     spare_chunks : slots beyond spead2's window and the start-up area, for the delivery queue.
     slots : where the chunks live (:class:`RingSlots`: the output rings, zero copy); None: the
         capture's own memory (iterate the capture).
+    label : the label sequences starting from now on take (:meth:`set_label`; each
+        :class:`Delivery` carries its sequence's).
     """
 
     #: The old name of :attr:`plan` (0.1), kept for one release.
@@ -198,7 +203,7 @@ class Capture:
     def __init__(self, source: Source, plan: CapturePlan | Geometry | MeerkatFormat, *,
                  start_timestamp: int | None = None, copy: bool = False,
                  idle_timeout: float | None = None, stop_on_end_heap: bool = False,
-                 spare_chunks: int = 4, slots: CaptureSlots | None = None,
+                 spare_chunks: int = 4, slots: CaptureSlots | None = None, label: int = 0,
                  **plan_kw: Any) -> None:
         if not isinstance(plan, CapturePlan):
             plan = CapturePlan(plan, **plan_kw)
@@ -210,6 +215,7 @@ class Capture:
         self.slots: CaptureSlots = slots if slots is not None else _PoolSlots(plan)
         self._off = plan.offsets
         self._state = plan.new_state(start_timestamp)
+        set_label(self._state, label)
         self._bitmap = np.zeros(plan.nchunks * plan.frame_heaps, np.uint8)
         self._cand_bitmap = np.zeros_like(self._bitmap)
         self._state[_State.BITMAP] = self._bitmap.ctypes.data
@@ -272,6 +278,12 @@ class Capture:
         if self._state[_State.STATUS] < 0:
             return None
         return int(self._state[_State.START]) * self.plan.timestamp_step
+
+    def set_label(self, label: int) -> None:
+        """Sequences whose first heap arrives from now on take ``label`` (a number the caller
+        gives meaning to: :class:`CaptureBlock` numbers its header fields); those already
+        started keep theirs, however far behind their delivery is. Safe from any thread."""
+        set_label(self._state, label)
 
     # ---- lifetime
     def stop(self) -> None:
@@ -410,7 +422,10 @@ class Capture:
                         self._py["missing"] += nframe * plan.frame_heaps - nheap
                         self._py["frames"] += nframe
                         self._py["sequences"] += new_sequence
-                    yield Delivery(frame_id, new_sequence, data, present, nframe)
+                    label = sequence_label(self._state, number) if frame_id is not None else -1
+                    if label < 0:  # no heap of it arrived: the label in force now
+                        label = int(self._state[_State.LABEL])
+                    yield Delivery(frame_id, new_sequence, data, present, nframe, label)
                     self._pending.popleft()
                     self.slots.commit(nframe if nframe < k else None)
                 if chunk is None:
@@ -576,8 +591,11 @@ class CaptureBlock(SourceBlock):
             raise ValueError(f"array has {array.nstream} streams, "
                              f"the capture's wire format {self.plan.grid.nstream}")
         self.array = array
-        self.sky = {"sync_time": float(sync_time), "fs_hz": float(fs_hz),
-                    "freq0_hz": float(freq0_hz), "chan_bw_hz": float(chan_bw_hz)}
+        #: Header fields given so far, numbered by their index (the capture's labels): a
+        #: sequence's dumps carry those in force at its first heap.
+        self._skies = [{"sync_time": float(sync_time), "fs_hz": float(fs_hz),
+                        "freq0_hz": float(freq0_hz), "chan_bw_hz": float(chan_bw_hz)}]
+        self._sky_lock = threading.Lock()
         self.start_timestamp, self.idle_timeout = start_timestamp, idle_timeout
         self.stop_on_end_heap = stop_on_end_heap
         self._capture: Capture | None = None
@@ -588,14 +606,25 @@ class CaptureBlock(SourceBlock):
         #: start-up.
         self.receiving = threading.Event()
 
+    @property
+    def sky(self) -> dict[str, float]:
+        """The header fields sequences starting from now on take."""
+        return self._skies[-1]
+
     def set_sky(self, **fields: float) -> None:
-        """New header fields (``sync_time``...) for the sequences begun from now on (e.g. the
-        F-engines re-armed with a new sync time: their restart begins a sequence); safe while
-        running (the fields are replaced whole, never seen half-changed)."""
+        """New header fields (``sync_time``...) for the sequences that start from now on, on
+        the wire: those whose first heap arrives after this call (e.g. the F-engines re-armed
+        with a new sync time: their restart begins a sequence). A sequence already started
+        keeps its fields for all its dumps, however much of it is still in the capture or the
+        ring. Safe while running (the fields are replaced whole, never seen half-changed)."""
         unknown = sorted(set(fields) - set(self.sky))
         if unknown:
             raise ValueError(f"no header field {unknown[0]!r} to set (fields: {sorted(self.sky)})")
-        self.sky = {**self.sky, **{k: float(v) for k, v in fields.items()}}
+        with self._sky_lock:
+            self._skies.append({**self.sky, **{k: float(v) for k, v in fields.items()}})
+            cap = self._capture
+            if cap is not None:
+                cap.set_label(len(self._skies) - 1)
 
     def capture_counters(self) -> dict[str, int]:
         """Capture counters summed over every source so far (safe while running)."""
@@ -626,10 +655,12 @@ class CaptureBlock(SourceBlock):
         for source in self.sources:
             if self.shutdown_event.is_set():
                 return
-            cap = Capture(source, self.plan, start_timestamp=self.start_timestamp,
-                          idle_timeout=self.idle_timeout,
-                          stop_on_end_heap=self.stop_on_end_heap, slots=out.slots)
-            self._capture = cap
+            with self._sky_lock:  # no set_sky between the label given and the capture kept
+                cap = Capture(source, self.plan, start_timestamp=self.start_timestamp,
+                              idle_timeout=self.idle_timeout,
+                              stop_on_end_heap=self.stop_on_end_heap, slots=out.slots,
+                              label=len(self._skies) - 1)
+                self._capture = cap
             self.receiving.set()
             if self.shutdown_event.is_set():  # shutdown() came while the stream was built
                 cap.stop()
@@ -641,7 +672,7 @@ class CaptureBlock(SourceBlock):
                     if d.new_sequence:
                         t = d.frame_id * self.plan.frame_spectra
                         out.begin(capture_headers(self.plan, self.array, time_tag=t,
-                                                  name=f"capture-{t}", **self.sky))
+                                                  name=f"capture-{t}", **self._skies[d.label]))
                     counters.add(frames=d.nframe, bytes=d.nframe * frame_nbyte)
                     if self.shutdown_event.is_set():
                         cap.stop()

@@ -26,6 +26,18 @@ COMMANDS: dict[str, Command] = {}
 #: with ``-`` as ``_`` (``npu-model``: ``cli/npu_model.py``).
 SUBCOMMANDS = ("bench", "backends", "npu-model", "quicklook", "record", "reprocess", "correlate",
                "combine")
+#: What ``xengine --help`` opens with: what the tool does, for the people who run it.
+DESCRIPTION = """\
+An exact X-engine correlator for radio astronomy: the live correlator service,
+reprocessing of voltage recordings into UVH5, and the tools around them."""
+#: The everyday commands, listed after the subcommands by ``xengine --help``.
+EVERYDAY = """\
+everyday commands:
+  xengine correlate x0.toml     the live correlator (SIGTERM stops, SIGHUP re-reads x0.toml)
+  xengine reprocess REC -o OUT  correlate recordings (pcap, GUPPI RAW, ...) into UVH5 files
+  xengine backends              which correlator backends run on this machine, and why
+  xengine SUBCOMMAND --help     one subcommand's options
+"""
 
 
 def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
@@ -43,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(f"{__name__}.{module.replace('-', '_')}")
         except ImportError as exc:
             logging.getLogger(__name__).debug("subcommand module %s not loaded: %s", module, exc)
-    parser = argtypes.ArgumentParser(prog="xengine", description=__doc__.splitlines()[0])
+    parser = argtypes.ArgumentParser(prog="xengine", description=DESCRIPTION, epilog=EVERYDAY,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_arguments, run) in COMMANDS.items():

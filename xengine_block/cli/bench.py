@@ -14,10 +14,13 @@ from . import command
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", type=argtypes.backend_name, default="auto",
                    help="backend name or 'auto'")
-    p.add_argument("--nstream", type=argtypes.positive_int, default=256)
-    p.add_argument("--nchan", type=argtypes.positive_int, default=9)
-    p.add_argument("--npacket", type=argtypes.positive_int, default=136)
-    p.add_argument("--repeat", type=argtypes.positive_int, default=2)
+    p.add_argument("--nstream", type=argtypes.positive_int, default=256,
+                   help="streams S (antennas x polarisations) of the geometry measured")
+    p.add_argument("--nchan", type=argtypes.positive_int, default=9, help="channels")
+    p.add_argument("--npacket", type=argtypes.positive_int, default=136,
+                   help="packet times P per call (the X-engine's integration)")
+    p.add_argument("--repeat", type=argtypes.positive_int, default=2,
+                   help="timings of each measurement; the best is kept")
 
 
 @command("bench", "measure a correlator backend against the roofline and peers (JSON)", _args)

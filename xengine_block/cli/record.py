@@ -14,8 +14,9 @@ from . import command
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
                    help="directory for the pcap files")
-    p.add_argument("--address", type=argtypes.ipv4_address, default=DEFAULT_ADDRESS)
-    p.add_argument("--port", type=argtypes.port, default=DEFAULT_PORT)
+    p.add_argument("--address", type=argtypes.ipv4_address, default=DEFAULT_ADDRESS,
+                   help="local address to receive on (a multicast group joins it)")
+    p.add_argument("--port", type=argtypes.port, default=DEFAULT_PORT, help="UDP port")
     p.add_argument("--max-mb", type=argtypes.positive_number, default=1024,
                    help="file size before rotating")
     p.add_argument("--duration", type=argtypes.positive_number,
@@ -26,15 +27,21 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="array TOML (default: MWA 128 tiles)")
     p.add_argument("--nant", type=argtypes.positive_int,
                    help="first N antennas of the default array")
-    p.add_argument("--nchan", type=argtypes.positive_int, default=9)
-    p.add_argument("--npacket", type=argtypes.positive_int, default=136)
+    p.add_argument("--nchan", type=argtypes.positive_int, default=9,
+                   help="channels the F-engines send")
+    p.add_argument("--npacket", type=argtypes.positive_int, default=136,
+                   help="packet times P per X-engine frame, recorded for reprocessing")
     argtypes.add_sample_format_args(p)
-    p.add_argument("--chan0", type=argtypes.nonnegative_int, default=0)
+    p.add_argument("--chan0", type=argtypes.nonnegative_int, default=0,
+                   help="the band's first channel number these F-engines send")
     p.add_argument("--sync-time", type=argtypes.nonnegative_number, required=True,
                    help="unix time of spectrum 0")
-    p.add_argument("--fs-hz", type=argtypes.positive_number, required=True)
-    p.add_argument("--freq0-hz", type=argtypes.positive_number, required=True)
-    p.add_argument("--chan-bw-hz", type=argtypes.positive_number, required=True)
+    p.add_argument("--fs-hz", type=argtypes.positive_number, required=True,
+                   help="spectra per second per channel")
+    p.add_argument("--freq0-hz", type=argtypes.positive_number, required=True,
+                   help="centre frequency of the band's channel 0")
+    p.add_argument("--chan-bw-hz", type=argtypes.positive_number, required=True,
+                   help="channel width")
 
 
 @command("record", "record live SPEAD F-engine traffic into pcap files with sidecars", _args)

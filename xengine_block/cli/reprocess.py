@@ -34,8 +34,8 @@ def _scheduler_arg(text: str) -> str:
 
 
 def _array_arg(text: str) -> str:
-    """An array TOML or a telinfo YAML/TOML that parses (its antennas checked against each
-    recording when it is reprocessed)."""
+    """An array TOML, a telinfo YAML/TOML or an MWA metafits that parses (its antennas checked
+    against each recording when it is reprocessed)."""
     from ..readers.arrays import load_array
 
     path = argtypes.input_file(text)
@@ -55,9 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("auto", *ALL_FORMATS), default="auto",
                    help="the inputs' format (default: recognised from each file's first bytes)")
     p.add_argument("--array", type=_array_arg,
-                   help="antenna positions: an array TOML or a telescope-info YAML/TOML "
-                        "(BLRI/COSMIC telinfo); antennas matched to the recording by name "
-                        "(needed for multi-antenna recordings)")
+                   help="antenna positions: an array TOML, a telescope-info YAML/TOML "
+                        "(BLRI/COSMIC telinfo) or an MWA metafits (OBSID_metafits.fits: "
+                        "TileName names, tile ids, flags); antennas matched to the recording "
+                        "by name, or by number (MWA tile id) (needed for multi-antenna "
+                        "recordings)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--integration-spectra", type=argtypes.positive_int,
                         help="spectra per integration: any whole number (pcap: a multiple of "
@@ -71,7 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pcap: X-engine frames per dump")
     p.add_argument("--channels", type=_channels_arg,
                    help="channels to write: A:B or a,b,c (default: all)")
-    p.add_argument("--backend", type=argtypes.backend_name, default="auto")
+    p.add_argument("--backend", type=argtypes.backend_name, default="auto",
+                   help="correlator backend, or 'auto' for the fastest exact one here "
+                        "(xengine backends lists them)")
     p.add_argument("--sample-rate", type=argtypes.positive_number, metavar="HZ",
                    help="spectra per second, for recordings whose headers lack it (VDIF)")
     p.add_argument("--freq0", type=argtypes.positive_number, metavar="HZ",

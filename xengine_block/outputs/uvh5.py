@@ -3,11 +3,9 @@
 
 Conventions, written down once:
 
-- For antennas ant_1 <= ant_2 and feeds (p1, p2) the stored visibility is
-  ``conj(x[ant_1, p1]) * x[ant_2, p2] = K[s2, s1]`` with ``s = 2 * ant + pol`` and the X-engine's
-  ``K[j, k] = x_j conj(x_k)``. From the packed triangle (j <= k): ``K[s2, s1] = conj(K[s1, s2])``
-  when s1 <= s2, else it is stored directly (only YX of an autocorrelation).
-- Polarisations XX -5, YY -6, XY -7 (x feed of ant_1, y feed of ant_2), YX -8.
+- Baseline order, polarisations and conjugation are every writer's:
+  :mod:`xengine_block.outputs.baselines` (the stored visibility is ``conj(x[ant_1]) x[ant_2]``,
+  ``ant_1 <= ant_2`` by antenna number); time and LST: :mod:`xengine_block.outputs.times`.
 - A negative channel width is a band whose channels run from high to low frequency: a
   spectrally inverted (lower-sideband) band, whose complex samples carry the conjugate of the
   sky's phase (rawspec conjugates such GUPPI input: ``input_conjugated = obsbw < 0``). The
@@ -15,11 +13,6 @@ Conventions, written down once:
   negative) and the visibilities are conjugated, so the file holds ``conj(x[ant_1]) x[ant_2]``
   of the sky signal like any other (tests/reprocess/test_physics.py phases a point source).
 - Phase centre "unprojected" (zenith drift): uvw = ENU(ant_2) - ENU(ant_1), metres.
-- Time is the JD of the integration midpoint; LST from astropy at the site.
-
-- ``ant_1_array`` / ``ant_2_array`` hold antenna *numbers* (``antenna_numbers``), never indices;
-  ``ant_1 <= ant_2`` by number. Antenna *index* i (position in the array description) owns
-  streams 2i, 2i + 1, so the file order follows the numbers and the triangle the indices.
 
 Streaming: every per-baseline-time dataset is resizable; each dump is one append followed by an
 update of Nblts/Ntimes and a flush. Datasets whose chunks repeat from dump to dump (flags and
@@ -28,79 +21,72 @@ are deflated, each distinct chunk compressed once; the rest is stored as it is. 
 rows in a dump are all one constant (:func:`constant_columns`; flags and nsamples of a dump
 without missing spectra) stores no chunk for it: the constant is the dataset's fill value,
 which HDF5 reads for rows no chunk holds. HDF5 writes through h5py's ``fileobj`` driver into
-:class:`StagedFile`, which keeps one dump's writes in memory and puts them on disk after HDF5's
-flush (``commit``).
+:class:`~xengine_block.outputs.staged_file.StagedFile`, which keeps one dump's writes in memory
+and puts them on disk after HDF5's flush (``commit``).
 
 Crash guarantee: a writer killed at any moment (SIGKILL, the OOM killer: the kernel keeps what
 the process wrote) leaves a file that pyuvdata reads, with its default checks, holding every dump
 whose ``append`` returned and at most the one being appended, complete and never in part. Killed
 before its first dump is complete, the file opens with h5py with no dump (Nblts 0), or, killed
 while the constructor writes it, may not open at all. Power loss or a kernel crash is not covered
-(nothing is fsync'ed). Why it holds: a kill lands between two system calls, and ``commit`` orders
-its calls so that the file between any two of them reads as the old one or the new one:
+(nothing is fsync'ed). Why it holds: the staged file's commit orders its system calls so that
+the file between any two of them reads as the old one or the new one
+(:mod:`xengine_block.outputs.staged_file` lists them); the dump is published by one write of
+the object headers HDF5 wrote at creation (the resizable datasets' extents, and Nblts/Ntimes:
+compact datasets whose values live in their object headers), a direct write where the
+filesystem has one. A writer made with ``kill_safe=False`` (reprocessing's ``.partial`` files,
+which a rerun removes) makes it buffered (~15 % less CPU per append).
 
-1. the bytes past the committed end (new chunks, new B-tree nodes): nothing committed points
-   there; then the file is grown to HDF5's end, so no end-of-allocation exceeds the file;
-2. the superblock: its end-of-allocation grows, and a larger one is harmless;
-3. the other in-place writes past the metadata written at creation, in HDF5's order: chunk-index
-   B-tree nodes, which only gain entries for chunks past the committed extents (a split copies
-   the old root to new space, then rewrites the root in one write), and chunks the previous dump
-   filled in part (their committed rows are rewritten with the same bytes). A reader of the
-   committed extents never looks there;
-4. one write of all HDF5 changed in the metadata written at creation: the object headers of the
-   resizable datasets (extents) and of Nblts/Ntimes, compact datasets whose values live in their
-   object headers. This write publishes the dump (about 6 KB, whatever the array size). It
-   spans two or three pages, and Linux stops a buffered write at a page boundary when a fatal
-   signal arrives while it copies (a window of microseconds per dump, which the SIGKILL test
-   once hit), so it is made a direct write (``O_DIRECT``) of the whole pages, whose I/O, once
-   issued, completes before the killed process goes (ext4, XFS...); where there is no direct
-   write to be had (tmpfs, whose O_DIRECT still copies through its page cache; macOS), it is
-   buffered and that window stays open. It is also buffered in a writer made with
-   ``kill_safe=False`` (reprocessing's ``.partial`` files, which a rerun removes): the direct
-   write cost ~15 % of an append's CPU (the superblock's page, dirtied by step 2, is written
-   back first, and the pages are dropped from the page cache);
-5. the file is cut to HDF5's end if that is smaller.
+``tests/outputs/test_uvh5.py`` reads the file after every system call of a commit (the staged
+file's docstring says how). The file format is HDF5's earliest, whose superblock has no "open
+for write" mark.
 
-``tests/outputs/test_uvh5.py`` records the calls of every commit and reads the file as it is
-after each of them (dumps across chunks and B-tree node splits included), and after the
-publishing write cut at each of its pages (which a reader refuses: why it is one direct
-write). The file format is HDF5's earliest, whose superblock has no "open for write" mark.
-
-Write failures (full disk, quota, EIO): HDF5 never sees them. ``commit`` writes new space first
-(the only writes a full disk refuses); when a write fails the file is cut back to its old end and
-any in-place bytes written are put back, so it is exactly the file of the previous dump, and
-:meth:`UVH5Writer.append` raises :class:`UVH5WriteError` (file, errno). Letting HDF5 see the
-error instead loses it (h5py ignores errors of ids closed in ``__dealloc__``, leaving rows of
-zeros and counters ahead of the data) and leaves half-closed dataset ids that HDF5's exit handler
-closes again: a segfault at exit.
+Write failures (full disk, quota, EIO): HDF5 never sees them. The staged file's commit puts
+the file back as it was after the previous dump when a write fails, and
+:meth:`UVH5Writer.append` raises :class:`~xengine_block.outputs.errors.OutputWriteError` (file,
+errno). Letting HDF5 see the error instead loses it (h5py ignores errors of ids closed in
+``__dealloc__``, leaving rows of zeros and counters ahead of the data) and leaves half-closed
+dataset ids that HDF5's exit handler closes again: a segfault at exit.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import errno
 import functools
-import mmap
 import os
-import threading
 import weakref
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
-from .. import native_extension
-from ..geometry import max_spectra_int32
-from ..runtime.memory import host_buffer
-from ..triangle import baseline_index
+from .._moved import moved_names
+from .baselines import (
+    POLARIZATIONS,
+    DumpRows,
+    baseline_map,
+    count_rows,
+    uniform_counts,
+    visdata_dtype,
+)
+from .errors import OutputWriteError
+from .site import SiteInfo
+from .staged_file import StagedFile
+from .times import LstClock, unix_to_jd
 
-#: UVH5 polarisation codes in file order, with the (ant_1 feed, ant_2 feed) each means.
-POLARIZATIONS: tuple[tuple[int, int, int], ...] = ((-5, 0, 0), (-6, 1, 1), (-7, 0, 1), (-8, 1, 0))
+#: Old paths, for one more release: the error type every visibility writer shares (renamed),
+#: and names of the roles now in modules of their own (the same names there).
+__getattr__ = moved_names(__name__, {
+    "BaselineMap": "xengine_block.outputs.baselines",
+    "load_time_tables": "xengine_block.outputs.times",
+    "LST_ANCHOR_S": "xengine_block.outputs.times",
+    "SIDEREAL_RAD_PER_S": "xengine_block.outputs.times",
+}, {"UVH5WriteError": "OutputWriteError"}, globals())
+
 UVH5_VERSION = "1.2"
 
 #: Per-baseline-time datasets in /Header, their trailing shapes and dtypes.
@@ -152,113 +138,6 @@ def constant_columns(latitude_deg: float) -> dict[str, float]:
     return {"phase_center_id_array": 0, "phase_center_app_dec": float(np.deg2rad(latitude_deg)),
             "phase_center_frame_pa": 0.0}
 
-
-@dataclass(frozen=True)
-class BaselineMap:
-    """Where each (antenna pair, polarisation) of the file comes from in the packed triangle."""
-
-    ant_1: np.ndarray  # [Nbls] antenna numbers (what the file stores)
-    ant_2: np.ndarray  # [Nbls]
-    idx_1: np.ndarray  # [Nbls] antenna indices (streams 2 * idx + pol; positions)
-    idx_2: np.ndarray  # [Nbls]
-    index: np.ndarray  # [Nbls, Npols] triangle index
-    conj: np.ndarray  # [Nbls, Npols] True where the triangle value must be conjugated
-
-    @property
-    def nbls(self) -> int:
-        return self.ant_1.size
-
-
-def baseline_map(antenna_numbers: Sequence[int] | np.ndarray) -> BaselineMap:
-    """File baseline order for antennas numbered ``antenna_numbers`` (in index order):
-    ant_1 <= ant_2 by number, ant_1 major; four polarisations each."""
-    numbers = np.asarray(antenna_numbers, np.int64)
-    order = np.argsort(numbers, kind="stable")  # indices by increasing number
-    r1, r2 = np.triu_indices(numbers.size)
-    i1, i2 = order[r1], order[r2]
-    feeds = np.array([(p1, p2) for _, p1, p2 in POLARIZATIONS])
-    s1 = 2 * i1[:, None] + feeds[None, :, 0]
-    s2 = 2 * i2[:, None] + feeds[None, :, 1]
-    lo, hi = np.minimum(s1, s2), np.maximum(s1, s2)
-    # wanted K[s2, s1]; the triangle holds K[lo, hi]; equal to it iff s2 == lo (s2 < s1).
-    conj = ~(s2 < s1)
-    return BaselineMap(numbers[i1], numbers[i2], i1, i2, baseline_index(lo, hi), conj)
-
-
-class DumpRows:
-    """The ``Data`` rows of one dump (``visdata``, ``flags``, ``nsamples``, each ``[Nbls, C,
-    Npols]``) made from a packed triangle and its valid counts by compiled passes without the
-    GIL, into buffers kept for the writer's life.
-
-    Why: the gather and the three arrays were the writer's whole cost per dump (numpy: a
-    fancy-indexed count array, a comparison, a division and a cast, each a fresh array of megabytes
-    whose pages the kernel faults in again, on the core the correlator also wants); HDF5 copies the
-    rows before :meth:`UVH5Writer.append` returns, so the same buffers serve every dump."""
-
-    def __init__(self, bmap: BaselineMap, nfreq: int, vis_dtype: np.dtype,
-                 conjugate: bool = False) -> None:
-        shape = (bmap.nbls, nfreq, bmap.index.shape[1])
-        self.index = np.ascontiguousarray(bmap.index, np.int64)
-        self.flip = (bmap.conj != conjugate).astype(np.uint8)
-        # Ring memory (faulted in once per process, reused by the next file's writer once
-        # this one is gone), not np.empty: the first dump of every file faulted its
-        # megabytes in again.
-        n = int(np.prod(shape))
-        dtypes = (vis_dtype, np.dtype(bool), np.dtype(np.float32))
-        raw = host_buffer(sum(n * dt.itemsize for dt in dtypes))
-        starts = np.cumsum([0, *(n * dt.itemsize for dt in dtypes)])
-        self.visdata, self.flags, self.nsamples = (
-            raw[a:a + n * dt.itemsize].view(dt).reshape(shape)
-            for a, dt in zip(starts, dtypes, strict=False))
-        self._pairs = self.visdata.view(vis_dtype[0]).reshape(*shape, 2)
-
-    def fill(self, tri: np.ndarray, valid: np.ndarray, nspectra: int,
-             counts: bool = True) -> None:
-        """``tri [C, nbaseline, 2]`` in the UVH5 convention (``visdata[b, c, p]`` is
-        ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
-        [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
-        fraction of ``nspectra``. Both passes are the C extension's (``uvh5_rows``,
-        ``uvh5_counts``: ``src/native/uvh5_rows.c``, the GIL released)."""
-        ext = native_extension.native()
-        tri = np.ascontiguousarray(tri)
-        if tri.dtype not in (np.int32, np.int64, np.float64):
-            tri = tri.astype(np.float64 if tri.dtype.kind == "f" else np.int64)
-        ext.uvh5_rows(tri, self.index, self.flip, self._pairs)
-        if counts:
-            ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
-                            self.flags, self.nsamples)
-
-
-def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
-    """int32 compound while no integration of ``max_spectra`` spectra of ``sample_bits``-bit
-    samples can overflow (the geometry's bound: 65,535 spectra for ci8, 16,777,215 for ci4),
-    else float64."""
-    base = np.int32 if max_spectra <= max_spectra_int32(sample_bits) else np.float64
-    return np.dtype([("r", base), ("i", base)])
-
-
-def _lst_rad(jd: float, lat_deg: float, lon_deg: float, alt_m: float) -> float:
-    """Apparent local sidereal time (radians) without touching the network."""
-    from astropy import units as u
-    from astropy.coordinates import EarthLocation
-    from astropy.time import Time
-    from astropy.utils import iers
-
-    iers.conf.auto_download = False
-    iers.conf.auto_max_age = None
-    loc = EarthLocation.from_geodetic(lon_deg * u.deg, lat_deg * u.deg, alt_m * u.m)
-    return float(Time(jd, format="jd", location=loc).sidereal_time("apparent").rad)
-
-
-#: How fast the apparent LST runs, radians per second of UTC: the Earth rotation angle's rate
-#: (1.00273781191135448 turns per UT1 day) plus the general precession in right ascension
-#: that Greenwich mean sidereal time adds (4612.156534 arcsec per Julian century, IAU 2006).
-SIDEREAL_RAD_PER_S = (2 * np.pi * 1.00273781191135448 / 86400.0
-                      + np.deg2rad(4612.156534 / 3600) / (36525 * 86400.0))
-#: Longest extrapolation of an astropy LST before asking astropy again: what the linear rate
-#: leaves out (nutation's short terms, UT1 - UTC drifting) stays below 0.1 mas within it,
-#: against pyuvdata's LST tolerance of 1 mas.
-LST_ANCHOR_S = 30.0
 
 
 def data_chunk_rows(nbls: int, row_bytes: int) -> int:
@@ -330,27 +209,6 @@ def _new_dataset(group: h5py.Group, name: str, value: Any,
         dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, arr, mtype=tid)
     return dsid
 
-
-def count_rows(counts: np.ndarray, nspectra: int, npol: int) -> tuple[np.ndarray, np.ndarray]:
-    """``flags`` and ``nsamples`` of one baseline, ``[C, Npols]``, from its valid ``counts``
-    per channel: flagged where none, the fraction of ``nspectra`` otherwise (float32 of the
-    float64 quotient, as numpy's ``(n / N).astype``; the compiled row pass computes the
-    same)."""
-    c = np.asarray(counts, np.int64)[:, None].repeat(npol, axis=1)
-    return c == 0, (c / float(nspectra)).astype(np.float32)
-
-
-def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
-    """The per-channel counts ``[C or 1]`` when every baseline of ``valid [C or 1, nbl]`` has
-    the same counts (the usual dump: nothing or whole channels missing), else None."""
-    if valid.shape[1] == 0:
-        return None
-    first = valid[:, 0]
-    if valid.strides[1] == 0 or (valid == first[:, None]).all():
-        return first.copy()
-    return None
-
-
 def _append_rows(dsid: h5py.h5d.DatasetID, n0: int, rows: np.ndarray) -> None:
     """Grow the dataset ``dsid`` to ``n0 + len(rows)`` rows and write ``rows`` at ``n0``,
     through h5py's low-level calls (its slicing costs about 0.3 ms of Python per call): for
@@ -361,379 +219,6 @@ def _append_rows(dsid: h5py.h5d.DatasetID, n0: int, rows: np.ndarray) -> None:
     rows = np.ascontiguousarray(rows)
     dsid.write(h5py.h5s.create_simple(rows.shape), fspace, rows)
 
-
-#: The last astropy LST asked for at each site, ``(jd, lst)``: the clocks of later files of
-#: the same site (a live writer's next file, the next file of a recording) start from it.
-_LST_ANCHORS: dict[tuple[float, float, float], tuple[float, float]] = {}
-
-
-class LstClock:
-    """Apparent LST at one site for a run of dump times, astropy asked once per
-    :data:`LST_ANCHOR_S` of them, the anchor shared by every clock of the site.
-
-    astropy's apparent sidereal time costs milliseconds of Python per call, at every dump on
-    the writer's thread (and the last dump's on the reprocessing's critical path); between
-    anchors the LST advances at the sidereal rate. Shared: a file's own anchor would cost a
-    noticeable share of the writer's CPU while reprocessing short files."""
-
-    def __init__(self, lat_deg: float, lon_deg: float, alt_m: float) -> None:
-        self.site = (lat_deg, lon_deg, alt_m)
-
-    @property
-    def _anchor(self) -> tuple[float, float] | None:
-        return _LST_ANCHORS.get(self.site)
-
-    def __call__(self, jd: float) -> float:
-        anchor = self._anchor
-        if anchor is not None:
-            jd0, lst0 = anchor
-            dt = (jd - jd0) * 86400.0
-            if abs(dt) <= LST_ANCHOR_S:
-                return float((lst0 + dt * SIDEREAL_RAD_PER_S) % (2 * np.pi))
-        lst = _lst_rad(jd, *self.site)
-        _LST_ANCHORS[self.site] = (jd, lst)
-        return lst
-
-
-def load_time_tables() -> None:
-    """Import astropy and load its bundled earth-rotation tables now (about a second of CPU):
-    a writer block calls this when it is made, so the first dump does not stall the pipeline
-    while packets are arriving."""
-    _lst_rad(2451545.0, 0.0, 0.0, 0.0)  # J2000: inside the bundled tables, nothing to warn
-
-
-def unix_to_jd(unix: float) -> float:
-    return unix / 86400.0 + 2440587.5
-
-
-@dataclass(frozen=True)
-class SiteInfo:
-    """What the file needs of the array (built from the array description)."""
-
-    telescope_name: str
-    latitude_deg: float
-    longitude_deg: float
-    altitude_m: float
-    antenna_names: list[str]
-    antenna_numbers: np.ndarray  # [Nants]
-    antenna_positions: np.ndarray  # [Nants, 3] ECEF minus site ECEF, metres
-    enu: np.ndarray  # [Nants, 3] metres
-
-    @property
-    def nant(self) -> int:
-        return len(self.antenna_names)
-
-
-class UVH5WriteError(OSError):
-    """Writing a UVH5 file failed (errno, filename); the file keeps every earlier dump."""
-
-    def __init__(self, code: int, reason: str, filename: str, ndump: int | None) -> None:
-        super().__init__(code, reason, filename)
-        self.ndump = ndump  # dumps the file keeps; None: no dump was complete, no file left
-
-    @classmethod
-    def caused_by(cls, exc: BaseException, path: Path, ndump: int | None) -> UVH5WriteError:
-        """The error for ``path`` from the exception that stopped the write (its errno)."""
-        return cls(getattr(exc, "errno", None) or errno.EIO,
-                   getattr(exc, "strerror", None) or str(exc) or type(exc).__name__,
-                   str(path), ndump)
-
-    def __reduce__(self) -> tuple:
-        return type(self), (self.errno, self.strerror, self.filename, self.ndump)
-
-    @property
-    def errno_symbol(self) -> str:
-        """``ENOSPC``, ``EIO``...: the symbol of the errno."""
-        return errno.errorcode.get(self.errno or 0, str(self.errno))
-
-    def __str__(self) -> str:
-        name = self.errno_symbol
-        kept = ("no dump was complete, no file left" if self.ndump is None else
-                f"the file keeps the {self.ndump} dumps written before")
-        return (f"writing {self.filename} failed: [Errno {self.errno} {name}] {self.strerror}; "
-                f"{kept}")
-
-
-#: Offsets, sizes and buffer addresses of direct writes are multiples of this (a page: every
-#: logical block size in use divides it).
-_DIRECT_ALIGN = 4096
-#: statfs magic numbers of filesystems that accept O_DIRECT but copy through their page cache
-#: all the same, page by page (tmpfs since Linux 6.6): no direct write to be had there.
-_CACHE_ONLY_FILESYSTEMS = {0x01021994: "tmpfs"}
-
-
-def _filesystem_magic(path: Path) -> int | None:
-    """statfs(2)'s f_type of the filesystem holding ``path`` (Linux; None elsewhere). Through
-    the process's own symbols (libc's, already loaded): ``ctypes.util.find_library`` would
-    cost a millisecond or more per file."""
-    import ctypes
-
-    try:
-        statfs = ctypes.CDLL(None).statfs
-        buf = ctypes.create_string_buffer(512)  # struct statfs: f_type first, a C long
-        if statfs(os.fsencode(path), buf) != 0:
-            return None
-        return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
-    except (OSError, AttributeError):
-        return None
-
-
-def _open_direct(path: Path) -> int | None:
-    """``path`` opened for direct writes, or None where there are none to be had: no
-    O_DIRECT on the platform (macOS), refused by the filesystem, or a filesystem that writes
-    through its page cache anyway (:data:`_CACHE_ONLY_FILESYSTEMS`)."""
-    if not hasattr(os, "O_DIRECT") or _filesystem_magic(path) in _CACHE_ONLY_FILESYSTEMS:
-        return None
-    try:
-        return os.open(path, os.O_WRONLY | os.O_DIRECT)
-    except OSError:
-        return None
-
-
-def _address(a: np.ndarray) -> int:
-    """Where ``a``'s data starts (``a.ctypes.data`` makes a ctypes object first: slower)."""
-    return a.__array_interface__["data"][0]
-
-
-class StagedFile:
-    """A file for h5py's ``fileobj`` driver that puts HDF5's writes on disk only at ``commit``.
-
-    Between commits, writes and truncations are kept in memory (reads see them), so HDF5 never
-    meets an I/O error. ``commit`` writes the bytes past the committed end first (new space: the
-    only writes a full disk refuses), grows the file to HDF5's end, overwrites committed bytes in
-    the crash-safe order of the module docstring (old bytes saved and restored if one fails), and
-    then cuts the file to HDF5's end. A failure cuts the file back to its committed size and
-    raises ``OSError`` with errno: the file is again exactly the last committed one.
-    ``discard`` drops everything written afterwards (closing HDF5 after a failure).
-    ``kill_safe`` False: the publishing write is buffered even where a direct one can be had
-    (:meth:`_publish`), for files a rerun removes when a kill leaves them behind.
-    """
-
-    def __init__(self, path: str | os.PathLike, *, overwrite: bool,
-                 kill_safe: bool = True) -> None:
-        self.path = Path(path)
-        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
-        self.fd = os.open(self.path, flags, 0o644)
-        self.size = 0  # bytes on disk (committed)
-        self.discard = False
-        #: In-place writes in ``[1, atomic_below)`` reach the disk together, in one pwrite, last
-        #: (:meth:`set_atomic_below`).
-        self.atomic_below = 0
-        #: The file's pages below ``atomic_below`` as this object wrote them (None before).
-        self._image: bytearray | None = None
-        self._page_buf: mmap.mmap | None = None  # page-aligned, for publishing writes
-        self._lock = threading.Lock()  # close() (e.g. at exit) waits for a commit to finish
-        self._end = 0  # HDF5's end of file
-        self._pos = 0
-        self._writes: list[tuple[int, bytes | memoryview]] = []  # staged, in order
-        self._lent: tuple[int, int] | None = None  # (address, bytes) of a buffer lent
-        #: The same file opened for direct I/O, for the publishing write (:meth:`_publish`);
-        #: None where there is none to be had (:func:`_open_direct`: tmpfs, macOS) or wanted.
-        self.direct_fd = _open_direct(self.path) if kill_safe else None
-
-    # -- what the fileobj driver calls (seek, tell, read, write, truncate, flush)
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._pos = offset + (self._end if whence == os.SEEK_END else
-                              self._pos if whence == os.SEEK_CUR else 0)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        pos = self._pos
-        n = max(self._end - pos, 0) if n < 0 else n
-        buf = bytearray(n)  # past the end: zeros, as HDF5's sec2 driver reads
-        if pos < self.size:
-            got = os.pread(self.fd, min(n, self.size - pos), pos)
-            buf[:len(got)] = got
-        for off, data in self._writes:
-            a, b = max(off, pos), min(off + len(data), pos + n)
-            if a < b:
-                buf[a - pos:b - pos] = data[a - off:b - off]
-        self._pos += n
-        return bytes(buf)
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        if self._lent is None or len(data) != self._lent[1] \
-                or _address(np.frombuffer(data, np.uint8)) != self._lent[0]:
-            data = bytes(data)  # HDF5's own buffer, which it reuses: a copy
-        if not self.discard:
-            self._writes.append((self._pos, data))
-            self._end = max(self._end, self._pos + len(data))
-        self._pos += len(data)
-        return len(data)
-
-    def truncate(self, size: int | None = None) -> int:
-        size = self._pos if size is None else size
-        if not self.discard:
-            if size < self._end:  # staged bytes past the new end are gone
-                self._writes = [(o, d[:size - o]) for o, d in self._writes if o < size]
-            self._end = size
-        return size
-
-    def flush(self) -> None:
-        """HDF5's flush ends here; the bytes reach the disk at ``commit``."""
-
-    # -- ours
-    def lend(self, buf: np.ndarray | None) -> None:
-        """Until ``lend(None)``, a write of exactly ``buf`` (HDF5 hands a direct chunk write's
-        buffer to the driver as it is) is staged as a view of it, not copied (a tenth of a
-        dump's writing at S = 256): the caller leaves ``buf`` unchanged and alive until the
-        commit."""
-        self._lent = None if buf is None else (_address(buf), buf.nbytes)
-
-    def set_atomic_below(self, end: int) -> None:
-        """Publish in-place writes below ``end`` (the metadata HDF5 wrote at creation) in one
-        write, last (:meth:`_in_place`), and from now on keep an image of the pages holding
-        them, as written through this object: the publishing write's merge and its pages
-        come from it, not from the file, whose pages the previous publication's direct write
-        dropped from the page cache (two reads from the device per dump)."""
-        self.atomic_below = end
-        n = -(-end // _DIRECT_ALIGN) * _DIRECT_ALIGN
-        self._image = bytearray(n)
-        got = os.pread(self.fd, n, 0)
-        self._image[:len(got)] = got
-        self._page_buf = mmap.mmap(-1, n) if n and self.direct_fd is not None else None
-
-    def _committed(self, lo: int, hi: int) -> bytes:
-        """The file's bytes ``[lo, hi)``: from the image where it holds them."""
-        img = self._image
-        if img is not None and hi <= len(img):
-            return bytes(img[lo:hi])
-        return os.pread(self.fd, hi - lo, lo)
-
-    def _imaged(self, data: bytes | memoryview, offset: int) -> None:
-        """Keep the image equal to the file after ``data`` was written at ``offset``."""
-        img = self._image
-        if img is not None and offset < len(img):
-            end = min(len(img), offset + len(data))
-            img[offset:end] = data[:end - offset]
-
-    def commit(self) -> None:
-        """Put the staged writes on disk; on failure restore the committed file and raise."""
-        with self._lock:
-            if not self.discard:
-                self._commit()
-
-    def _commit(self) -> None:
-        old = self.size
-        try:
-            for off, data in self._writes:  # new space first (may fail: disk full, quota)
-                if off + len(data) > old:
-                    cut = max(old - off, 0)
-                    self._pwrite(data[cut:], off + cut)
-            if self._end > os.fstat(self.fd).st_size:  # all of it, before anything points there
-                self._ftruncate(self._end)
-            saved: list[tuple[int, bytes]] = []
-            try:
-                for off, data in self._in_place(old):
-                    saved.append((off, self._committed(off, off + len(data))))
-                    self._pwrite(data, off)
-            except OSError:
-                with contextlib.suppress(OSError):  # best effort: put the old bytes back
-                    for off, data in reversed(saved):
-                        self._pwrite(data, off)
-                raise
-            if os.fstat(self.fd).st_size != self._end:
-                self._ftruncate(self._end)
-        except OSError:
-            with contextlib.suppress(OSError):  # the first error is the one to report
-                self._ftruncate(old)
-            raise
-        self.size = self._end
-        self._writes = []
-
-    def _in_place(self, old: int) -> list[tuple[int, bytes]]:
-        """The overwrites of the committed bytes ``[0, old)``, in the order that keeps every
-        state between two of them a file that reads as the old one (module docstring): the
-        superblock (offset 0; a larger end-of-allocation is harmless) first, then the other
-        writes at or past ``atomic_below`` in HDF5's order, then one write of everything HDF5
-        changed in ``[1, atomic_below)``, the object headers that publish the new dump."""
-        first, middle, atomic = [], [], []
-        for off, data in self._writes:
-            if off < old:
-                part = (off, data[:old - off])
-                (first if off == 0 else atomic if off < self.atomic_below else middle).append(part)
-        if atomic:
-            lo = min(off for off, _ in atomic)
-            hi = max(off + len(data) for off, data in atomic)
-            buf = bytearray(self._committed(lo, hi))
-            for off, data in atomic:  # in HDF5's order: a later write wins
-                buf[off - lo:off - lo + len(data)] = data
-            atomic = [(lo, bytes(buf))]
-        return first + middle + atomic
-
-    def _pwrite(self, data: bytes, offset: int) -> None:
-        """Write ``data`` at ``offset``; into the metadata of creation (the write that publishes
-        a dump, or puts its old bytes back) as one direct write where possible."""
-        if not (0 < offset < self.atomic_below and self._publish(data, offset)):
-            self._pwrite_buffered(data, offset)
-
-    def _pwrite_buffered(self, data: bytes, offset: int) -> None:
-        view, at = memoryview(data), offset
-        while view:  # a write may be short (e.g. up to a file size limit)
-            n = os.pwrite(self.fd, view, at)
-            view, at = view[n:], at + n
-        self._imaged(data, offset)
-
-    def _publish(self, data: bytes, offset: int) -> bool:
-        """The publishing write as one direct write of the whole pages it touches (their other
-        bytes as they are), so that a kill cannot cut it: a buffered write stops at a page
-        boundary when a fatal signal arrives while it copies, and this one spans two or three
-        pages; a direct write's I/O, once issued, completes (the killed process waits for it,
-        uninterruptibly). False where it cannot be done (no direct writes here, pages past the
-        file's end, an alignment the device refuses): the caller writes buffered, as before.
-        The kernel writes back and drops the page cache's copy of those pages around it, so
-        buffered readers see the new bytes."""
-        if self.direct_fd is None:
-            return False
-        lo, hi = offset - offset % _DIRECT_ALIGN, -(-(offset + len(data)) // _DIRECT_ALIGN) \
-            * _DIRECT_ALIGN
-        if hi > os.fstat(self.fd).st_size:
-            return False
-        # page-aligned, as direct I/O wants its buffer: the one kept for it where it is large
-        # enough (every publication), else one for this write
-        own = self._page_buf is None or len(self._page_buf) < hi - lo
-        buf = mmap.mmap(-1, hi - lo) if own else self._page_buf
-        try:
-            view = memoryview(buf)[:hi - lo]
-            view[:] = self._committed(lo, hi)
-            view[offset - lo:offset - lo + len(data)] = data
-            try:
-                n = os.pwrite(self.direct_fd, view, lo)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                os.close(self.direct_fd)  # refused (alignment, filesystem): buffered from now
-                self.direct_fd = None
-                return False
-            finally:
-                view.release()
-        finally:
-            if own:
-                buf.close()
-        self._imaged(data[:max(lo + n - offset, 0)], offset)
-        if n != hi - lo:  # short: the rest buffered (not expected of a direct write this size)
-            self._pwrite_buffered(data[max(lo + n - offset, 0):], max(lo + n, offset))
-        return True
-
-    def _ftruncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
-        if self._image is not None and size < len(self._image):
-            self._image[size:] = bytes(len(self._image) - size)
-
-    def close(self) -> None:
-        with self._lock:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
-            if self.direct_fd is not None:
-                os.close(self.direct_fd)
-                self.direct_fd = None
-            if self._page_buf is not None:
-                self._page_buf.close()
-                self._page_buf = None
 
 
 #: Writers still open at interpreter exit are closed first, without writing: HDF5's own exit
@@ -764,7 +249,7 @@ class UVH5Writer:
         append): for files that a rerun removes if a kill leaves them (reprocessing's
         ``.partial`` outputs). Write errors are handled the same either way.
 
-    Every failure to create or write the file raises :class:`UVH5WriteError` (from the
+    Every failure to create or write the file raises :class:`OutputWriteError` (from the
     constructor, ``append`` or ``close``) and leaves the file as it was after the last
     successful append; a file without a complete dump is removed. After a failure the writer
     refuses further appends. An existing ``path`` without ``overwrite`` is no write failure
@@ -788,6 +273,9 @@ class UVH5Writer:
                           else visdata_dtype(max_spectra, sample_bits))
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
+        bad = np.zeros(site.nant, bool) if site.flagged is None else np.asarray(site.flagged, bool)
+        #: Baselines flagged whatever their counts (a flagged antenna's), or None.
+        self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
         self._rows = DumpRows(self.bmap, self.freq_hz.size, self.vis_dtype, self.conjugate)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite, kill_safe=kill_safe)
@@ -795,7 +283,7 @@ class UVH5Writer:
             raise FileExistsError(f"{self.path} exists; refusing to overwrite it "
                                   f"(pass overwrite=True to replace it)") from None
         except OSError as exc:  # not created (EROFS, no inode left, quota, EIO): nothing to undo
-            raise UVH5WriteError.caused_by(exc, self.path, None) from exc
+            raise OutputWriteError.caused_by(exc, self.path, None) from exc
         self._file: h5py.File | None = None
         _open_writers.add(self)
         try:
@@ -815,7 +303,7 @@ class UVH5Writer:
             self.abandon()
             self.path.unlink(missing_ok=True)  # nothing of it was ever complete
             if isinstance(exc, OSError):
-                raise UVH5WriteError.caused_by(exc, self.path, None) from exc
+                raise OutputWriteError.caused_by(exc, self.path, None) from exc
             raise
 
     # ------------------------------------------------------------------ layout
@@ -923,7 +411,7 @@ class UVH5Writer:
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
                duration_s: float) -> None:
-        """Append one dump; on disk when this returns, or :class:`UVH5WriteError` is raised.
+        """Append one dump; on disk when this returns, or :class:`OutputWriteError` is raised.
 
         tri : packed triangle ``[C, nbaseline, 2]`` (integers).
         valid : valid spectra per baseline, ``[C, nbaseline]`` or ``[1, nbaseline]``.
@@ -931,7 +419,7 @@ class UVH5Writer:
         t_start_unix, duration_s : the dump's start time and length.
         """
         if self.error is not None:
-            err = UVH5WriteError.caused_by(self.error, self.path, self.ndump or None)
+            err = OutputWriteError.caused_by(self.error, self.path, self.ndump or None)
             raise err from self.error
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
@@ -946,10 +434,13 @@ class UVH5Writer:
                              f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values).
-        counts = uniform_counts(valid) if "flags" in self._deflated else None
+        counts = (uniform_counts(valid) if "flags" in self._deflated
+                  and self._flag_bls is None else None)
         filled = {*self._constant, *(FULL_COUNTS if counts is not None
                                      and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
+        if self._flag_bls is not None:  # flagged antennas: flags set, data and counts kept
+            self._rows.flags[self._flag_bls] = True
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls
@@ -1000,7 +491,7 @@ class UVH5Writer:
                 self.path.unlink(missing_ok=True)
                 kept = None
             if isinstance(exc, Exception):
-                raise UVH5WriteError.caused_by(exc, self.path, kept) from exc
+                raise OutputWriteError.caused_by(exc, self.path, kept) from exc
             raise
         self.ndump += 1
 
@@ -1023,7 +514,7 @@ class UVH5Writer:
         self._io.discard = True
 
     def close(self) -> None:
-        """Finish the file; raises :class:`UVH5WriteError` if its last bytes cannot be written."""
+        """Finish the file; raises :class:`OutputWriteError` if its last bytes cannot be written."""
         if self._file is None:
             return
         if self.error is None:
@@ -1033,7 +524,7 @@ class UVH5Writer:
             except Exception as exc:
                 self._failed(exc)
                 self.abandon()
-                raise UVH5WriteError.caused_by(exc, self.path, self.ndump) from exc
+                raise OutputWriteError.caused_by(exc, self.path, self.ndump) from exc
         self.abandon()
 
     def abandon(self) -> None:

@@ -1,5 +1,6 @@
-"""Which array a recording was made with: our array TOML or a telescope-info file (BLRI's
-``telinfo`` YAML/TOML, what COSMIC and ATA users have), matched to the recording's antennas.
+"""Which array a recording was made with: our array TOML, a telescope-info file (BLRI's
+``telinfo`` YAML/TOML, what COSMIC and ATA users have) or an MWA metafits (:mod:`.metafits`),
+matched to the recording's antennas.
 
 Telescope-info files (MydonSolutions/BLRI src/blri/fileformats/telinfo.py
 ``TelescopeInformation``): ``telescope_name``, ``longitude`` and ``latitude`` (degrees, numbers
@@ -11,8 +12,12 @@ them as ECEF-aligned), ``ecef`` absolute ECEF (BLRI subtracts the site), ``enu``
 up of the site in metres.
 
 Matching (:func:`match_antennas`): a recording that names its antennas (GUPPI ``ANTNMSxx``,
-ATA's LO letter dropped; DADA ``ANTS``) keeps the array file's antennas it names, in the array
-file's order; one that names none takes the array file's antennas in order (BLRI does the same).
+ATA's LO letter dropped; DADA ``ANTS``; MWAX ``Tile%03d`` of the tile ids) keeps the array
+file's antennas it names, in the array file's order; where the names are not all the array's
+but the recording numbers its antennas (MWAX: tile ids) and the numbers are all the array's,
+by number (a metafits' antennas are named by ``TileName`` and numbered by tile id: ``HexE6`` is
+tile 1006). One that names none takes the array file's antennas in order (BLRI does the same;
+a metafits lists them in the MWAX subfile's input order).
 Without an array file a single-antenna recording gets its header's telescope, sited from
 pyuvdata's known telescopes; a multi-antenna one is refused.
 """
@@ -35,6 +40,8 @@ from ..array import (
     parse_array_toml,
 )
 from .base import RecordingError, RecordingMeta
+from .metafits import SUFFIXES as METAFITS_SUFFIXES
+from .metafits import array_from_metafits, looks_fits
 
 TELINFO_FRAMES = ("xyz", "ecef", "enu")
 _TELINFO_KEYS = {"telescope_name", "longitude", "latitude", "altitude",
@@ -109,22 +116,32 @@ def array_from_telinfo(doc: Mapping[str, Any]) -> ArrayDescription:
 #: Descriptions already made in this process, by file kind and content: reprocessing reads
 #: the array file once per recording file (0.8 ms of parsing and checking at 128 antennas,
 #: in the serial start of every file); an edited file is different bytes, read anew.
-_LOADED: dict[tuple[bool, bytes], ArrayDescription] = {}
+_LOADED: dict[tuple[str, bytes], ArrayDescription] = {}
 _LOADED_MAX = 8
 
 
 def load_array(path: str | os.PathLike) -> ArrayDescription:
-    """``--array FILE``: our array TOML (:mod:`~xengine_block.array`), or a telescope-info
-    YAML/TOML (module docstring), told apart by their keys. ArrayError names the file."""
+    """``--array FILE``: our array TOML (:mod:`~xengine_block.array`), a telescope-info
+    YAML/TOML (module docstring), told apart by their keys, or an MWA metafits (a FITS file, by
+    its first bytes or suffix). ArrayError names the file."""
     path = Path(path)
-    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    suffix = path.suffix.lower()
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ArrayError(f"{path}: {exc.strerror or exc}") from None
-    known = _LOADED.get((yaml_file, raw))
+    kind = ("metafits" if looks_fits(raw) or suffix in METAFITS_SUFFIXES else
+            "yaml" if suffix in (".yaml", ".yml") else "toml")
+    yaml_file = kind == "yaml"
+    known = _LOADED.get((kind, raw))
     if known is not None:
         return known  # immutable: tuples and a read-only enu_m
+    if kind == "metafits":
+        try:
+            array = array_from_metafits(raw)
+        except ArrayError as exc:
+            raise ArrayError(f"{path}: {exc}") from None
+        return _remember(kind, raw, array)
     if yaml_file:
         try:
             import yaml
@@ -142,9 +159,13 @@ def load_array(path: str | os.PathLike) -> ArrayDescription:
         array = array_from_telinfo(doc) if is_telinfo(doc) else ArrayDescription.from_dict(doc)
     except ArrayError as exc:
         raise ArrayError(f"{path}: {exc}") from None
+    return _remember(kind, raw, array)
+
+
+def _remember(kind: str, raw: bytes, array: ArrayDescription) -> ArrayDescription:
     if len(_LOADED) >= _LOADED_MAX:
         _LOADED.clear()
-    _LOADED[yaml_file, raw] = array
+    _LOADED[kind, raw] = array
     return array
 
 
@@ -186,18 +207,23 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
                                  f"antennas, so they are the array file's in order, but "
                                  f"--array lists {array.nant}")
         return array, list(range(meta.nant))
-    index = {n: i for i, n in enumerate(meta.antenna_names)}
-    missing = [n for n in meta.antenna_names if n not in array.antenna_names]
+    recorded, listed = meta.antenna_names, array.antenna_names
+    missing = [n for n in recorded if n not in listed]
+    numbers = meta.antenna_numbers
+    if missing and numbers is not None and set(numbers) <= set(array.antenna_numbers):
+        recorded, listed, missing = numbers, array.antenna_numbers, []  # by number (tile id)
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        ids = ""
+        if numbers is not None:
+            lost = [str(k) for k in numbers if k not in array.antenna_numbers]
+            ids = (f" (nor number(s) {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''}: "
+                   f"not by name, not by number)")
         raise RecordingError(f"{where}--array lacks recorded antenna(s) "
-                             f"{', '.join(missing[:5])}{more}")
-    keep = [i for i, n in enumerate(array.antenna_names) if n in index]
-    sub = ArrayDescription(array.telescope_name, array.latitude_deg, array.longitude_deg,
-                           array.altitude_m, [array.antenna_names[i] for i in keep],
-                           [array.antenna_numbers[i] for i in keep], array.enu_m[keep],
-                           instrument=array.instrument, x_orientation=array.x_orientation)
-    return sub, [index[array.antenna_names[i]] for i in keep]
+                             f"{', '.join(missing[:5])}{more}{ids}")
+    index = {n: i for i, n in enumerate(recorded)}
+    keep = [i for i, n in enumerate(listed) if n in index]
+    return array.select(keep), [index[listed[i]] for i in keep]
 
 
 def _names(meta: RecordingMeta) -> str:

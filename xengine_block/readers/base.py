@@ -81,7 +81,9 @@ class RecordingMeta:
     ``OBSBW`` < 0, DADA ``BW`` < 0), i.e. a spectrally inverted band, whose samples carry the
     conjugate of the sky's phase (``docs/reprocess.md``; the UVH5 writer conjugates for it).
     ``antenna_names``: per antenna of the file, in file order; None when the file names none
-    (antennas are then matched to an array file by position).
+    (antennas are then matched to an array file by position). ``antenna_numbers``: the
+    observatory's numbers of the same antennas where the file gives them (MWAX: tile ids),
+    matched to an array file's numbers where its names do not match.
     """
 
     format: str
@@ -96,6 +98,7 @@ class RecordingMeta:
     telescope: str | None = None
     chan0: int = 0  # first channel's index in the full F-engine band, where the file says
     source: str = ""
+    antenna_numbers: tuple[int, ...] | None = None
 
     @property
     def nstream(self) -> int:

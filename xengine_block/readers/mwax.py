@@ -19,9 +19,13 @@ context agrees on the sizes):
   says "6400 samples ... or 8192": a factor of ten below its own arithmetic.)
 
 Inputs are in the subfile order ``antenna * 2 + pol`` (mwalib rfinput.rs ``get_mwax_order``:
-"For Correlator v2, the data is already in this order"), so input ``s`` is our stream ``s``;
-``rf_input`` is ``tile_id * 2 + pol`` ("LSB is 0 for X, 1 for Y"), which names the antennas
-``Tile%03d`` of their tile id. Coarse channel ``n`` is centred at ``n * 1.28 MHz``. The delay
+"For Correlator v2, the data is already in this order"; mwax_udp2sub's ``read_metafits``:
+``metafits2sub_order = Antenna << 1 | (Pol == 'Y')``, ``Antenna`` the metafits column), so
+input ``s`` is our stream ``s``; ``rf_input`` is ``Tile << 1 | (Pol == 'Y')`` (udp2sub, "LSB
+is 0 for X, 1 for Y"): the antennas' numbers are their tile ids, and without a metafits they
+are named ``Tile%03d`` of it. The MWA's own names are the metafits ``TileName`` s (``HexE6``
+for tile 1006, ``LBG4`` for 2052): ``--array OBSID_metafits.fits`` gives them, matched by tile
+id (:mod:`.metafits`). Coarse channel ``n`` is centred at ``n * 1.28 MHz``. The delay
 table's residual fractional delays are not applied: the samples are correlated as recorded
 (with the whole-sample delays udp2sub applied).
 """
@@ -155,10 +159,12 @@ class MwaxRecording(Recording):
               nchan: int) -> RecordingMeta:
         where = f"{self.files[0]}: "
         bw = number(hdr, "BANDWIDTH_HZ", COARSE_CHANNEL_HZ, where=where)
-        names = None if ids is None else tuple(f"Tile{i >> 1:03d}" for i in ids[::2])
+        tiles = None if ids is None else tuple(i >> 1 for i in ids[::2])
+        names = None if tiles is None else tuple(f"Tile{t:03d}" for t in tiles)
         return RecordingMeta(self.format, shape.ninputs // 2, nchan, shape.sync_time,
                              shape.sample_rate, shape.coarse_channel * COARSE_CHANNEL_HZ, bw,
-                             "ci8", names, "MWA", source=str(hdr.get("OBS_ID", "")))
+                             "ci8", names, "MWA", source=str(hdr.get("OBS_ID", "")),
+                             antenna_numbers=tiles)
 
 
 class SubfileShape:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from ..capture.recording import RecordingInfo
     from ..geometry import Geometry
-    from ..outputs.uvh5 import SiteInfo
+    from ..outputs.site import SiteInfo
     from ..readers.base import RecordingMeta
     from .recording_correlator import RecordingCorrelator
 
@@ -208,7 +208,7 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
     packets. None where the recording is not clean, its size is not the one its recorder
     noted, or it holds no dump: the capture pipeline then reads it (and says what is wrong)."""
 
-    from ..blocks.writer import site_info
+    from ..outputs.site import site_info
     from ..readers.pcap import open_clean
     from .recording_correlator import RecordingCorrelator
 
@@ -388,7 +388,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
     damage counted per file; ``allow_damaged`` writes it), antennas the array file lacks, or a
     part without a complete integration."""
 
-    from ..blocks.writer import site_info
+    from ..outputs.site import site_info
     from ..readers import open_recording
     from ..readers.arrays import load_array, match_antennas
     from .recording_correlator import RecordingCorrelator

@@ -221,7 +221,7 @@ KEYS: tuple[Key, ...] = (
     Key("", "array", path, None, "array TOML file (docs/capture.md); default: the MWA layout"),
     Key("", "nant", int_at_least(1, 128), None, "without 'array': the first NANT MWA tiles"),
     Key("band", "sync_time", non_negative_float, REQUIRED, "F-engine sync time, unix seconds",
-        live="from the next sequence"),
+        live="from the next sequence to start"),
     Key("band", "fs_hz", positive_float, REQUIRED, "spectra per second per channel"),
     Key("band", "freq0_hz", positive_float, REQUIRED, "centre frequency of the band's channel 0"),
     Key("band", "chan_bw_hz", positive_float, None, "channel width (default: fs_hz)"),
