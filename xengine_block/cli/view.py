@@ -7,13 +7,14 @@ import sys
 import time
 
 from ..console import argtypes
+from ..service.config import host_port
 from . import command
 
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", type=argtypes.input_file, nargs="+", metavar="FILE",
                    help="UVH5 files (any that pyuvdata reads; one band, dumps in any order)")
-    p.add_argument("--address", type=argtypes.display_address, default=("127.0.0.1", 0),
+    p.add_argument("--address", type=host_port, default=("127.0.0.1", 0),
                    metavar="ADDRESS:PORT",
                    help="where to serve the page (default 127.0.0.1:0: loopback, a free port)")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..outputs.uvh5 import load_time_tables
+from ..outputs.times import load_time_tables
 from .model import Baselines, Dump, ParamError, flag_summary, unix_from_jd
 
 #: Bytes of dumps the file cache keeps (a file larger than this is still read, alone).

@@ -26,14 +26,15 @@ from typing import Any
 import numpy as np
 
 from ..array import ArrayDescription
+from ..blocks.base import BlockLogic, common_frames, lost_frames_any
+from ..blocks.headers import channel_freqs, frame_start_unix, paired_inputs
 from ..geometry import Geometry
 from ..integration import counts_per_channel
-from ..outputs.uvh5 import POLARIZATIONS, DumpRows, baseline_map, unix_to_jd, visdata_dtype
+from ..outputs.baselines import POLARIZATIONS, DumpRows, baseline_map, visdata_dtype
+from ..outputs.times import unix_to_jd
 from ..runtime.pipeline import Block, MultiTransformBlock
 from ..runtime.ring import Ring
 from ..visibility_orders import as_triangle
-from ..blocks.base import BlockLogic, common_frames, lost_frames_any
-from ..blocks.headers import channel_freqs, frame_start_unix, paired_inputs
 from .model import Baselines, Dump, flag_summary
 
 #: Dumps the live display keeps by default (``[display] history``).

@@ -125,13 +125,14 @@ async function drawWaterfall() {
   const f = mhz(w.freq_hz);
   Plotly.react("waterfall", [
     { type: "heatmap", x: f, y: w.dumps, z: w.amplitude, colorscale: "Viridis",
-      colorbar: { x: 0.45, len: 0.9 }, xaxis: "x", yaxis: "y" },
+      colorbar: { x: 0.4, len: 0.9, thickness: 12 }, xaxis: "x", yaxis: "y" },
     { type: "heatmap", x: f, y: w.dumps, z: w.phase, colorscale: "Phase", zmin: -Math.PI,
-      zmax: Math.PI, xaxis: "x2", yaxis: "y2" },
+      zmax: Math.PI, xaxis: "x2", yaxis: "y2",
+      colorbar: { thickness: 12 } },
   ], {
     title: { text: `amplitude | phase, last ${w.dumps.length} dumps`, font: { size: 13 } },
     margin: { t: 30, l: 45, r: 10, b: 40 },
-    xaxis: { domain: [0, 0.42], title: "MHz" }, xaxis2: { domain: [0.55, 1], title: "MHz" },
+    xaxis: { domain: [0, 0.36], title: "MHz" }, xaxis2: { domain: [0.54, 0.92], title: "MHz" },
     yaxis: { title: "dump" }, yaxis2: { anchor: "x2" },
   }, PLOT);
 }
