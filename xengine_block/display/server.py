@@ -157,8 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
-        """The standard library's errors (bad request line, too many headers) as JSON."""
+        """The standard library's errors (bad request line, too many headers) as JSON, with a
+        status line even to what reads as an HTTP/0.9 request (garbage)."""
         self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
         self._send(HTTPStatus(code), _json({"error": message or HTTPStatus(code).phrase}))
 
     def log_message(self, format: str, *args: Any) -> None:
