@@ -58,7 +58,12 @@ class Baselines:
 
     @property
     def antennas(self) -> list[int]:
-        return sorted({*self.ant_1.tolist(), *self.ant_2.tolist()})
+        """The antenna numbers, sorted (computed once)."""
+        cached = self.__dict__.get("_antennas")
+        if cached is None:
+            cached = sorted({*self.ant_1.tolist(), *self.ant_2.tolist()})
+            object.__setattr__(self, "_antennas", cached)
+        return list(cached)
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,11 +95,14 @@ class Dump:
     def nbytes(self) -> int:
         return self.vis.nbytes + self.flags.nbytes + self.nsamples.nbytes
 
-    def complex_rows(self, rows: Any, pol: int | slice = slice(None)) -> np.ndarray:
-        """``vis[rows, :, pol]`` as complex128."""
-        v = self.vis[rows, :, pol]
+    def complex_rows(self, rows: Any, pol: int | slice = slice(None),
+                     chans: slice = slice(None)) -> np.ndarray:
+        """``vis[rows, chans, pol]`` as complex128."""
+        v = self.vis[rows, chans, pol]
         if v.dtype.names:
-            return v["r"].astype(np.float64) + 1j * v["i"].astype(np.float64)
+            out = np.empty(v.shape, np.complex128)
+            out.real, out.imag = v["r"], v["i"]
+            return out
         return v.astype(np.complex128, copy=False)
 
     # ---- lookups (pyuvdata's get_data semantics) -------------------------------------------
@@ -193,29 +201,34 @@ def autos(dump: Dump, marks: HealthMarks | None = None) -> dict[str, Any]:
     median is beyond :data:`OUTLIER_FACTOR` either way, or with no power. ``marks``: the input
     health states to show with them (optional)."""
     given = normalise_marks(marks()) if marks is not None else {}
+    bl = dump.baselines
+    ants = [a for a in bl.antennas if (a, a) in bl.row]
+    rows = np.array([bl.row[(a, a)] for a in ants], np.intp)
+    feeds = feed_pols(dump)
+    # [input, channel], antenna-major: (ant0, x), (ant0, y), (ant1, x)...
+    power = np.stack([dump.complex_rows(rows, p).real for _, p in feeds], axis=1).reshape(
+        len(ants) * len(feeds), dump.freq_hz.size) if feeds and ants else \
+        np.zeros((0, dump.freq_hz.size))
+    nsamples = np.stack([dump.nsamples[rows, :, p].mean(axis=-1) for _, p in feeds],
+                        axis=1).ravel() if feeds and ants else np.zeros(0)
+    flagged = np.stack([dump.flags[rows, :, p].all(axis=-1) for _, p in feeds],
+                       axis=1).ravel() if feeds and ants else np.zeros(0, bool)
+    median = np.median(power, axis=0) if power.size else np.zeros(dump.freq_hz.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (np.median(power / median, axis=1) if (median > 0).any()
+                 else np.full(len(power), np.nan))
+    dead = ~power.any(axis=1)
+    outlier = dead | ~np.isfinite(ratio) | (ratio < 1 / OUTLIER_FACTOR) | (ratio > OUTLIER_FACTOR)
     inputs = []
-    powers = []
-    for ant in dump.baselines.antennas:
-        row = dump.baselines.row.get((ant, ant))
-        if row is None:
-            continue
-        for feed, p in feed_pols(dump):
-            power = dump.complex_rows(row, p).real
-            powers.append(power)
-            inputs.append({"antenna": ant, "pol": feed, "power": finite(power),
-                           "nsamples": float(np.mean(dump.nsamples[row, :, p])),
-                           "flagged": bool(dump.flags[row, :, p].all())})
-    median = np.median(np.array(powers), axis=0) if powers else np.zeros(dump.freq_hz.size)
-    for entry, power in zip(inputs, powers, strict=True):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.median(power / median)) if (median > 0).any() else math.nan
-        dead = not np.any(power)
-        entry["ratio"] = ratio if math.isfinite(ratio) else None
-        entry["outlier"] = bool(dead or not math.isfinite(ratio)
-                                or not 1 / OUTLIER_FACTOR <= ratio <= OUTLIER_FACTOR)
-        state = given.get((entry["antenna"], entry["pol"]))
+    for k, (ant, (feed, _)) in enumerate((a, f) for a in ants for f in feeds):
+        entry = {"antenna": ant, "pol": feed, "power": finite(power[k]),
+                 "nsamples": float(nsamples[k]), "flagged": bool(flagged[k]),
+                 "ratio": float(ratio[k]) if np.isfinite(ratio[k]) else None,
+                 "outlier": bool(outlier[k])}
+        state = given.get((ant, feed))
         if state is not None:
             entry["state"] = state
+        inputs.append(entry)
     return {"time_unix": dump.time_unix, "time_jd": dump.time_jd,
             "freq_hz": finite(dump.freq_hz), "median": finite(median), "inputs": inputs,
             "marks": marks is not None, "lost": dump.lost}
@@ -232,8 +245,11 @@ def channel_range(dump: Dump, chan_lo: int | None, chan_hi: int | None) -> tuple
     return lo, hi
 
 
-def matrix(dump: Dump, pol: str, chan_lo: int | None = None,
-           chan_hi: int | None = None) -> dict[str, Any]:
+MATRIX_QUANTITIES = ("amplitude", "phase", "coherence")
+
+
+def matrix(dump: Dump, pol: str, chan_lo: int | None = None, chan_hi: int | None = None,
+           quantities: Sequence[str] = MATRIX_QUANTITIES) -> dict[str, Any]:
     """``/api/v1/matrix``: N x N over the antennas (sorted by number), every entry ``(i, j)``
     the baseline ``(antennas[i], antennas[j], pol)`` read as :meth:`Dump.spectrum` does (so
     Hermitian: ``(j, i)`` is the conjugate baseline), over channels ``[chan_lo, chan_hi)``:
@@ -243,6 +259,8 @@ def matrix(dump: Dump, pol: str, chan_lo: int | None = None,
     - ``coherence``: the channels' mean of ``|V_ij| / sqrt(V_ii V_jj)``, the autos those of
       each side's feed (``xy``: ``x`` of i, ``y`` of j), over the channels where both autos
       are > 0 (0 where none is).
+
+    ``quantities``: which of them to answer (the page asks for the one it shows).
     """
     p = dump.pol_index(pol)
     name = dump.pols[p]
@@ -254,20 +272,21 @@ def matrix(dump: Dump, pol: str, chan_lo: int | None = None,
     j = np.array([pos[a] for a in bl.ant_2.tolist()], np.intp)
     n, nchan = len(ants), hi - lo
     v = np.zeros((n, n, nchan), np.complex128)
-    v[i, j] = dump.complex_rows(slice(None), p)[:, lo:hi]
+    chans = slice(lo, hi)
+    v[i, j] = dump.complex_rows(slice(None), p, chans)
     # (j, i): the row's conjugate with the feeds swapped; an auto row's own (i, i) stays
     swapped = dump.pols.index(conj_pol(name)) if conj_pol(name) in dump.pols else None
     cross = i != j
     if swapped is not None:
-        v[j[cross], i[cross]] = np.conj(dump.complex_rows(np.flatnonzero(cross),
-                                                          swapped)[:, lo:hi])
+        v[j[cross], i[cross]] = np.conj(dump.complex_rows(np.flatnonzero(cross), swapped,
+                                                          chans))
     autos_ = {}
     auto_rows = np.flatnonzero(~cross)
     for feed in {name[0], name[-1]}:
         a = np.zeros((n, nchan))
         if feed + feed in dump.pols:
-            a[i[auto_rows]] = dump.complex_rows(auto_rows,
-                                                dump.pols.index(feed + feed))[:, lo:hi].real
+            a[i[auto_rows]] = dump.complex_rows(auto_rows, dump.pols.index(feed + feed),
+                                                chans).real
         autos_[feed] = a
     ai, aj = autos_[name[0]][:, None, :], autos_[name[-1]][None, :, :]
     good = (ai > 0) & (aj > 0)
@@ -275,11 +294,11 @@ def matrix(dump: Dump, pol: str, chan_lo: int | None = None,
         per = np.where(good, np.abs(v) / np.sqrt(np.where(good, ai * aj, 1.0)), 0.0)
     count = good.sum(axis=-1)
     coherence = np.where(count > 0, per.sum(axis=-1) / np.maximum(count, 1), 0.0)
+    values = {"amplitude": lambda: np.abs(v).mean(axis=-1),
+              "phase": lambda: np.angle(v.mean(axis=-1)), "coherence": lambda: coherence}
     return {"pol": name, "time_unix": dump.time_unix, "time_jd": dump.time_jd,
             "chan_lo": lo, "chan_hi": hi, "antennas": ants,
-            "amplitude": [finite(r) for r in np.abs(v).mean(axis=-1)],
-            "phase": [finite(r) for r in np.angle(v.mean(axis=-1))],
-            "coherence": [finite(r) for r in coherence], "lost": dump.lost}
+            **{q: [finite(r) for r in values[q]()] for q in quantities}, "lost": dump.lost}
 
 
 def waterfall(dumps: list[tuple[int, Dump]], ant1: int, ant2: int, pol: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ async function refresh(force = false) {
 
 async function drawMatrix() {
   const m = await api("matrix", { pol: state.pol, dump: state.dump, chan_lo: state.chanLo,
-                                  chan_hi: state.chanHi });
+                                  chan_hi: state.chanHi, quantity: state.quantity });
   const labels = m.antennas.map(String);
   const phase = state.quantity === "phase";
   Plotly.react("matrix", [{
