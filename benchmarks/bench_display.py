@@ -5,18 +5,19 @@ polling the API as the page does), timed in alternation; prints one JSON object.
 
     python benchmarks/bench_display.py [--nstream 256] [--dumps 24] [--clients 3]
 
-Each client is a thread doing what the page does once a second (``--poll-s``): the status,
+Each client is a thread doing what the page does once a second, on the second (``--poll-s``):
+the status,
 then for the latest dump the matrix, the selected baseline, its waterfall of the last 32 dumps,
 the autos and the health (six requests over HTTP); the clients run in a process of their own,
 as browsers do. ``ratio``: the chain's sustained rate with the display on over off (best of
 ``--repeat`` rounds of each, after a warm-up run; every round's in ``ratios``); the display
 must keep >= 0.95. Rates run from the capture's first packet to the last dump on disk
 (``first_to_last_dump_msps`` leaves the first dump out). ``requests``: the clients' requests
-answered, by status. The chain here runs several times faster than real time, so the clients
-see a new dump at every poll: the server's per-dump cache (three clients, one computation)
-does not help, and this is the display's heaviest case. What it costs: the block's copy and
-row pass per dump (the UVH5 writer's own), and the server's answers (numpy and JSON, under
-the GIL the pipeline's Python threads share).
+answered, by status. The chain here runs several times faster than real time, so every poll
+finds a new dump: the answers are computed at each poll (once for the three clients, who ask
+together). The clients share the machine's cores with the chain (browsers would not). What it
+costs: the block's copy and row pass per dump (the UVH5 writer's own), and the server's
+answers (numpy and JSON, under the GIL the pipeline's Python threads share).
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def poll(url: str, stop: Any, period: float, counts: Any) -> None:
             for q in ("matrix?pol=xx&quantity=coherence", f"baseline?{pair}",
                       f"waterfall?{pair}&last=32", "autos", "health"):
                 get(f"api/v1/{q}{'&' if '?' in q else '?'}dump=-1")
-        stop.wait(max(0.0, period - (time.monotonic() - t0)))
+        # on the period's boundary of the clock, as the page polls on the second
+        stop.wait(max(0.0, period - time.time() % period) if time.monotonic() - t0 < period
+                  else 0.0)
 
 
 def browsers(url: str, clients: int, period: float, stop: Any, counts: Any) -> None:

@@ -9,8 +9,9 @@ phase, coherence; all three by default), ``waterfall`` (``ant1``,
 ``ant2``, ``pol``, ``dump``, ``last``: that many dumps up to ``dump``), ``health`` (``dump``).
 A parameter that is unknown, repeated, not an integer where one is due, or names something the
 data lacks is a 400 with ``{"error": one line}``; no dump yet (a live display just started) is
-a 503. Answers about a dump are cached (a dump never changes once held): three browsers
-polling the same panels cost the work of one.
+a 503. Answers about a dump are cached (a dump never changes once held), and computed once
+when several requests ask together: three browsers polling the same panels (the page polls
+on the second) cost the work of one.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Api:
 
     def __init__(self, store: DumpStore, marks: HealthMarks | None = None) -> None:
         self.store, self.marks = store, marks
-        self._cache: OrderedDict[tuple, bytes] = OrderedDict()
+        self._cache: OrderedDict[tuple, bytes | threading.Event] = OrderedDict()
         self._lock = threading.Lock()
         self.routes: dict[str, tuple[tuple[str, ...], Callable[[Query], Any]]] = {
             "status": ((), self._status),
@@ -135,16 +136,33 @@ class Api:
 
     # ---- cached answers about one dump ----------------------------------------------------
     def _cached(self, key: tuple, make: Callable[[], dict[str, Any]]) -> bytes:
+        """The answer for ``key``, computed once: a request that comes while another computes
+        the same answer waits for it (browsers polling on the second ask together)."""
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None:
+            if isinstance(hit, bytes):
                 self._cache.move_to_end(key)
                 return hit
-        body = _json(make())
+            if hit is None:  # ours to compute; others wait on this event
+                self._cache[key] = threading.Event()
+        if hit is not None:
+            hit.wait(30)
+            with self._lock:
+                body = self._cache.get(key)
+            return body if isinstance(body, bytes) else self._cached(key, make)
+        try:
+            body = _json(make())
+        except BaseException:
+            with self._lock:
+                waiting = self._cache.pop(key)
+            waiting.set()
+            raise
         with self._lock:
+            waiting = self._cache[key]
             self._cache[key] = body
             while len(self._cache) > CACHE_ENTRIES:
                 self._cache.popitem(last=False)
+        waiting.set()
         return body
 
     def _dump(self, q: Query) -> tuple[int, Dump]:

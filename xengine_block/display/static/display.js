@@ -205,7 +205,12 @@ function wire() {
   $("chan-hi").addEventListener("change", (ev) => { state.chanHi = Number(ev.target.value); refresh(); });
 }
 
+// Poll on the second: browsers on one service then ask for the same dump together, and the
+// server computes each answer once for all of them.
+function tick() {
+  poll().finally(() => setTimeout(tick, 1000 - (Date.now() % 1000)));
+}
+
 window.xdisplay = state;  // for tests and the console: what is shown
 wire();
-poll();
-setInterval(poll, 1000);
+tick();
