@@ -184,10 +184,13 @@ async function drawHealth() {
     ];
   }
   Plotly.react("health", traces, {
-    margin: { t: 20, l: 50, r: 50, b: 40 }, legend: { orientation: "h" },
-    xaxis: { title: h.source === "live" ? "time" : "dump", domain: [0, 0.9] },
-    yaxis: { title: "%" }, yaxis2: { title: "heaps", overlaying: "y", side: "right" },
-    yaxis3: { overlaying: "y", side: "right", position: 0.97, anchor: "free" },
+    margin: { t: 20, l: 55, r: 55, b: 40 }, legend: { orientation: "h", y: -0.15 },
+    xaxis: { title: h.source === "live" ? "time" : "dump", anchor: "y3" },
+    yaxis: { title: h.source === "live" ? "loss %" : "flagged %", domain: [0.55, 1],
+             rangemode: "tozero" },
+    yaxis2: { title: "heaps", overlaying: "y", side: "right", rangemode: "tozero" },
+    yaxis3: { title: h.source === "live" ? "rate / real time, fill" : "nsamples",
+              domain: [0, 0.45], rangemode: "tozero" },
   }, PLOT);
 }
 
