@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from xengine_block.array import default_array
 from xengine_block.capture.spead import frame_datagrams
 from xengine_block.geometry import Geometry
