@@ -6,12 +6,13 @@ not build (no C compiler, no Python headers) the install stops with a message sa
 to install. It compiles on any C11 compiler; each SIMD kernel (AMX-INT8, AVX-512 VNNI, AVX2) is
 compiled only where the compiler accepts its target attribute, which is probed here, and the
 choice among the compiled kernels is made at run time from CPUID and the kernel's permission
-(see ``src/native/dispatch.c``). A failed probe drops that kernel, never the build. The AMX
+(see ``kernels/cpu/dispatch.c``). A failed probe drops that kernel, never the build. The AMX
 kernel's source is also compiled over a software emulation of its tiles (``kern_amx_emu.c``,
 the ``amx_emulated`` path) wherever the AVX-512 layout code is built, so that it is tested on
-CPUs without AMX. ``xengine_block._readbw`` (``src/readbw/``) measures the machine's streaming
-read bandwidth for the benchmarks' roofline, with the widest loads the same probes allow; it
-stays optional (the benchmarks fall back to numpy and say so).
+CPUs without AMX. ``xengine_block._readbw`` (``kernels/cpu/readbw/``, a probe beside the
+kernels rather than one) measures the machine's streaming read bandwidth for the benchmarks'
+roofline, with the widest loads the same probes allow; it stays optional (the benchmarks fall
+back to numpy and say so).
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ import os
 import platform
 import tempfile
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError, ExecError, PlatformError
 
-NATIVE = "src/native"
+NATIVE = "kernels/cpu"
+
+#: The checkout's top-level source trees, shipped inside the package (their files are
+#: setup.cfg's package_data): the AIE and CPU kernels, and the mlir-aie design's entry point
+#: and Makefile. The installed package finds them there (xengine_block/kernel_sources.py).
+SOURCE_TREES = {"xengine_block._kernels": "kernels", "xengine_block._aie": "aie"}
 
 #: Why the install stopped, where the required extension did not build.
 NO_COMPILER = (
@@ -105,10 +111,12 @@ native = Extension(
 
 readbw = Extension(
     "xengine_block._readbw",
-    sources=["src/readbw/readbw.c"],
+    sources=["kernels/cpu/readbw/readbw.c"],
     extra_compile_args=["-O2", "-std=gnu11", "-pthread"],
     extra_link_args=["-pthread"],
     optional=True,  # without it bench.correlator measures with numpy and says so
 )
 
-setup(ext_modules=[native, readbw], cmdclass={"build_ext": ProbingBuildExt})
+setup(packages=find_packages(include=["xengine_block", "xengine_block.*"]) + list(SOURCE_TREES),
+      package_dir=SOURCE_TREES,
+      ext_modules=[native, readbw], cmdclass={"build_ext": ProbingBuildExt})

@@ -1,7 +1,7 @@
 """NPU host loop on the SIMULATED device: how much sync/compute overlap survives pyxrt's GIL.
 
 pyxrt keeps the GIL for the whole of ``run.wait``, ``bo.sync`` and ``kernel(...)``. The
-simulated device (``xengine_block/npu/simdevice.py``) holds one process-wide lock over those
+simulated device (``xengine_block/npu/host/simdevice.py``) holds one process-wide lock over those
 calls and models their cost: ``kernel_s`` of device time per run (the device runs on its own
 thread from the kernel call) and ``sync_s_per_mib`` of host time per MiB synced, spent holding
 the lock. Two host loops run the same calls in the same run:
@@ -31,7 +31,7 @@ from results_file import add_option, emit
 
 from xengine_block.backends.npu import NpuBackend
 from xengine_block.geometry import small_test_geometry
-from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
+from xengine_block.npu.host.simdevice import SimulatedXrt, write_simulated_build
 
 
 class BlockingWaitBackend(NpuBackend):

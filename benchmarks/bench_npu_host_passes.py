@@ -1,7 +1,7 @@
 """The NPU backend's host passes, per core, beside a plain copy of the same bytes in the same
 run; prints one JSON object (``--write-results``: also to ``benchmarks/results/<cpu class>/``).
 
-The NPU performance model (``xengine_block/npu/perfmodel.py``) charges the host for three
+The NPU performance model (``xengine_block/npu/model/perfmodel.py``) charges the host for three
 passes of our backend that the published design's benchmark did not have; their per-core rates
 are this benchmark's figures:
 
@@ -31,8 +31,8 @@ from results_file import add_option, emit
 from xengine_block.bench.machine import interleaved_best, machine_identity
 from xengine_block.frames import unpack_frames
 from xengine_block.geometry import PUBLISHED
-from xengine_block.npu import hostio
-from xengine_block.npu.blockpairs import BlockPairJob
+from xengine_block.npu.host import hostio
+from xengine_block.npu.host.blockpairs import BlockPairJob
 
 
 def passes(npacket: int) -> dict[str, tuple[int, object, int]]:

@@ -55,12 +55,28 @@ def kernel_streams(v: np.ndarray) -> np.ndarray:
     return v.transpose(0, 3, 1, 4, 2).reshape(nblk * nb, 1, t * nk, 2)
 
 
+def check_source_trees(package: Path) -> None:
+    """``kernels/`` and ``aie/`` are inside the installed package and found there."""
+    from xengine_block.kernel_sources import TREES, source_dir
+
+    for tree, inside in TREES.items():
+        found = source_dir(tree)
+        if found != package / inside or not any(found.rglob("*")):
+            fail(f"{tree}/ found at {found}, not in the installed package ({package / inside})")
+    for need in (source_dir("kernels") / "aie" / "xcorr.cc", source_dir("kernels") / "cpu" /
+                 "engine.c", source_dir("aie") / "Makefile", source_dir("aie") / "design.py"):
+        if not need.is_file():
+            fail(f"{need} is missing from the installed package")
+    passed(f"kernels/ and aie/ in the installation ({package / TREES['kernels']}, "
+           f"{package / TREES['aie']})")
+
+
 def check_host_kernel(cache: Path) -> None:
     """One kernel call of the small geometry's tiling on random data and the published
     design's on -128s, against :func:`xengine_block.reference.reference_full` of the same
     streams."""
     from xengine_block.geometry import BLOCK, PUBLISHED, small_test_geometry
-    from xengine_block.npu.hostkernel import host_kernel, host_kernel_availability
+    from xengine_block.npu.host.hostkernel import host_kernel, host_kernel_availability
     from xengine_block.reference import reference_full
 
     usable, why = host_kernel_availability()
@@ -154,6 +170,7 @@ def main() -> None:
     cache = Path(os.environ["XENGINE_CACHE_DIR"])
     package = check_imports_from_installation(checkout)
     before = installation_files(package)
+    check_source_trees(package)
     check_host_kernel(cache)
     check_reprocess(work)
     after = installation_files(package)

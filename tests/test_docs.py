@@ -1,7 +1,7 @@
 """Every reference the repository makes to itself resolves inside it.
 
 Code, comments, docstrings, help texts (``xengine ... --help``, ``pipelines/*.py --help``), the
-README and the docs name paths (``docs/capture.md``, ``xengine_block/npu/plan.py``,
+README and the docs name paths (``docs/capture.md``, ``xengine_block/npu/design/plan.py``,
 ``tests/e2e/test_fx.py``, ...) and sections of the docs (``docs/design.md, "UVH5
 conventions"``, ``docs/bifrost.md#header-contract``). Each must exist, so a reader following one
 lands somewhere; a renamed file or heading fails here, naming every reference it broke. Nothing

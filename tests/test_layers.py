@@ -43,13 +43,14 @@ def package_modules() -> list[Path]:
     """The package's Python modules (those git tracks or would add: not a stray build copy)."""
     return [p for p in repository_files(PACKAGE) if p.suffix == ".py"]
 MODEL = ("geometry", "frames", "sample_layout", "triangle", "array", "integration", "reference",
-         "visibility_orders", "native_extension", "user_cache", "_moved", "_native", "_readbw")
+         "visibility_orders", "native_extension", "user_cache", "kernel_sources", "_moved",
+         "_native", "_readbw")
 #: Lowest first: (layer name, the top-level modules and subpackages in it).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("", *MODEL)),
     ("runtime", ("runtime",)),
     ("backends", ("backends", "npu")),
-    ("io", ("capture", "readers", "outputs", "sim", "console", "bench")),
+    ("io", ("capture", "readers", "outputs", "sim", "console", "bench", "health")),
     ("blocks", ("blocks", "bifrost")),
     ("reprocess", ("reprocess",)),
     ("display", ("display",)),

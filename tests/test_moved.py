@@ -40,6 +40,22 @@ def test_old_path_is_the_new_module_with_a_warning(old, new):
     assert module is importlib.import_module(new)
 
 
+def test_the_old_npu_design_module_s_names_are_read_from_the_design_package():
+    """``xengine_block.npu.design`` was the module now at ``npu.design.mlir``: its public names
+    stay readable from the package (the same objects, with a warning); its submodules still
+    import, and a name it never had stays an error."""
+    from xengine_block.npu import design
+    from xengine_block.npu.design import mlir, plan
+
+    for name in ("to_mlir", "design_calls", "format_calls", "MlirAieUnavailable", "INSTALL_HINT"):
+        with pytest.warns(DeprecationWarning, match=rf"design\.{name} has moved to "
+                                                    rf"xengine_block\.npu\.design\.mlir"):
+            assert getattr(design, name) is getattr(mlir, name)
+    assert design.plan is plan
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        design.nothing_here  # noqa: B018
+
+
 def test_names_from_an_old_path_are_the_new_objects():
     """``from old import name`` in a fresh interpreter (the README's import of ``UdpSource``)."""
     code = ("import warnings; warnings.simplefilter('error'); "

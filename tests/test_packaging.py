@@ -17,8 +17,9 @@ import pytest
 
 import xengine_block
 from tests.helpers.tree import repository_files
-from xengine_block import user_cache
-from xengine_block.npu import artifacts, hostkernel, nativering
+from xengine_block import kernel_sources, user_cache
+from xengine_block.npu.design import artifacts
+from xengine_block.npu.host import hostkernel, nativering
 from xengine_block.service import instances
 
 PACKAGE = Path(xengine_block.__file__).resolve().parent
@@ -39,28 +40,50 @@ def test_no_path_climbs_out_of_the_package():
     assert not offenders, offenders
 
 
+def setup_source_trees() -> dict[str, str]:
+    """setup.py's ``SOURCE_TREES`` (package name -> top-level directory), read from its source
+    (setup.py cannot be imported: it runs setup())."""
+    for node in ast.parse((ROOT / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SOURCE_TREES":
+            return ast.literal_eval(node.value)
+    raise AssertionError("setup.py has no SOURCE_TREES")
+
+
+def test_setup_maps_the_source_trees_where_the_package_looks():
+    """setup.py puts ``kernels/`` and ``aie/`` into the wheel where
+    :mod:`xengine_block.kernel_sources` looks for them."""
+    assert setup_source_trees() == {f"xengine_block.{inside}": tree
+                                    for tree, inside in kernel_sources.TREES.items()}
+
+
 def test_every_data_file_of_the_package_is_package_data():
-    """Each file in the package that is not Python source (the AIE kernel, its host header,
-    the native ring) is matched by setup.cfg's package_data, so the wheel carries it."""
+    """Each file in the package that is not Python source (the native ring), and each file of
+    the top-level source trees (``kernels/``: the AIE kernel and its host header, the CPU
+    kernels; ``aie/``: the design's entry point and Makefile), is matched by setup.cfg's
+    package_data, so the wheel carries it."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     patterns = {pkg: cfg["options.package_data"][pkg].split()
                 for pkg in cfg["options.package_data"]}
-    tracked = subprocess.run(["git", "ls-files", "xengine_block"], cwd=ROOT, capture_output=True,
-                             text=True)
+    trees = {tree: Path(*pkg.split(".")) for pkg, tree in setup_source_trees().items()}
+    tracked = subprocess.run(["git", "ls-files", "xengine_block", *trees], cwd=ROOT,
+                             capture_output=True, text=True)
     if tracked.returncode:
         pytest.skip("not a git checkout: the tracked files are unknown")
-    data = [Path(f) for f in tracked.stdout.split() if not f.endswith(".py")]
-    assert data, "the kernel sources are tracked package files"
+    data = [Path(f) for f in tracked.stdout.split()
+            if not f.endswith(".py") or f.split("/")[0] in trees]
+    assert {f.parts[0] for f in data} == {"xengine_block", *trees}, "kernel sources are tracked"
     missing = []
     for f in data:
-        pkg = ".".join(f.parent.parts)
-        owners = [(p, f.relative_to(Path(*p.split(".")))) for p in patterns
-                  if f.is_relative_to(Path(*p.split(".")))]
+        inside = trees[f.parts[0]].joinpath(*f.parts[1:]) if f.parts[0] in trees else f
+        owners = [(p, inside.relative_to(Path(*p.split(".")))) for p in patterns
+                  if inside.is_relative_to(Path(*p.split(".")))]
         if not any(fnmatch.fnmatch(str(rel), pat) for p, rel in owners for pat in patterns[p]):
-            missing.append(f"{f} (package {pkg})")
+            missing.append(f"{f} (in the wheel: {inside})")
     assert not missing, f"not in setup.cfg [options.package_data]: {missing}"
-    for source in (hostkernel.KERNEL_SOURCE, hostkernel.EMU_HEADER, *nativering.SOURCES):
+    for source in (hostkernel.KERNEL_SOURCE, hostkernel.EMU_HEADER):
+        assert source.is_file() and source.is_relative_to(kernel_sources.source_dir("kernels"))
+    for source in nativering.SOURCES:
         assert source.is_file() and source.is_relative_to(PACKAGE), source
 
 

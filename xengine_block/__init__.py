@@ -8,7 +8,7 @@ says why each layer sits where it does):
   ``sample_layout`` (where the samples of any input lie), ``triangle``, ``array``,
   ``integration``, ``reference`` (the test oracle), ``user_cache`` (where build outputs go);
 - ``runtime/``: rings and pipeline with Bifrost's semantics;
-- ``backends/``: cpu, native (C extension in ``src/native``), NPU emulator, NPU; ``npu/``: the
+- ``backends/``: cpu, native (C extension in ``kernels/cpu``), NPU emulator, NPU; ``npu/``: the
   NPU dataflow plan, validator, host code, the AIE kernel source (package data) and its build;
 - ``capture/``: SPEAD packets in, the capture/reorder block, pcap recordings; ``readers/``:
   recorded voltages read in place; ``outputs/``: UVH5 files, SPEAD visibilities, the quick-look

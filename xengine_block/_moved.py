@@ -40,6 +40,23 @@ MOVED: dict[str, str] = {
     "xengine_block.outputs.spead_block": "xengine_block.blocks.spead_output",
     "xengine_block.readers.bifrost_source": "xengine_block.bifrost.recording_source",
     "xengine_block.npu.cache": "xengine_block.user_cache",
+    # the NPU package split by role (design and validation, model and trace, host and emulator)
+    "xengine_block.npu.plan": "xengine_block.npu.design.plan",
+    "xengine_block.npu.validate": "xengine_block.npu.design.validate",
+    "xengine_block.npu.limits": "xengine_block.npu.design.limits",
+    "xengine_block.npu.build": "xengine_block.npu.design.build",
+    "xengine_block.npu.aiecc": "xengine_block.npu.design.aiecc",
+    "xengine_block.npu.artifacts": "xengine_block.npu.design.artifacts",
+    "xengine_block.npu.show_design": "xengine_block.npu.design.show_design",
+    "xengine_block.npu.perfmodel": "xengine_block.npu.model.perfmodel",
+    "xengine_block.npu.perftrace": "xengine_block.npu.model.perftrace",
+    "xengine_block.npu.hostio": "xengine_block.npu.host.hostio",
+    "xengine_block.npu.hostkernel": "xengine_block.npu.host.hostkernel",
+    "xengine_block.npu.nativering": "xengine_block.npu.host.nativering",
+    "xengine_block.npu.simdevice": "xengine_block.npu.host.simdevice",
+    "xengine_block.npu.emulate": "xengine_block.npu.host.emulate",
+    "xengine_block.npu.kernel_model": "xengine_block.npu.host.kernel_model",
+    "xengine_block.npu.blockpairs": "xengine_block.npu.host.blockpairs",
 }
 
 

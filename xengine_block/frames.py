@@ -72,7 +72,7 @@ def unpack_frames(frames: np.ndarray, g: Geometry, out: np.ndarray | None = None
     int8, in one pass over the bytes.
 
     ``nfine`` is 8, so each (coarse) row of 8 samples becomes two rows of 8 (real parts,
-    imaginary parts): the C extension's ``unpack_ci4_rows`` (``src/native/host_passes.c``,
+    imaginary parts): the C extension's ``unpack_ci4_rows`` (``kernels/cpu/host_passes.c``,
     the GIL released; numpy ufuncs on 8-byte rows are an order of magnitude slower). Outputs
     that are not contiguous take :func:`unpack_ci4_planes`.
     """

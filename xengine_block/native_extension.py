@@ -1,4 +1,4 @@
-"""The compiled extension ``xengine_block._native`` (``src/native/``), loaded on first use.
+"""The compiled extension ``xengine_block._native`` (``kernels/cpu/``), loaded on first use.
 
 It is a required part of the package: the native correlator and every host-side hot loop
 (the :func:`~xengine_block.sample_layout.gather` layout pass, the ci4 frame unpacking of

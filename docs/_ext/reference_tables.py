@@ -112,8 +112,8 @@ def npu_calibration() -> str:
     """The published design predicted on xdna2 beside its author's measurements
     (``xengine npu-model --design published``)."""
     from xengine_block.geometry import PUBLISHED
-    from xengine_block.npu import perfmodel
-    from xengine_block.npu.plan import build_plan
+    from xengine_block.npu.design.plan import build_plan
+    from xengine_block.npu.model import perfmodel
 
     pred = perfmodel.predict(build_plan(PUBLISHED), "xdna2")  # the published host by default
     units = {"msps": ("rate", "Msps", 1), "calls_per_s": ("NPU calls", "/s", 1),
@@ -135,7 +135,7 @@ def npu_model() -> str:
     --bits B --device D``), with the change the model points to."""
     from xengine_block.backends.npu import predicted
     from xengine_block.geometry import Geometry
-    from xengine_block.npu import perfmodel
+    from xengine_block.npu.model import perfmodel
 
     rows = []
     for device in NPU_DEVICES:
@@ -156,8 +156,8 @@ def npu_quotes() -> dict[str, str]:
     """The NPU model's figures that docs/npu.md's prose quotes, by substitution name."""
     from xengine_block.backends.npu import POLL_S, predicted
     from xengine_block.geometry import PUBLISHED, Geometry
-    from xengine_block.npu import perfmodel
-    from xengine_block.npu.plan import build_plan
+    from xengine_block.npu.design.plan import build_plan
+    from xengine_block.npu.model import perfmodel
 
     def changes(pred: Any, made: bool = False) -> dict[str, dict]:
         found = perfmodel.made_changes(pred) if made else perfmodel.design_changes(pred)

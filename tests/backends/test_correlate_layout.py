@@ -14,7 +14,7 @@ from xengine_block.backends import make_backend
 from xengine_block.backends.npu import NpuBackend
 from xengine_block.frames import pack_ci4
 from xengine_block.geometry import Geometry, small_test_geometry
-from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
+from xengine_block.npu.host.simdevice import SimulatedXrt, write_simulated_build
 from xengine_block.reference import reference_triangle
 from xengine_block.sample_layout import LayoutError, SampleLayout
 

@@ -22,7 +22,7 @@ SAMPLES = ["ci8", *(f"ci4-{order}" for order in ORDERS)]
 
 @pytest.fixture
 def npu_sim(tmp_path):
-    from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
+    from xengine_block.npu.host.simdevice import SimulatedXrt, write_simulated_build
 
     xrt = SimulatedXrt()
 

@@ -1,5 +1,5 @@
 """Path choice on CPUs this machine is not: the extension's decision (``xe_decide_isas`` in
-src/native/dispatch.c) fed with the CPUID words and XCR0 of Sapphire Rapids, Zen 4/5, AVX2-only
+kernels/cpu/dispatch.c) fed with the CPUID words and XCR0 of Sapphire Rapids, Zen 4/5, AVX2-only
 CPUs and OS setups that withhold state, then the Python dispatch over its answer.
 
 The real detection only ever sees the CPU it runs on; these cases exercise the branches that

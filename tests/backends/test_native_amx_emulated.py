@@ -1,5 +1,5 @@
 """The AMX path verified without AMX: kern_amx.c's own source compiled over the software tiles of
-src/native/amx_emu.h (the ``amx_emulated`` path, docs/native.md), bit for bit against the int64
+kernels/cpu/amx_emu.h (the ``amx_emulated`` path, docs/native.md), bit for bit against the int64
 reference; and the emulation itself against a model of Intel's TDPBSSD written here.
 
 The emulated path also runs every case parametrized over ``native.ISAS``

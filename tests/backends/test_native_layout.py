@@ -1,4 +1,4 @@
-"""The native backend's own layout pass (``src/native/layout.c``): any SampleLayout read
+"""The native backend's own layout pass (``kernels/cpu/layout.c``): any SampleLayout read
 straight into its tiles, bit for bit against the int64 reference, on every path this CPU runs
 (the others skip with the reason; the layout pass is one piece of code they all share, and
 ``tests/backends/test_isa_detection.py`` tests which path each CPU gets).

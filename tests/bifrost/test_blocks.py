@@ -150,7 +150,7 @@ def test_missing_header_key_is_one_clear_line():
 
 def run_npu(tmp_path: Path, xrt) -> tuple[Any, list, np.ndarray, Geometry]:
     from xengine_block.geometry import small_test_geometry
-    from xengine_block.npu.simdevice import write_simulated_build
+    from xengine_block.npu.host.simdevice import write_simulated_build
 
     g = small_test_geometry()  # S == npu_block, one channel group: frames are the NPU input
     write_simulated_build(tmp_path, g)
@@ -174,7 +174,7 @@ def run_npu(tmp_path: Path, xrt) -> tuple[Any, list, np.ndarray, Geometry]:
 def test_npu_reads_bifrost_ring_memory_through_user_pointer_bos(tmp_path):
     """Simulated device (plan emulator on separate device copies) with user-pointer BOs: every
     gulp runs on sub-buffers of the Bifrost ring's own memory, nothing is copied."""
-    from xengine_block.npu.simdevice import SimulatedBo, SimulatedDevice, SimulatedXrt
+    from xengine_block.npu.host.simdevice import SimulatedBo, SimulatedDevice, SimulatedXrt
 
     class UserPtrBo(SimulatedBo):
         """``bo(device, userptr, size, group)``: host side is the user's memory."""
@@ -198,7 +198,7 @@ def test_npu_reads_bifrost_ring_memory_through_user_pointer_bos(tmp_path):
 
 
 def test_npu_without_user_pointer_bos_copies_and_says_why(tmp_path, caplog):
-    from xengine_block.npu.simdevice import SimulatedXrt
+    from xengine_block.npu.host.simdevice import SimulatedXrt
 
     caplog.set_level("INFO")
     x, _, _, _ = run_npu(tmp_path, SimulatedXrt())  # its bo() takes no user pointers

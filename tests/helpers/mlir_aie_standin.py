@@ -1,6 +1,6 @@
 """A strict stand-in for mlir-aie's Python API, so the design replay runs in CI.
 
-``xengine_block/npu/design.py`` replays its recorded calls against ``aie.dialects.aie`` and
+``xengine_block/npu/design/mlir.py`` replays its recorded calls against ``aie.dialects.aie`` and
 ``aie.dialects.aiex``; mlir-aie cannot be installed here. This module provides those modules
 with the signatures written from upstream, so that a misspelt keyword, a keyword passed where
 only positions are accepted (or the reverse), a missing required argument or arguments in the

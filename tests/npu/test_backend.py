@@ -18,8 +18,9 @@ from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.emulator import EmulatorBackend
 from xengine_block.backends.npu import NpuBackend, probe
 from xengine_block.geometry import PUBLISHED, small_test_geometry
-from xengine_block.npu import artifacts, blockpairs
-from xengine_block.npu.simdevice import SimulatedBo, SimulatedXrt, write_simulated_build
+from xengine_block.npu.design import artifacts
+from xengine_block.npu.host import blockpairs
+from xengine_block.npu.host.simdevice import SimulatedBo, SimulatedXrt, write_simulated_build
 
 
 @pytest.fixture
@@ -169,7 +170,7 @@ def test_unavailable_reasons(tmp_path, monkeypatch):
     ok, why = probe(SimulatedXrt(), g, tmp_path)
     assert not ok and "no xclbin built for" in why and artifacts.geometry_tag(g) in why
     ok, why = probe(SimulatedXrt(), None, tmp_path)
-    assert not ok and "python -m xengine_block.npu.build" in why
+    assert not ok and "python -m xengine_block.npu.design.build" in why
     write_simulated_build(tmp_path, g.replace(npacket=4))
     (tmp_path / artifacts.geometry_tag(g.replace(npacket=4))).rename(
         tmp_path / artifacts.geometry_tag(g))  # a build for P = 4 under P = 2's name

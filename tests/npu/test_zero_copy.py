@@ -17,8 +17,8 @@ from xengine_block.backends.npu import NpuBackend
 from xengine_block.blocks import XEngineBlock
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import small_test_geometry
-from xengine_block.npu import artifacts
-from xengine_block.npu.simdevice import SimulatedXrt, write_simulated_build
+from xengine_block.npu.design import artifacts
+from xengine_block.npu.host.simdevice import SimulatedXrt, write_simulated_build
 from xengine_block.reference import reference_triangle
 from xengine_block.runtime.pipeline import Pipeline, SinkBlock
 

@@ -1,10 +1,10 @@
 """Bit-exact NPU emulator backend ("emulator"): the NPU plan executed on numpy arrays.
 
 Why: it runs the same dataflow plan and kernel arithmetic as the NPU (through
-:mod:`xengine_block.npu.emulate`) so CI proves the access patterns without hardware. It is exact
-but slow, hence a low priority: ``auto`` prefers the CPU backends.
+:mod:`xengine_block.npu.host.emulate`) so CI proves the access patterns without hardware. It is
+exact but slow, hence a low priority: ``auto`` prefers the CPU backends.
 
-Any S and any number of channel groups: :mod:`xengine_block.npu.blockpairs` (shared with the
+Any S and any number of channel groups: :mod:`xengine_block.npu.host.blockpairs` (shared with the
 pyxrt backend) splits the streams into NPU blocks, runs one call per block pair (i <= j) and
 channel group, and assembles the triangle; here a call is one plan emulation. ci4 frames run
 the ci4 plan (packed bytes to the compute tiles, unpacked there), in calls of at most the
@@ -16,11 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import Geometry
-from ..npu.artifacts import design_geometry
-from ..npu.blockpairs import BlockPairExecutor, BlockPairJob, correlate_layout_calls
-from ..npu.emulate import PlanEmulator
-from ..npu.hostio import input_shape
-from ..npu.plan import NpuPlan, build_plan
+from ..npu.design.artifacts import design_geometry
+from ..npu.design.dataflow import NpuPlan
+from ..npu.design.plan import build_plan
+from ..npu.host.blockpairs import BlockPairExecutor, BlockPairJob, correlate_layout_calls
+from ..npu.host.emulate import PlanEmulator
+from ..npu.host.hostio import input_shape
 from ..sample_layout import SampleLayout
 from .base import Backend
 
@@ -65,12 +66,14 @@ class EmulatorBackend(Backend):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Any layout through the host layout pass into the device's input
         (``blockpairs.fill_inputs_layout``), P packets of spectra per emulated call."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        self.add_extremes(extremes, data, layout, nspec // layout.nspectra)
         g = self.geometry
 
         def submit(t0: int, n: int) -> BlockPairJob:

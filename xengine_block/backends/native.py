@@ -1,6 +1,6 @@
 """Exact CPU correlator at the machine's int8 limit ("native" backend: AMX / VNNI / AVX2 / C).
 
-The work happens in the C extension ``xengine_block._native`` (``src/native/``), built by
+The work happens in the C extension ``xengine_block._native`` (``kernels/cpu/``), built by
 ``pip install -e .``. It lays each chunk of frames out as 16 x 64 int8 tiles (8 streams' real
 rows over their imaginary rows), so one signed int8 tile product gives a 16 x 16 int32 block
 ``[[rr, ri], [ir, ii]]`` and ``K = (rr + ii) + i (ir - ri)``: no int8 value is ever negated.
@@ -15,7 +15,7 @@ Set ``XENGINE_NATIVE_DISABLE=amx[,avx512vnni,...]`` to treat paths as unavailabl
 fallbacks, or to rule a path out on a misbehaving machine).
 
 ``amx_emulated`` is the AMX path's own kernel source compiled over a software emulation of the
-AMX tiles (``src/native/amx_emu.h``), fed by the real AVX-512 layout and packing code: it runs
+AMX tiles (``kernels/cpu/amx_emu.h``), fed by the real AVX-512 layout and packing code: it runs
 wherever AVX-512 F/BW does, bit for bit what the AMX path computes, so the AMX path is tested
 on CPUs without AMX. It is slow and is never chosen automatically, only by name.
 """
@@ -49,7 +49,7 @@ DISABLE_ENV = "XENGINE_NATIVE_DISABLE"
 
 
 class IsaStatus(NamedTuple):
-    """One path's state here, as the extension decides it (``src/native/dispatch.c``)."""
+    """One path's state here, as the extension decides it (``kernels/cpu/dispatch.c``)."""
 
     runnable: bool
     reason: str
@@ -214,15 +214,17 @@ class NativeBackend(Backend):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
-        """Any layout in the extension's own layout pass (``src/native/layout.c``: one pass
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
+        """Any layout in the extension's own layout pass (``kernels/cpu/layout.c``: one pass
         from the input into the tiles, no numpy transpose); our packet layout takes the frame
         paths (:meth:`correlate_frames`), also with its streams anywhere (a pcap recording's
         records: :meth:`SampleLayout.is_packets`), where the generic pass would read the
         samples one by one."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
+        self.add_extremes(extremes, data, layout, n)
         target = self._target(out, accumulate)
         if layout.is_packets(self.geometry):
             buf = np.asarray(data).reshape(-1).view(np.uint8)

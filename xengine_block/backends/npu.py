@@ -43,8 +43,8 @@ the sync thread's ``sync`` of the next entry then runs while the NPU computes. A
 after ``timeout_s`` fails its job with :class:`NpuTimeout` naming the call, and the backend
 refuses further work (the NPU is presumably hung; recreate the backend after resetting it). What
 cannot overlap in Python is a ``sync`` with any other Python work (the GIL is held throughout); the
-ring loop in native code (``xengine_block/npu/native/npu_ring.cpp``, built only where XRT's headers
-exist) is the way round that.
+ring loop in native code (``xengine_block/npu/host/native/npu_ring.cpp``, built only where XRT's
+headers exist) is the way round that.
 
 ci4 frames (one byte per complex sample) take the same paths with the ci4 build: the buffers
 hold the packed bytes as they arrive (half of ci8's, zero copy included) and the compute tiles
@@ -56,7 +56,7 @@ once (``job.result()`` waits), so a caller can keep up to ``nring`` calls in fli
 its filling of the next entry with the device working on the previous one.
 
 Everything pyxrt comes through ``xrt`` (default: ``import pyxrt``); tests pass
-``xengine_block.npu.simdevice.SimulatedXrt()``, which runs this same code on the emulator.
+``xengine_block.npu.host.simdevice.SimulatedXrt()``, which runs this same code on the emulator.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ from typing import Any
 import numpy as np
 
 from ..geometry import PUBLISHED, Geometry
-from ..npu import hostio
-from ..npu.artifacts import (
+from ..npu.design.artifacts import (
     A_GROUP,
     B_GROUP,
     INSTR_GROUP,
@@ -87,14 +86,15 @@ from ..npu.artifacts import (
     geometry_tag,
     list_builds,
 )
-from ..npu.blockpairs import (
+from ..npu.design.plan import build_plan
+from ..npu.host import hostio
+from ..npu.host.blockpairs import (
     BlockPairExecutor,
     BlockPairJob,
     correlate_layout_calls,
     frames_are_input,
 )
-from ..npu.perfmodel import HostSchedule, Prediction, predict
-from ..npu.plan import build_plan
+from ..npu.model.perfmodel import HostSchedule, Prediction, predict
 from ..runtime.memory import bytes_at
 from ..sample_layout import SampleLayout
 from .base import Backend, BackendUnavailable
@@ -141,7 +141,7 @@ def probe(xrt: Any = None, geometry: Geometry | None = None,
     builds = list_builds(build_dir)
     if not builds:
         return False, ("pyxrt and an NPU device, but no xclbin built (run "
-                       "`python -m xengine_block.npu.build`)")
+                       "`python -m xengine_block.npu.design.build`)")
     return True, "pyxrt + NPU device; builds: " + ", ".join(b.directory.name for b in builds)
 
 
@@ -173,7 +173,7 @@ POLL_S = 0.0005
 
 def host_schedule(geometry: Geometry) -> HostSchedule:
     """How this backend drives the NPU for one channel group of ``geometry``, as the
-    performance model (:mod:`xengine_block.npu.perfmodel`) counts it: one NPU call per block
+    performance model (:mod:`xengine_block.npu.model.perfmodel`) counts it: one NPU call per block
     pair; the sync thread syncs one input buffer per stream block (diagonal pairs pass it as A
     and B; ci4 packed, as it arrives); the caller's thread copies frames into the buffers
     unless they are the NPU input layout (zero copy); the launch thread polls every
@@ -541,14 +541,16 @@ class NpuBackend(Backend, BlockPairExecutor):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Our packet layout as frames (zero copy where the ring is the NPU's memory); any
         other layout through the host layout pass, written straight into the ring entries'
         input BOs (``blockpairs.fill_inputs_layout``; ``stats["layout_calls"]``), P packets of
         spectra per device call (docs/npu.md: what that pass costs and why)."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        self.add_extremes(extremes, data, layout, nspec // layout.nspectra)
 
         def submit(t0: int, n: int) -> BlockPairJob:
             self._check_usable()

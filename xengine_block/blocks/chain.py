@@ -11,9 +11,18 @@ from typing import Any
 
 from ..capture.placement import CapturePlan
 from ..geometry import Geometry, max_spectra_int32
+from ..health.inputs import DEFAULT_THRESHOLDS, Thresholds
+from ..health.rfi import LIVE_WINDOW
 from ..runtime.affinity import CoreSpec
 from ..runtime.pipeline import Block
-from . import IntegrateBlock, QuicklookBlock, SpeadOutputBlock, UVH5WriterBlock, XEngineBlock
+from . import (
+    HealthBlock,
+    IntegrateBlock,
+    QuicklookBlock,
+    SpeadOutputBlock,
+    UVH5WriterBlock,
+    XEngineBlock,
+)
 
 #: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
 RUNTIMES = ("ours", "bifrost")
@@ -31,6 +40,7 @@ def runtime(name: str = "ours") -> Any:
     from ..runtime.pipeline import Pipeline
     return SimpleNamespace(Pipeline=Pipeline, CaptureBlock=CaptureBlock, XEngineBlock=XEngineBlock,
                            IntegrateBlock=IntegrateBlock, UVH5WriterBlock=UVH5WriterBlock,
+                           HealthBlock=HealthBlock,
                            QuicklookBlock=QuicklookBlock, SpeadOutputBlock=SpeadOutputBlock)
 
 
@@ -50,6 +60,23 @@ def split_integration(integration_spectra: int, frame_spectra: int,
     return best * frame_spectra, nframe // best
 
 
+@dataclass(frozen=True)
+class Flagging:
+    """What the chain flags (``docs/flagging.md``; the service's ``[flagging]`` keys): the
+    inputs judged bad (``inputs``), RFI with AOFlagger (``rfi``: ``aoflagger[:STRATEGY.lua]``,
+    over ``rfi_window`` dumps); ``judge``: judge and report the inputs even without flags."""
+
+    inputs: bool = False
+    rfi: str | None = None
+    rfi_window: int = LIVE_WINDOW
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    judge: bool = False
+
+    @property
+    def on(self) -> bool:
+        return self.inputs or self.rfi is not None or self.judge
+
+
 @dataclass
 class Chain:
     xengine: XEngineBlock
@@ -57,6 +84,7 @@ class Chain:
     writer: UVH5WriterBlock | None
     quicklook: QuicklookBlock | None
     spead: SpeadOutputBlock | None = None
+    health: HealthBlock | None = None
 
     def close(self) -> None:
         """After the pipeline has run: end the visibility stream (its stop heap)."""
@@ -89,7 +117,7 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                      spead: str | None = None,
                      spead_options: dict[str, Any] | None = None,
                      cores: dict[str, CoreSpec] | None = None,
-                     on_write_error: str = "stop") -> Chain:
+                     on_write_error: str = "stop", flagging: Flagging | None = None) -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
@@ -117,6 +145,8 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``on_write_error``: the UVH5 writer's answer to a dump it cannot write (full disk, quota,
     I/O error): ``"stop"`` the pipeline (a job), or ``"skip"`` it, counted, and write again
     into a new file once that works (a live service; :mod:`~xengine_block.blocks.writer`).
+    ``flagging``: a health block judges every dump's inputs and flags them and RFI
+    (:class:`Flagging`); the UVH5 writer reads its flags with the dumps. Off by default.
     """
     if directory is None and spead is None:
         raise ValueError("the chain needs an output: a directory for UVH5 files or a SPEAD "
@@ -133,16 +163,27 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
         bits = plan.geometry.sample_bits if plan.geometry is not None else 8
         xspectra, ninteg = split_integration(integration_spectra, plan.frame_spectra,
                                              max_spectra_int32(bits))
+    flag = flagging is not None and flagging.on
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
                         backend_options=backend_options, core=cores.get("xengine"),
-                        overlap_capture=isinstance(plan, CapturePlan))
+                        overlap_capture=isinstance(plan, CapturePlan), count_extremes=flag)
     length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
               else {"integration_spectra": integration_spectra})
     integ = rt.IntegrateBlock(x, **length, geometry=geometry, core=cores.get("integrate"))
-    writer = look = out = None
+    writer = look = out = health = None
+    if flag:
+        from ..health.rfi import AOFlaggerRfi, parse_rfi
+
+        rfi = None
+        if flagging.rfi is not None:
+            rfi = AOFlaggerRfi(telescope_name(capture), parse_rfi(flagging.rfi)[1])
+        health = rt.HealthBlock(integ, flag_inputs=flagging.inputs, rfi=rfi,
+                                rfi_window=flagging.rfi_window,
+                                thresholds=flagging.thresholds, xengine=x,
+                                core=cores.get("health"))
     if directory is not None:
-        writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
+        writer = rt.UVH5WriterBlock(integ, flags=health, directory=directory, prefix=prefix,
                                     dumps_per_file=dumps_per_file, overwrite=overwrite,
                                     new_name_if_exists=new_name_if_exists,
                                     filename=filename, channels=channels,
@@ -152,4 +193,10 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     if spead is not None:
         out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}),
                                   core=cores.get("spead"))
-    return Chain(x, integ, writer, look, out)
+    return Chain(x, integ, writer, look, out, health)
+
+
+def telescope_name(capture: Block) -> str:
+    """The telescope of a capture's array (AOFlagger's strategy), or "" if it has none."""
+    array = getattr(capture, "array", None)
+    return getattr(array, "telescope_name", "") or ""

@@ -11,6 +11,8 @@ the dump is a failed write (EEXIST) like any other below, and the next try has a
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
+With a ``flags`` input (:mod:`~xengine_block.blocks.health`), read in lockstep with the dumps,
+each dump's flags are written besides those of its missing data (nsamples as they are).
 
 A dump that cannot be written (a full disk, a quota, an I/O error, a new file or the output
 directory that cannot be created: any :class:`~xengine_block.outputs.errors.OutputWriteError`)
@@ -77,12 +79,20 @@ class UVH5WriterLogic(BlockLogic):
     cannot be written does (module docstring)."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
+                 flags: Block | Ring | None = None,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
                  overwrite: bool = False, new_name_if_exists: bool = False,
                  filename: str | Path | None = None,
                  channels: list[int] | None = None, on_write_error: str = "stop",
                  retry_s: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
+        inputs = paired_inputs(vis, valid, optional=True)
+        if flags is not None:
+            if len(inputs) < 2:
+                raise ValueError("flags need the valid counts input too")
+            inputs.append(flags.orings[0] if hasattr(flags, "orings") else flags)
+        super().__init__(inputs, gulp_nframe=1, **kwargs)
+        #: Whether a flags input (``blocks.health``) is read in lockstep with the dumps.
+        self.has_flags = flags is not None
         self.orings = []
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
@@ -144,6 +154,9 @@ class UVH5WriterLogic(BlockLogic):
                      else self.filename.name]
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
+        if self.has_flags:
+            history += ("; flags from input health and RFI (docs/flagging.md): the inputs "
+                        "flagged and why are in the log and the metrics")
         try:  # for every file: a directory that cannot be made yet is a failed write too
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -190,8 +203,11 @@ class UVH5WriterLogic(BlockLogic):
             time_tag = self.t0 + f * self.nspectra
             vis = self._triangle(vis_in[f - ispans[0].frame_offset])
             valid = self._valid(ispans, f)
+            flags = (self.array(ispans[2])[f - ispans[2].frame_offset].view(bool)
+                     if self.has_flags else None)
             if not self.guarantee:  # copy, then check the writer did not come back meanwhile
                 vis, valid = vis.copy(), valid.copy()
+                flags = None if flags is None else flags.copy()
                 if self.overwritten(ispans):
                     vis, valid = np.zeros_like(vis), np.zeros_like(valid)
                     self.lost_frames += 1
@@ -201,7 +217,8 @@ class UVH5WriterLogic(BlockLogic):
             if self.channels is not None:
                 vis = vis[self.channels]
                 valid = valid[self.channels] if valid.shape[0] > 1 else valid
-            self._write(vis, valid, time_tag)
+                flags = None if flags is None else flags[self.channels]
+            self._write(vis, valid, time_tag, flags)
         return []
 
     def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
@@ -216,9 +233,10 @@ class UVH5WriterLogic(BlockLogic):
             self.nodata_outputs += 1
         return []
 
-    def _write(self, vis: np.ndarray, valid: np.ndarray, time_tag: int) -> None:
-        """Append one dump, into a new file if none is open; a write that fails is
-        ``on_write_error``'s (module docstring)."""
+    def _write(self, vis: np.ndarray, valid: np.ndarray, time_tag: int,
+               flags: np.ndarray | None = None) -> None:
+        """Append one dump (``flags``: besides missing data, ``[C, nbl]``), into a new file if
+        none is open; a write that fails is ``on_write_error``'s (module docstring)."""
         if self.write_error is not None and time.monotonic() < self._retry_at:
             self.dumps_not_written += 1  # failing: not yet time to try again
             return
@@ -226,7 +244,7 @@ class UVH5WriterLogic(BlockLogic):
             if self._writer is None:
                 self._writer = self._open(time_tag)
             self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
-                                self.nspectra / self.hdr["fs_hz"])
+                                self.nspectra / self.hdr["fs_hz"], flags=flags)
         except OutputWriteError as exc:
             self._failed(exc)
             self.dumps_not_written += 1

@@ -36,8 +36,8 @@ def _args(p: argparse.ArgumentParser) -> None:
 @command("npu-model", "the NPU plan's predicted rate (modelled, not measured) as JSON", _args)
 def run(a: argparse.Namespace) -> int:
     from ..backends.npu import predicted
-    from ..npu import perfmodel, perftrace
-    from ..npu.plan import build_plan
+    from ..npu.design.plan import build_plan
+    from ..npu.model import perfmodel, perftrace
 
     if a.figures:
         print(json.dumps({k: vars(f) for k, f in perfmodel.FIGURES.items()}, indent=2))

@@ -1,16 +1,17 @@
-"""The AMD Ryzen AI NPU (AIE2P) correlator: dataflow plan, validator, host layouts, emulator.
+"""The AMD Ryzen AI NPU (AIE2P) correlator, by role:
 
-- :mod:`.plan`: the array as data (``build_plan(geometry) -> NpuPlan``);
-- :mod:`.validate`: hardware limits (``PlanError``, ``PlanReport``), numbers in :mod:`.limits`;
-- :mod:`.hostio`: the DDR input and output layouts the host must use;
-- :mod:`.emulate`: runs a plan on numpy arrays with :mod:`.kernel_model`;
-- :mod:`.hostkernel`: compiles the kernel source (``kernel/xcorr.cc``, package data) with g++
-  for tests;
-- :mod:`.build`: the mlir-aie build of the design (``python -m xengine_block.npu.build``), its
-  outputs in the user cache (:mod:`.cache`).
+- :mod:`.design`: the dataflow plan as data (``build_plan(geometry) -> NpuPlan``), its
+  validator against the hardware limits, the mlir-aie design generated from it and the build
+  of the xclbin (``python -m xengine_block.npu.design.build``, or ``make -C aie``);
+- :mod:`.model`: the performance model of a plan (``xengine npu-model``) and its trace;
+- :mod:`.host`: what runs on the host: the DDR layouts, the bit-exact emulator of a plan, the
+  kernel source compiled with g++ for tests, the native ring loop and the simulated device.
+
+The design imports neither of the others; the model and the host import the design only.
 """
 
-from .plan import NpuPlan, build_plan
-from .validate import PlanError, PlanReport, validate_plan
+from .design.dataflow import NpuPlan
+from .design.plan import build_plan
+from .design.validate import PlanError, PlanReport, validate_plan
 
 __all__ = ["NpuPlan", "PlanError", "PlanReport", "build_plan", "validate_plan"]

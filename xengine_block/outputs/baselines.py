@@ -92,7 +92,7 @@ class DumpRows:
         ``tri[c, index[b, p]]``, conjugated where ``flip[b, p]``); with ``counts``, ``valid
         [C or 1, nbaseline]`` spectra per baseline: ``flags`` where none, ``nsamples`` their
         fraction of ``nspectra``. Both passes are the C extension's (``uvh5_rows``,
-        ``uvh5_counts``: ``src/native/uvh5_rows.c``, the GIL released)."""
+        ``uvh5_counts``: ``kernels/cpu/uvh5_rows.c``, the GIL released)."""
         ext = native_extension.native()
         tri = np.ascontiguousarray(tri)
         if tri.dtype not in (np.int32, np.int64, np.float64):
@@ -101,6 +101,12 @@ class DumpRows:
         if counts:
             ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
                             self.flags, self.nsamples)
+
+
+    def add_flags(self, flags: np.ndarray) -> None:
+        """Flag besides the missing data (after :meth:`fill` with counts): ``flags [C or 1,
+        nbaseline]`` bool in the triangle's order; ``nsamples`` stays as it is."""
+        self.flags |= np.moveaxis(flags[:, self.index], 0, 1)
 
 
 def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:

@@ -110,7 +110,8 @@ class CorrelatorService:
                                "rate_factor": v["spead_rate_factor"],
                                "interface": v["interface"]},
                 cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]},
-                on_write_error="skip")  # a live service stays up: counted, then a new file
+                on_write_error="skip",  # a live service stays up: counted, then a new file
+                flagging=cfg.flagging)
             self.display_store: LiveDumps | None = None
             if v["address"] is not None:  # an unguaranteed reader: never holds the chain back
                 self.display_store = LiveDumps(v["history"], counters=self.display_counters)
