@@ -170,3 +170,26 @@ def test_correlate_display_serves_the_live_dumps_as_the_files_hold_them(tmp_path
         assert m["amplitude"][1][6] == pytest.approx(np.abs(v).mean(), rel=1e-12)
         assert health["source"] == "live" and health["latest"]["heaps"] > 0
         assert "loss_percent" in health["latest"] and "realtime_factor" in health["latest"]
+
+
+def test_correlate_display_marks_the_inputs_the_health_block_judges(tmp_path):
+    """With ``[flagging] health``, the autos carry the health block's states: an input whose
+    F-engine sends zeros is marked ``dead``, the others carry no mark."""
+    cfg = write_config(tmp_path / "c.toml", merged(BASE, flagging={"health": True}))
+    g = Geometry(nstream=16, nchan=9, npacket=4)
+    frames = random_frames(g, 8 * 5, seed=6)
+    frames[:, 7] = 0  # stream 7: antenna 3's y
+    inst = Instance(cfg, "--display", "127.0.0.1:0")
+    try:
+        url = inst.wait_ready()["display_url"]
+        send(frames, g, inst.port)
+        deadline = time.monotonic() + 60
+        while json.loads(fetch(url + "api/v1/status")[1])["dumps"] < 2:
+            assert time.monotonic() < deadline, "the display saw no dumps"
+            time.sleep(0.2)
+        autos = json.loads(fetch(url + "api/v1/autos?dump=1")[1])
+    finally:
+        inst.finish()
+    assert autos["marks"]
+    assert [(i["antenna"], i["pol"], i["state"]) for i in autos["inputs"] if "state" in i] == \
+        [(3, "y", "dead")]

@@ -226,7 +226,7 @@ def autos(dump: Dump, marks: HealthMarks | None = None) -> dict[str, Any]:
                  "ratio": float(ratio[k]) if np.isfinite(ratio[k]) else None,
                  "outlier": bool(outlier[k])}
         state = given.get((ant, feed))
-        if state is not None:
+        if state is not None and state != "ok":  # only states worth a mark
             entry["state"] = state
         inputs.append(entry)
     return {"time_unix": dump.time_unix, "time_jd": dump.time_jd,

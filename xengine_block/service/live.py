@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -132,7 +133,7 @@ class CorrelatorService:
         if self.display_store is not None:
             try:
                 self.display = DisplayServer(self.display_store, *v["address"],
-                                             marks=self.display_marks)
+                                             marks=self.display_marks())
             except OSError as exc:
                 if self.metrics is not None:
                     self.metrics.close()
@@ -140,9 +141,18 @@ class CorrelatorService:
                                    f"{exc.strerror or exc}") from None
             log.warning("signal display at %s", self.display.url)
 
-    #: Input health marks for the display's autocorrelations (``display.model.HealthMarks``:
-    #: a callable returning ``{(antenna, pol): state}``); None shows none.
-    display_marks = None
+    def display_marks(self) -> Callable[[], dict[tuple[int, str], str]] | None:
+        """The input health marks the display's autocorrelations show
+        (``display.model.HealthMarks``): the health block's latest state per input, where
+        ``[flagging]`` judges inputs; None (no marks) where it does not."""
+        health = self.chain.health
+        if health is None:
+            return None
+
+        def latest() -> dict[tuple[int, str], str]:
+            monitor = health.monitor  # made at the block's first sequence
+            return monitor.latest() if monitor is not None else {}
+        return latest
 
     def display_counters(self) -> dict[str, Any]:
         """The counters the display's health panel plots, sampled as each dump arrives: the
