@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "visibilities")
     p.add_argument("--out", type=at.output_dir,
                    help="output directory (default: new fx_out/run-*)")
+    p.add_argument("--ms", action="store_true",
+                   help="also write a Measurement Set (NAME.ms beside NAME.uvh5; needs "
+                        "python-casacore, the 'ms' extra), phased to --phase-centre")
+    p.add_argument("--phase-centre", type=at.phase_centre, default="zenith",
+                   help="the Measurement Set's phase centre: 'zenith' (at the first dump) or "
+                        "'RA,DEC' in degrees (ICRS)")
     p.add_argument("--fs-hz", type=at.positive_number, default=40e3,
                    help="spectra per second per channel")
     p.add_argument("--freq0-hz", type=at.positive_number, default=150e6,
@@ -169,6 +175,10 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
+    if a.ms:
+        problem = at.measurement_sets_available()
+        if problem:
+            raise UsageError("--ms", problem)
     if a.xengines:
         if a.transport != "udp":
             raise UsageError("--xengines", "runs over UDP only (the instances are processes "
@@ -365,6 +375,8 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
                                  integration_spectra=a.integration_spectra,
                                  geometry=None if meerkat else g, runtime_name=a.runtime,
+                                 formats=("uvh5", "ms") if a.ms else ("uvh5",),
+                                 phase_centre=a.phase_centre,
                                  flagging=Flagging(a.flag_inputs, a.rfi))
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving,
@@ -401,7 +413,7 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         "backend_reason": getattr(chain.xengine.backend, "choice_reason", ""),
         "xengine_msps": round(chain.xengine_msps(), 3),
         "dumps_written": chain.writer.dumps_written,
-        "files": [str(f) for f in chain.writer.files],
+        "files": [str(f) for w in chain.writers for f in w.files],
         "quicklook": [str(f) for f in chain.quicklook.images] if chain.quicklook else [],
         "quicklook_failures": chain.quicklook.failures if chain.quicklook else [],
         "capture": counters,

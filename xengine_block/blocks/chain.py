@@ -23,6 +23,7 @@ from . import (
     UVH5WriterBlock,
     XEngineBlock,
 )
+from .writer import FILE_FORMATS
 
 #: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
 RUNTIMES = ("ours", "bifrost")
@@ -85,6 +86,14 @@ class Chain:
     quicklook: QuicklookBlock | None
     spead: SpeadOutputBlock | None = None
     health: HealthBlock | None = None
+    #: The Measurement Set writer where the chain writes both formats (``writer`` is then the
+    #: UVH5 one; a chain of Measurement Sets alone has its writer in ``writer``).
+    ms_writer: UVH5WriterBlock | None = None
+
+    @property
+    def writers(self) -> list[UVH5WriterBlock]:
+        """Every file writer of the chain."""
+        return [w for w in (self.writer, self.ms_writer) if w is not None]
 
     def close(self) -> None:
         """After the pipeline has run: end the visibility stream (its stop heap)."""
@@ -117,7 +126,9 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                      spead: str | None = None,
                      spead_options: dict[str, Any] | None = None,
                      cores: dict[str, CoreSpec] | None = None,
-                     on_write_error: str = "stop", flagging: Flagging | None = None) -> Chain:
+                     on_write_error: str = "stop", flagging: Flagging | None = None,
+                     formats: tuple[str, ...] = ("uvh5",),
+                     phase_centre: str = "zenith") -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
@@ -147,7 +158,13 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     into a new file once that works (a live service; :mod:`~xengine_block.blocks.writer`).
     ``flagging``: a health block judges every dump's inputs and flags them and RFI
     (:class:`Flagging`); the UVH5 writer reads its flags with the dumps. Off by default.
+    ``formats``: the files written in ``directory``, ``uvh5`` and/or ``ms`` (Measurement
+    Sets phased to ``phase_centre``: ``zenith`` or ``RA,DEC`` in degrees), a writer block each.
     """
+    unknown_formats = sorted(set(formats) - set(FILE_FORMATS))
+    if unknown_formats or not formats:
+        raise ValueError(f"formats: {unknown_formats or 'none'}; each one of "
+                         f"{', '.join(sorted(FILE_FORMATS))}")
     if directory is None and spead is None:
         raise ValueError("the chain needs an output: a directory for UVH5 files or a SPEAD "
                          "destination")
@@ -182,18 +199,26 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                                 rfi_window=flagging.rfi_window,
                                 thresholds=flagging.thresholds, xengine=x,
                                 core=cores.get("health"))
+    writers = []
     if directory is not None:
-        writer = rt.UVH5WriterBlock(integ, flags=health, directory=directory, prefix=prefix,
-                                    dumps_per_file=dumps_per_file, overwrite=overwrite,
-                                    new_name_if_exists=new_name_if_exists,
-                                    filename=filename, channels=channels,
-                                    on_write_error=on_write_error, core=cores.get("writer"))
+        for fmt in formats:
+            name = filename
+            if filename is not None and fmt != formats[0]:
+                name = Path(filename).with_suffix(FILE_FORMATS[fmt])
+            writers.append(rt.UVH5WriterBlock(
+                integ, flags=health, directory=directory, prefix=prefix,
+                dumps_per_file=dumps_per_file, overwrite=overwrite,
+                new_name_if_exists=new_name_if_exists, filename=name, channels=channels,
+                on_write_error=on_write_error, file_format=fmt, phase_centre=phase_centre,
+                core=cores.get("ms_writer" if writers else "writer")))
+        writer = writers[0] if writers else None
         look = (rt.QuicklookBlock(integ.orings[0], directory=directory,
                                   core=cores.get("quicklook")) if quicklook else None)
     if spead is not None:
         out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}),
                                   core=cores.get("spead"))
-    return Chain(x, integ, writer, look, out, health)
+    return Chain(x, integ, writer, look, out, health,
+                 writers[1] if len(writers) > 1 else None)
 
 
 def telescope_name(capture: Block) -> str:

@@ -73,10 +73,26 @@ WRITER_COUNTERS: dict[str, str] = {
 }
 
 
+#: Visibility file formats a writer block writes: name -> file suffix.
+FILE_FORMATS = {"uvh5": ".uvh5", "ms": ".ms"}
+
+
+def _writer_class(file_format: str) -> type:
+    """The writer of a format (the Measurement Set's imported only when asked for: it needs
+    python-casacore, the ``ms`` extra)."""
+    if file_format == "ms":
+        from ..outputs.ms import MSWriter
+
+        return MSWriter
+    return UVH5Writer
+
+
 class UVH5WriterLogic(BlockLogic):
     """Sink of (visibilities, valid counts) writing UVH5 files into ``directory`` (made, if
     missing, as each file is opened); ``on_write_error`` and ``retry_s``: what a dump that
-    cannot be written does (module docstring)."""
+    cannot be written does (module docstring). ``file_format="ms"`` writes Measurement Sets
+    instead (``NAME.ms``, :mod:`~xengine_block.outputs.ms`), phased to ``phase_centre``
+    (``zenith`` or ``RA,DEC`` in degrees)."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
                  flags: Block | Ring | None = None,
@@ -84,7 +100,8 @@ class UVH5WriterLogic(BlockLogic):
                  overwrite: bool = False, new_name_if_exists: bool = False,
                  filename: str | Path | None = None,
                  channels: list[int] | None = None, on_write_error: str = "stop",
-                 retry_s: float = 1.0, **kwargs: Any) -> None:
+                 retry_s: float = 1.0, file_format: str = "uvh5",
+                 phase_centre: str = "zenith", **kwargs: Any) -> None:
         inputs = paired_inputs(vis, valid, optional=True)
         if flags is not None:
             if len(inputs) < 2:
@@ -94,6 +111,16 @@ class UVH5WriterLogic(BlockLogic):
         #: Whether a flags input (``blocks.health``) is read in lockstep with the dumps.
         self.has_flags = flags is not None
         self.orings = []
+        if file_format not in FILE_FORMATS:
+            raise ValueError(f"file_format must be one of {sorted(FILE_FORMATS)}, "
+                             f"got {file_format!r}")
+        self.file_format, self.suffix = file_format, FILE_FORMATS[file_format]
+        self._writer_class = _writer_class(file_format)  # ImportError now, not at a dump
+        self._writer_options: dict[str, Any] = {}
+        if file_format == "ms":
+            from ..outputs.phasing import PhaseCentre
+
+            self._writer_options["phase_centre"] = PhaseCentre.parse(phase_centre)
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
         if on_write_error not in ON_WRITE_ERROR:
@@ -111,7 +138,7 @@ class UVH5WriterLogic(BlockLogic):
         self.write_error: OutputWriteError | None = None
         self._retry_at = 0.0  # monotonic time of the next attempt while failing
         self._failed_from = 0  # dumps_not_written when the episode began
-        self._writer: UVH5Writer | None = None
+        self._writer: Any = None  # UVH5Writer or MSWriter
         load_time_tables()
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
@@ -142,12 +169,13 @@ class UVH5WriterLogic(BlockLogic):
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
         return []
 
-    def _open(self, time_tag: int) -> UVH5Writer:
+    def _open(self, time_tag: int) -> Any:
         start = frame_start_unix(self.hdr, time_tag)
         if self.filename is None:
             stem = f"{self.prefix}{start:.3f}"
-            names = [f"{stem}.uvh5"] + ([f"{stem}-{n}.uvh5" for n in range(1, 1000)]
-                                        if self.new_name_if_exists else [])
+            names = [f"{stem}{self.suffix}"] + (
+                [f"{stem}-{n}{self.suffix}" for n in range(1, 1000)]
+                if self.new_name_if_exists else [])
         else:  # later files: obs.uvh5 -> obs.1.uvh5 (the suffix stays last: pyuvdata reads it)
             n = len(self.files)
             names = [f"{self.filename.stem}.{n}{self.filename.suffix}" if n
@@ -164,11 +192,12 @@ class UVH5WriterLogic(BlockLogic):
         for i, name in enumerate(names):
             path = self.directory / name
             try:
-                writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"],
-                                    self.nspectra, sample_bits=self.geometry.sample_bits,
-                                    float_visdata=self.float_vis, overwrite=self.overwrite,
-                                    instrument=self.hdr.get("instrument", "xengine_block"),
-                                    history=history)
+                writer = self._writer_class(
+                    path, self.site, self.freqs, self.hdr["chan_bw_hz"], self.nspectra,
+                    sample_bits=self.geometry.sample_bits, float_visdata=self.float_vis,
+                    overwrite=self.overwrite,
+                    instrument=self.hdr.get("instrument", "xengine_block"), history=history,
+                    **self._writer_options)
             except FileExistsError as exc:
                 if i + 1 < len(names):
                     continue

@@ -69,6 +69,7 @@ from .baselines import (
     POLARIZATIONS,
     DumpRows,
     baseline_map,
+    checked_dump,
     count_rows,
     uniform_counts,
     visdata_dtype,
@@ -427,20 +428,7 @@ class UVH5Writer:
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
-        if tri.shape[0] != self.freq_hz.size:
-            raise ValueError(f"dump has {tri.shape[0]} channels, file has {self.freq_hz.size}")
-        valid = np.asarray(valid)
-        valid = valid[None] if valid.ndim == 1 else valid
-        if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
-                or valid.shape[0] not in (1, tri.shape[0])):
-            raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
-                             f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
-        extra = None if flags is None else np.asarray(flags, bool)
-        if extra is not None and (extra.ndim != 2 or extra.shape[1] != tri.shape[1]
-                                  or extra.shape[0] not in (1, tri.shape[0])):
-            raise ValueError(f"flags of shape {extra.shape} for a dump of {tri.shape[0]} "
-                             f"channels x {tri.shape[1]} baselines")
-        extra = extra if extra is not None and extra.any() else None
+        valid, extra = checked_dump(tri, valid, self.freq_hz.size, flags)
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
         # every spectrum there no chunks at all (their fill values); not with flags of its own.
         counts = (uniform_counts(valid) if "flags" in self._deflated
