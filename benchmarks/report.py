@@ -141,13 +141,29 @@ def pipeline_rows(d: dict) -> list[Row]:
     return rows
 
 
+def kept_from(d: dict, fmt: str) -> str:
+    """`` (DATE, load A-B)`` for an entry kept from an earlier run of the benchmark
+    (``--keep-other-formats``), else nothing."""
+    when = get(d, fmt, "measured_utc")
+    if not when:
+        return ""
+    load = get(d, fmt, "load_average_1min") or {}
+    return (f" (measured {str(when)[:10]}, load {num(load.get('start'), 1)}-"
+            f"{num(load.get('end'), 1)})")
+
+
 def reprocess_rows(d: dict) -> list[Row]:
     rows = []
     for fmt in ("guppi", "dada", "mwax", "pcap", "tbf", "tbx", "ovro-lwa"):
         runs = get(d, fmt, "runs") or {}
         cells = [f"{s}: {num(r.get('ratio'))}" for s, r in by_streams(runs)]
         if cells:
-            rows.append((f"`{fmt}`: reprocessing over the bare backend", ", ".join(cells)))
+            rows.append((f"`{fmt}`: reprocessing over the bare backend{kept_from(d, fmt)}",
+                         ", ".join(cells)))
+        cpu = [f"{s}: {num(r.get('cpu_ratio'))}" for s, r in by_streams(runs)
+               if r.get("cpu_ratio") is not None]
+        if cpu:
+            rows.append((f"`{fmt}`: the same in CPU seconds", ", ".join(cpu)))
         replay = [f"{s}: {num(r.get('replay_ratio'))}" for s, r in by_streams(runs)
                   if r.get("replay_ratio") is not None]
         if replay:

@@ -112,7 +112,7 @@ class CorrelatorService:
                                "interface": v["interface"]},
                 cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]},
                 on_write_error="skip",  # a live service stays up: counted, then a new file
-                flagging=cfg.flagging)
+                flagging=cfg.flagging, formats=v["formats"], phase_centre=v["phase_centre"])
             self.display_store: LiveDumps | None = None
             if v["address"] is not None:  # an unguaranteed reader: never holds the chain back
                 self.display_store = LiveDumps(v["history"], counters=self.display_counters)
@@ -250,8 +250,7 @@ class CorrelatorService:
             self.config = config
             if "sync_time" in applied:
                 self.capture.set_sky(sync_time=applied["sync_time"])
-            writer = self.chain.writer
-            if writer is not None:
+            for writer in self.chain.writers:
                 writer.prefix, writer.dumps_per_file = config.prefix, config.dumps_per_file
             changes = ", ".join(f"{KEYS_BY_NAME[k].dotted} = {v} ({KEYS_BY_NAME[k].live})"
                                 for k, v in applied.items())
@@ -297,6 +296,8 @@ class CorrelatorService:
             "chan0": self.config.chan0,
             **(w.writer_counters() if w is not None else dict.fromkeys(WRITER_COUNTERS, 0)),
             "files": [str(f) for f in files],
+            "ms_files": ([str(f) for f in self.chain.ms_writer.files]
+                         if self.chain.ms_writer is not None else []),
             "bytes_written": output_bytes(files),
             "spead": spead.spead_counters() if spead is not None else None,
             "capture": self.collector.capture_counters(),
