@@ -219,6 +219,20 @@ def npu_host_passes_rows(d: dict) -> list[Row]:
             for k, label in names.items() if get(d, "passes", k)]
 
 
+def display_rows(d: dict) -> list[Row]:
+    on, off = d.get("display_on") or {}, d.get("display_off") or {}
+    return [("path", f"S = {d.get('S', DASH)}, {d.get('nchan', DASH)} channels, "
+                     f"{d.get('dumps', DASH)} dumps, backend `{d.get('backend', DASH)}`"),
+            (f"chain with the display and {d.get('clients', DASH)} polling clients over "
+             "without", f"{num(d.get('ratio'))} (>= 0.95: "
+                        f"{'yes' if d.get('meets_0_95') else 'NO'})"),
+            ("each round's ratio", ", ".join(num(r) for r in d.get("ratios") or []) or DASH),
+            ("chain rate without / with, Msps", f"{num(off.get('msps'))} / "
+                                                f"{num(on.get('msps'))}"),
+            ("dumps the display lost / requests answered",
+             f"{on.get('display_lost', DASH)} / {sum((on.get('requests') or {}).values())}")]
+
+
 BENCHMARKS: dict[str, Benchmark] = {
     "bench_correlator": Benchmark(
         "Correlator", "python benchmarks/bench_correlator.py --write-results",
@@ -286,6 +300,17 @@ BENCHMARKS: dict[str, Benchmark] = {
         "(docs/npu.md, \"Expected speed\"). What limits it: memory bandwidth for the copy; "
         "the per-nibble work for the unpack; the scattered writes of the placement.",
         npu_host_passes_rows),
+    "bench_display": Benchmark(
+        "Signal display",
+        "python benchmarks/bench_display.py --repeat 4 --write-results",
+        "The live chain at S = 256 with the signal display on (its block, its server, and "
+        "three clients in another process polling the six requests the page makes each "
+        "second, on the second, as the page does) against the same chain without it, timed in "
+        "alternation. The chain runs several times faster than real time, so every poll "
+        "finds a new dump to answer for (once for the three clients, who ask together), and "
+        "the clients share the cores with the chain: the display's heaviest case. What "
+        "limits it: the server's numpy and JSON work under the GIL the pipeline's Python "
+        "threads share, on cores the chain keeps busy.", display_rows),
 }
 
 
