@@ -283,7 +283,7 @@ def reader_entry(fmt: str, make: Callable[..., tuple[list[Path], Path, int]], si
     after."""
     entry: dict[str, Any] = {k: {} for k in READER_KEYS}
     entry["runs"] = {}
-    for s in args.streams:
+    for s in [s for s in args.streams if s in sizes]:  # the sizes this format has
         files, toml, nspec = make(work, s, sizes)
         run = measure(files, fmt, toml, nspec, work, args.backend, args.repeat)
         entry["runs"][f"S{s}"] = run
@@ -299,7 +299,7 @@ def guppi_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     sizes = QUICK_SIZES if args.quick else GUPPI_SIZES
     entry = reader_entry("guppi", guppi_recording, sizes, work, args)
     entry["speedup_vs_blri"] = {}
-    for s in args.streams:
+    for s in [s for s in args.streams if s in sizes]:
         key = f"S{s}"
         if not args.no_blri and (s <= 64 or args.blri_all):
             # BLRI's file: the first BLRI_BLOCKS blocks, ours timed on it too.
@@ -448,12 +448,56 @@ def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     keys = ("msps", "bare_backend_msps", "ratio", "replay_msps", "replay_ratio")
     entry: dict[str, Any] = {k: {} for k in keys}
     entry["runs"] = {}
-    for s in args.streams:
+    for s in [s for s in args.streams if s in sizes]:
         run = pcap_measure(work, s, sizes, args)
         entry["runs"][f"S{s}"] = run
         for k in keys:
             entry[k][f"S{s}"] = run[k]
     entry["goals"] = {"ratio": 0.8}
+    return entry
+
+
+#: LWA cases (TBF and TBX: 12-channel frames of every stand, time-major as a station writes
+#: them; OVRO-LWA: one dump, ``[time][chan][stand][pol]``), 4+4-bit: S -> (stands, channels,
+#: spectra, spectra per integration). A transient buffer holds a few seconds of a few
+#: channels: 24 channels of 8192 spectra (0.34 s), 101 MB at S = 512, two integrations.
+LWA_SIZES = {64: (32, 96, 16384, 8192), 256: (128, 48, 8192, 4096),
+             512: (256, 24, 8192, 4096)}
+QUICK_LWA_SIZES = {64: (32, 24, 1024, 512), 256: (128, 12, 1024, 512),
+                   512: (256, 12, 512, 256)}
+
+
+def lwa_recording(fmt: str) -> Callable[..., tuple[list[Path], Path, int]]:
+    """A maker of ``fmt`` (tbf, tbx, ovro-lwa) recordings of S streams: (files, array TOML
+    numbering the stands 1..N, integration)."""
+
+    def make(work: Path, nstream: int, sizes: dict) -> tuple[list[Path], Path, int]:
+        from xengine_block.readers.lwa import TBF, TBX, write_frames
+        from xengine_block.readers.ovro_lwa import write_dump
+
+        nstand, nchan, nspec, ninteg = sizes[nstream]
+        rng = np.random.default_rng(nstream)
+        path = work / f"bench_s{nstream}.{fmt}"
+        if fmt == "ovro-lwa":
+            x = rng.integers(-8, 8, (nspec, nchan, nstand, 2, 2), dtype=np.int8)
+            write_dump(path, x, chan0=1000, seq=40_700_000_000_000)
+        else:
+            x = rng.integers(-8, 8, (nspec, nchan // 12, 12, nstand, 2, 2), dtype=np.int8)
+            write_frames(path, TBF if fmt == "tbf" else TBX, x,
+                         chans=[1000 + 12 * b for b in range(nchan // 12)],
+                         time_tag=337_023_871_211_995_136)
+        toml = work / f"array_{fmt}_s{nstream}.toml"
+        array_for(nstand, numbers=list(range(1, nstand + 1))).write_toml(toml)
+        return [path], toml, ninteg
+
+    return make
+
+
+def lwa_entry(fmt: str) -> Callable[[Path, argparse.Namespace], dict[str, Any]]:
+    def entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+        return reader_entry(fmt, lwa_recording(fmt), QUICK_LWA_SIZES if args.quick
+                            else LWA_SIZES, work, args)
+
     return entry
 
 
@@ -463,13 +507,37 @@ FORMATS: dict[str, Callable[[Path, argparse.Namespace], dict[str, Any]]] = {
     "dada": dada_entry,
     "mwax": mwax_entry,
     "pcap": pcap_entry,
+    "tbf": lwa_entry("tbf"),
+    "tbx": lwa_entry("tbx"),
+    "ovro-lwa": lwa_entry("ovro-lwa"),
 }
+
+
+def previous_entries(args: argparse.Namespace, measured: set[str]) -> dict[str, Any]:
+    """The entries of formats not ``measured`` in this machine's results file (empty where
+    there is none), each marked with the date it was measured."""
+    import json
+
+    from xengine_block.bench.machine import results_path
+
+    path = results_path("bench_reprocess", args.results_root, machine_identity())
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    when = old.get("measured_utc")
+    return {k: {**v, "measured_utc": v.get("measured_utc", when)} for k, v in old.items()
+            if k in FORMATS and k not in measured}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--formats", nargs="+", choices=sorted(FORMATS), default=sorted(FORMATS))
-    p.add_argument("--streams", nargs="+", type=int, default=[64, 256], choices=[64, 256])
+    p.add_argument("--streams", nargs="+", type=int, default=[64, 256, 512],
+                   choices=[64, 256, 512], help="S of each format that has it (S = 512: the "
+                   "LWA formats, 256 stands)")
+    p.add_argument("--keep-other-formats", action="store_true",
+                   help="with --write-results and some --formats: keep the results file's "
+                        "entries of the other formats (each entry's ratios are of one run)")
     p.add_argument("--backend", default="auto")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="smaller files (a smoke test)")
@@ -486,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
             result[fmt] = FORMATS[fmt](work, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.keep_other_formats:
+        kept = previous_entries(args, set(args.formats))
+        result.update({k: v for k, v in kept.items() if k not in result})
     emit("bench_reprocess", result, args)
     return 0
 

@@ -143,7 +143,7 @@ def pipeline_rows(d: dict) -> list[Row]:
 
 def reprocess_rows(d: dict) -> list[Row]:
     rows = []
-    for fmt in ("guppi", "dada", "mwax", "pcap"):
+    for fmt in ("guppi", "dada", "mwax", "pcap", "tbf", "tbx", "ovro-lwa"):
         runs = get(d, fmt, "runs") or {}
         cells = [f"{s}: {num(r.get('ratio'))}" for s, r in by_streams(runs)]
         if cells:
@@ -237,7 +237,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "bench_reprocess": Benchmark(
         "Reprocessing", "python benchmarks/bench_reprocess.py --write-results",
         "`xengine reprocess` on recordings in the page cache (GUPPI RAW, PSRDADA, MWAX, our "
-        "pcap) against the bare backend on the same chunks, timed in alternation, and against "
+        "pcap; LWA TBF, TBX and OVRO-LWA dumps, 4+4-bit, at S = 512) against the bare backend "
+        "on the same chunks, timed in alternation, and against "
         "BLRI on its own GUPPI file. What limits it: the UVH5 writer shares the cores with "
         "the backend, so the ratio falls where a dump is cheap to correlate (S = 64, short "
         "integrations); pcap replayed through the capture is limited by the capture's CPU per "

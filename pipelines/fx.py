@@ -33,7 +33,7 @@ from typing import Any
 
 from xengine_block.array import ArrayDescription
 from xengine_block.backends import BackendUnavailable, choose_backend
-from xengine_block.blocks.chain import RUNTIMES, correlator_chain, runtime
+from xengine_block.blocks.chain import RUNTIMES, Flagging, correlator_chain, runtime
 from xengine_block.capture.meerkat import (
     CAPTURE_FORMATS,
     DEFAULT_SPECTRA_PER_HEAP,
@@ -46,9 +46,11 @@ from xengine_block.capture.transports import InprocSource, PcapSource, Source, U
 from xengine_block.console import argtypes as at
 from xengine_block.console.argtypes import UsageError, usage_errors
 from xengine_block.geometry import Geometry
+from xengine_block.health.rfi import parse_rfi
 from xengine_block.runtime.pipeline import PipelineError, frozen_heap
 from xengine_block.service.instances import channel_split
 from xengine_block.service.scaleout import run_scaleout
+from xengine_block.sim.faults import parse_fault, parse_rfi_signal
 from xengine_block.sim.fengine import FEngineSimulator, PointSource, icrs_at_altaz
 from xengine_block.sim.meerkat import FramesToHeaps, MeerkatFEngines
 
@@ -58,6 +60,22 @@ log = logging.getLogger("fx")
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
                     argparse.RawDescriptionHelpFormatter):
     """Defaults shown; the description (the summary and the examples) kept as written."""
+
+
+def _parsed(parse: Any) -> Any:
+    """An argparse type from a parser raising ValueError (one line naming the value)."""
+    def arg(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    arg.__name__ = parse.__name__
+    return arg
+
+
+_fault_arg = _parsed(parse_fault)
+_rfi_signal_arg = _parsed(parse_rfi_signal)
+_rfi_arg = _parsed(lambda text: parse_rfi(text) and text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "visibilities")
     p.add_argument("--out", type=at.output_dir,
                    help="output directory (default: new fx_out/run-*)")
+    p.add_argument("--ms", action="store_true",
+                   help="also write a Measurement Set (NAME.ms beside NAME.uvh5; needs "
+                        "python-casacore, the 'ms' extra), phased to --phase-centre")
+    p.add_argument("--phase-centre", type=at.phase_centre, default="zenith",
+                   help="the Measurement Set's phase centre: 'zenith' (at the first dump) or "
+                        "'RA,DEC' in degrees (ICRS)")
     p.add_argument("--fs-hz", type=at.positive_number, default=40e3,
                    help="spectra per second per channel")
     p.add_argument("--freq0-hz", type=at.positive_number, default=150e6,
@@ -114,6 +138,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "and join their files with 'xengine combine' (0: this process)")
     p.add_argument("--monitor", type=at.nonnegative_number, default=5.0,
                    help="like_top interval (0: off)")
+    p.add_argument("--fault", type=_fault_arg, action="append", default=[],
+                   metavar="KIND:ANT:POL[:START[:STOP]]",
+                   help="inject an input fault (dead, stuck, saturated, decorrelated) into "
+                        "antenna index ANT, pol x or y, from spectrum START to STOP; repeat "
+                        "for more (docs/flagging.md)")
+    p.add_argument("--inject-rfi", type=_rfi_signal_arg, action="append", default=[],
+                   metavar="narrowband:CHAN:AMP[:START:STOP[:PERIOD]]|broadband:START:STOP:AMP",
+                   help="inject RFI every antenna hears, AMP in noise rms: a tone in channel "
+                        "CHAN (in spectra START to STOP, on half of every PERIOD), or a "
+                        "broadband burst; repeat for more")
+    p.add_argument("--flag-inputs", action="store_true",
+                   help="judge every input in every dump and flag the baselines of those "
+                        "judged bad (docs/flagging.md); the summary lists them")
+    p.add_argument("--rfi", type=_rfi_arg, metavar="aoflagger[:STRATEGY.lua]",
+                   help="flag RFI with AOFlagger over a sliding window of dumps")
     p.add_argument("--runtime", choices=RUNTIMES, default="ours",
                    help="pipeline runtime: ours, or real Bifrost (docs/bifrost.md)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -136,6 +175,10 @@ def check_config(a: argparse.Namespace) -> tuple[ArrayDescription, Geometry, Any
     alt, _az = a.source_alt_az
     if not -90.0 <= alt <= 90.0:
         raise UsageError("--source-alt-az", f"ALT must be in [-90, 90] degrees, got {alt:g}")
+    if a.ms:
+        problem = at.measurement_sets_available()
+        if problem:
+            raise UsageError("--ms", problem)
     if a.xengines:
         if a.transport != "udp":
             raise UsageError("--xengines", "runs over UDP only (the instances are processes "
@@ -276,7 +319,8 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
     sky = {"sync_time": sync, "fs_hz": a.fs_hz, "freq0_hz": a.freq0_hz, "chan_bw_hz": chan_bw}
     sim = FEngineSimulator(array, g, **sky, sources=[PointSource.from_skycoord(
                                icrs_at_altaz(array, sync, *a.source_alt_az))],
-                           noise_sigma=a.noise, seed=a.seed, direction_interval=8)
+                           noise_sigma=a.noise, seed=a.seed, direction_interval=8,
+                           faults=a.fault, rfi=a.inject_rfi)
     print(f"fx: {array.nant} antennas ({g.nstream} streams) x {g.nchan} channels, "
           f"{g.sample_bits}-bit samples, {a.format} format, {a.dumps} dumps of "
           f"{nspectra // a.dumps} spectra ({nspectra * g.nstream * g.nchan * 2 / 1e9:.2f} GB "
@@ -330,7 +374,10 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
                                   stop_on_end_heap=a.transport == "udp")
         chain = correlator_chain(capture, directory=out, backend=a.backend, ninteg=a.ninteg,
                                  integration_spectra=a.integration_spectra,
-                                 geometry=None if meerkat else g, runtime_name=a.runtime)
+                                 geometry=None if meerkat else g, runtime_name=a.runtime,
+                                 formats=("uvh5", "ms") if a.ms else ("uvh5",),
+                                 phase_centre=a.phase_centre,
+                                 flagging=Flagging(a.flag_inputs, a.rfi))
         fengine = threading.Thread(target=send_all, name="fengines", daemon=True,
                                    args=(sim, senders, nframe, 4, errors, capture.receiving,
                                          stop))
@@ -366,13 +413,14 @@ def _run(a: argparse.Namespace, array: ArrayDescription, g: Geometry, rt: Any,
         "backend_reason": getattr(chain.xengine.backend, "choice_reason", ""),
         "xengine_msps": round(chain.xengine_msps(), 3),
         "dumps_written": chain.writer.dumps_written,
-        "files": [str(f) for f in chain.writer.files],
+        "files": [str(f) for w in chain.writers for f in w.files],
         "quicklook": [str(f) for f in chain.quicklook.images] if chain.quicklook else [],
         "quicklook_failures": chain.quicklook.failures if chain.quicklook else [],
         "capture": counters,
         "stopped_by": stopped_by,
         "blocks": {b.name: {k: round(v, 3) for k, v in b.perf.items()}
                    for b in pipeline.blocks},
+        **(chain.health.report() if chain.health is not None else {}),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: summary[k] for k in ("elapsed_s", "backend", "xengine_msps",

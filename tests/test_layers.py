@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("", *MODEL)),
     ("runtime", ("runtime",)),
     ("backends", ("backends", "npu")),
-    ("io", ("capture", "readers", "outputs", "sim", "console", "bench")),
+    ("io", ("capture", "readers", "outputs", "sim", "console", "bench", "health")),
     ("blocks", ("blocks", "bifrost")),
     ("reprocess", ("reprocess",)),
     ("service", ("service",)),

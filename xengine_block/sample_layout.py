@@ -366,6 +366,21 @@ class SampleLayout:
                                          self.time_stride))
         return out.reshape(self.nstream, self.nchan, nframe * self.nspectra)
 
+    @property
+    def extremes(self) -> tuple[int, int]:
+        """The quantiser's extremes of a part: -128 and +127 (ci8, and ci16, whose values are
+        int8-range), -8 and +7 (ci4)."""
+        bits = self.sample_bits
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def count_extremes(self, data: np.ndarray, nframe: int | None = None) -> np.ndarray:
+        """int64 ``[S]``: sample parts (re and im each) of ``nframe`` frames (default: all) at
+        the quantiser's :attr:`extremes`, counted with numpy: the independent count the native
+        layout pass is checked against, and the one of backends without a pass that counts."""
+        x = self.natural(data, nframe)
+        lo, hi = self.extremes
+        return ((x == lo) | (x == hi)).sum(axis=(1, 2, 3), dtype=np.int64)
+
     def natural(self, data: np.ndarray, nframe: int | None = None) -> np.ndarray:
         """The samples as ``x[stream, chan, spectrum, reim]`` (int8 for ci8 and ci4, int16
         for ci16), ``nframe * nspectra`` spectra: the plain reading, for tests and fallbacks.

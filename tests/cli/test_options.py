@@ -161,6 +161,14 @@ SUBCOMMAND_CASES = [
     (["correlate", "--quicklook", "maybe"], "--quicklook"),
     (["combine", "{files}/missing.uvh5", "-o", "out"], "inputs"),
     (["combine", "{files}", "-o", "{files}/plain.txt"], "-o/--out"),
+    (["convert", "{files}/missing.uvh5", "-o", "out.ms"], "inputs"),
+    (["convert", "{files}/plain.txt", "-o", "out.ms"], "inputs"),
+    (["convert", "{files}/plain.txt", "-o", "out.txt"], "-o/--out"),
+    (["convert", "{files}/plain.txt", "-o", "{files}/plain.txt"], "-o/--out"),
+    (["convert", "{files}/plain.txt", "-o", "out.ms", "--phase-centre", "north"],
+     "--phase-centre"),
+    (["convert", "{files}/plain.txt", "-o", "out.ms", "--phase-centre", "10,95"],
+     "--phase-centre"),
     (["nosuchcommand"], "command"),
 ]
 

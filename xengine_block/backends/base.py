@@ -67,7 +67,8 @@ class Backend(ABC):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Correlate every spectrum of ``nframe`` frames (default: all ``data`` holds) of
         ``layout`` (:mod:`~xengine_block.sample_layout`: any input layout, any number of
         spectra); return (and fill ``out`` if given) ``[C, nbaseline, 2]`` int32. With
@@ -80,14 +81,28 @@ class Backend(ABC):
         sample_layout.to_packet_frames`, zero-padded to whole packets) followed by
         :meth:`correlate`: exact, not fast. Backends with a layout pass of their own override
         it for those layouts.
+
+        ``extremes`` (int64 ``[S]``, added to): the sample parts at the quantiser's extremes
+        per stream (input health, ``xengine_block.health``); here and in backends without a
+        pass that counts them, a numpy count (:meth:`add_extremes`), an extra read of the
+        samples; the native backend counts them in its layout pass.
         """
         g = self.geometry
         n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
+        self.add_extremes(extremes, data, layout, n)
         if layout == SampleLayout.packet(g):
             frames = as_frames(np.asarray(data).reshape(-1).view(np.int8)[:n * g.frame_bytes], g)
         else:
             frames, _ = to_packet_frames(data, layout, g, n)
         return self.correlate_frames(frames, out, accumulate)
+
+    @staticmethod
+    def add_extremes(extremes: np.ndarray | None, data: np.ndarray, layout: SampleLayout,
+                     nframe: int) -> None:
+        """Add the numpy count of ``nframe`` frames' parts at the extremes to ``extremes``
+        (nothing if None)."""
+        if extremes is not None:
+            extremes += layout.count_extremes(data, nframe)
 
     def layout_spectra(self, data: np.ndarray, layout: SampleLayout, nframe: int | None,
                        out: np.ndarray | None, accumulate: bool) -> int:

@@ -152,12 +152,14 @@ class CpuBackend(Backend):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Any layout: each chunk read from the input straight into the float32 scratch (no
         frames in between); our packet layout keeps the frame path."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        self.add_extremes(extremes, data, layout, nspec // layout.nspectra)
         return self._run(lambda c, k: self._channel_layout(data, layout, nspec, c, k), out,
                          accumulate)
 

@@ -66,12 +66,14 @@ class EmulatorBackend(Backend):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Any layout through the host layout pass into the device's input
         (``blockpairs.fill_inputs_layout``), P packets of spectra per emulated call."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        self.add_extremes(extremes, data, layout, nspec // layout.nspectra)
         g = self.geometry
 
         def submit(t0: int, n: int) -> BlockPairJob:

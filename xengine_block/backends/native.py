@@ -214,15 +214,17 @@ class NativeBackend(Backend):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Any layout in the extension's own layout pass (``kernels/cpu/layout.c``: one pass
         from the input into the tiles, no numpy transpose); our packet layout takes the frame
         paths (:meth:`correlate_frames`), also with its streams anywhere (a pcap recording's
         records: :meth:`SampleLayout.is_packets`), where the generic pass would read the
         samples one by one."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
+        self.add_extremes(extremes, data, layout, n)
         target = self._target(out, accumulate)
         if layout.is_packets(self.geometry):
             buf = np.asarray(data).reshape(-1).view(np.uint8)

@@ -708,14 +708,16 @@ class NpuBackend(Backend, BlockPairExecutor):
 
     def correlate_layout(self, data: np.ndarray, layout: SampleLayout,
                          out: np.ndarray | None = None, nframe: int | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Our packet layout as frames (zero copy where the ring is the NPU's memory); any
         other layout through the host layout pass, written straight into the ring entries'
         input BOs (``blockpairs.fill_inputs_layout``; ``stats["layout_calls"]``), P packets of
         spectra per device call (docs/npu.md: what that pass costs and why)."""
         if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate)
+            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
         nspec = self.layout_spectra(data, layout, nframe, out, accumulate)
+        self.add_extremes(extremes, data, layout, nspec // layout.nspectra)
 
         def submit(t0: int, n: int) -> BlockPairJob:
             self._check_usable()

@@ -9,6 +9,7 @@ a block's failure.
 from ..runtime.pipeline import PipelineError
 from .blocks import (
     CaptureBlock,
+    HealthBlock,
     IntegrateBlock,
     QuicklookBlock,
     SpeadOutputBlock,
@@ -18,6 +19,6 @@ from .blocks import (
 from .correlate_dropin import correlate
 from .runtime import BifrostBlock, Pipeline, as_old_ring, as_ours, as_ring, attach_counters, bf
 
-__all__ = ["BifrostBlock", "CaptureBlock", "IntegrateBlock", "Pipeline", "PipelineError",
-           "QuicklookBlock", "SpeadOutputBlock", "UVH5WriterBlock", "XEngineBlock",
+__all__ = ["BifrostBlock", "CaptureBlock", "HealthBlock", "IntegrateBlock", "Pipeline",
+           "PipelineError", "QuicklookBlock", "SpeadOutputBlock", "UVH5WriterBlock", "XEngineBlock",
            "as_old_ring", "as_ours", "as_ring", "attach_counters", "bf", "correlate"]

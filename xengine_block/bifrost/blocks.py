@@ -12,6 +12,7 @@ import numpy as np
 
 from .._moved import RenamedAttribute
 from ..array import ArrayDescription
+from ..blocks.health import HealthLogic
 from ..blocks.integrate import IntegrateLogic
 from ..blocks.quicklook import QuicklookLogic
 from ..blocks.spead_output import SpeadOutputLogic
@@ -97,6 +98,10 @@ class XEngineBlock(BifrostBlock, XEngineLogic, bfp.MultiTransformBlock):
 
 class IntegrateBlock(BifrostBlock, IntegrateLogic, bfp.MultiTransformBlock):
     __doc__ = IntegrateLogic.__doc__
+
+
+class HealthBlock(BifrostBlock, HealthLogic, bfp.MultiTransformBlock):
+    __doc__ = HealthLogic.__doc__
 
 
 class UVH5WriterBlock(BifrostBlock, UVH5WriterLogic, bfp.MultiTransformBlock):

@@ -11,9 +11,19 @@ from typing import Any
 
 from ..capture.placement import CapturePlan
 from ..geometry import Geometry, max_spectra_int32
+from ..health.inputs import DEFAULT_THRESHOLDS, Thresholds
+from ..health.rfi import LIVE_WINDOW
 from ..runtime.affinity import CoreSpec
 from ..runtime.pipeline import Block
-from . import IntegrateBlock, QuicklookBlock, SpeadOutputBlock, UVH5WriterBlock, XEngineBlock
+from . import (
+    HealthBlock,
+    IntegrateBlock,
+    QuicklookBlock,
+    SpeadOutputBlock,
+    UVH5WriterBlock,
+    XEngineBlock,
+)
+from .writer import FILE_FORMATS
 
 #: Runtimes the chain runs in: this package's own, or real Bifrost (``xengine_block.bifrost``).
 RUNTIMES = ("ours", "bifrost")
@@ -31,6 +41,7 @@ def runtime(name: str = "ours") -> Any:
     from ..runtime.pipeline import Pipeline
     return SimpleNamespace(Pipeline=Pipeline, CaptureBlock=CaptureBlock, XEngineBlock=XEngineBlock,
                            IntegrateBlock=IntegrateBlock, UVH5WriterBlock=UVH5WriterBlock,
+                           HealthBlock=HealthBlock,
                            QuicklookBlock=QuicklookBlock, SpeadOutputBlock=SpeadOutputBlock)
 
 
@@ -50,6 +61,23 @@ def split_integration(integration_spectra: int, frame_spectra: int,
     return best * frame_spectra, nframe // best
 
 
+@dataclass(frozen=True)
+class Flagging:
+    """What the chain flags (``docs/flagging.md``; the service's ``[flagging]`` keys): the
+    inputs judged bad (``inputs``), RFI with AOFlagger (``rfi``: ``aoflagger[:STRATEGY.lua]``,
+    over ``rfi_window`` dumps); ``judge``: judge and report the inputs even without flags."""
+
+    inputs: bool = False
+    rfi: str | None = None
+    rfi_window: int = LIVE_WINDOW
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    judge: bool = False
+
+    @property
+    def on(self) -> bool:
+        return self.inputs or self.rfi is not None or self.judge
+
+
 @dataclass
 class Chain:
     xengine: XEngineBlock
@@ -57,6 +85,15 @@ class Chain:
     writer: UVH5WriterBlock | None
     quicklook: QuicklookBlock | None
     spead: SpeadOutputBlock | None = None
+    health: HealthBlock | None = None
+    #: The Measurement Set writer where the chain writes both formats (``writer`` is then the
+    #: UVH5 one; a chain of Measurement Sets alone has its writer in ``writer``).
+    ms_writer: UVH5WriterBlock | None = None
+
+    @property
+    def writers(self) -> list[UVH5WriterBlock]:
+        """Every file writer of the chain."""
+        return [w for w in (self.writer, self.ms_writer) if w is not None]
 
     def close(self) -> None:
         """After the pipeline has run: end the visibility stream (its stop heap)."""
@@ -89,7 +126,9 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
                      spead: str | None = None,
                      spead_options: dict[str, Any] | None = None,
                      cores: dict[str, CoreSpec] | None = None,
-                     on_write_error: str = "stop") -> Chain:
+                     on_write_error: str = "stop", flagging: Flagging | None = None,
+                     formats: tuple[str, ...] = ("uvh5",),
+                     phase_centre: str = "zenith") -> Chain:
     """Add the blocks after ``capture`` (a block with frames and mask outputs) to the current
     pipeline; returns them so a script can read their counters and output paths.
 
@@ -117,7 +156,15 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
     ``on_write_error``: the UVH5 writer's answer to a dump it cannot write (full disk, quota,
     I/O error): ``"stop"`` the pipeline (a job), or ``"skip"`` it, counted, and write again
     into a new file once that works (a live service; :mod:`~xengine_block.blocks.writer`).
+    ``flagging``: a health block judges every dump's inputs and flags them and RFI
+    (:class:`Flagging`); the UVH5 writer reads its flags with the dumps. Off by default.
+    ``formats``: the files written in ``directory``, ``uvh5`` and/or ``ms`` (Measurement
+    Sets phased to ``phase_centre``: ``zenith`` or ``RA,DEC`` in degrees), a writer block each.
     """
+    unknown_formats = sorted(set(formats) - set(FILE_FORMATS))
+    if unknown_formats or not formats:
+        raise ValueError(f"formats: {unknown_formats or 'none'}; each one of "
+                         f"{', '.join(sorted(FILE_FORMATS))}")
     if directory is None and spead is None:
         raise ValueError("the chain needs an output: a directory for UVH5 files or a SPEAD "
                          "destination")
@@ -133,23 +180,48 @@ def correlator_chain(capture: Block, *, directory: str | Path | None, backend: s
         bits = plan.geometry.sample_bits if plan.geometry is not None else 8
         xspectra, ninteg = split_integration(integration_spectra, plan.frame_spectra,
                                              max_spectra_int32(bits))
+    flag = flagging is not None and flagging.on
     x = rt.XEngineBlock(capture, backend=backend, geometry=geometry,
                         integration_spectra=xspectra or xengine_spectra,
                         backend_options=backend_options, core=cores.get("xengine"),
-                        overlap_capture=isinstance(plan, CapturePlan))
+                        overlap_capture=isinstance(plan, CapturePlan), count_extremes=flag)
     length = ({"ninteg": ninteg} if integration_spectra is None or xspectra
               else {"integration_spectra": integration_spectra})
     integ = rt.IntegrateBlock(x, **length, geometry=geometry, core=cores.get("integrate"))
-    writer = look = out = None
+    writer = look = out = health = None
+    if flag:
+        from ..health.rfi import AOFlaggerRfi, parse_rfi
+
+        rfi = None
+        if flagging.rfi is not None:
+            rfi = AOFlaggerRfi(telescope_name(capture), parse_rfi(flagging.rfi)[1])
+        health = rt.HealthBlock(integ, flag_inputs=flagging.inputs, rfi=rfi,
+                                rfi_window=flagging.rfi_window,
+                                thresholds=flagging.thresholds, xengine=x,
+                                core=cores.get("health"))
+    writers = []
     if directory is not None:
-        writer = rt.UVH5WriterBlock(integ, directory=directory, prefix=prefix,
-                                    dumps_per_file=dumps_per_file, overwrite=overwrite,
-                                    new_name_if_exists=new_name_if_exists,
-                                    filename=filename, channels=channels,
-                                    on_write_error=on_write_error, core=cores.get("writer"))
+        for fmt in formats:
+            name = filename
+            if filename is not None and fmt != formats[0]:
+                name = Path(filename).with_suffix(FILE_FORMATS[fmt])
+            writers.append(rt.UVH5WriterBlock(
+                integ, flags=health, directory=directory, prefix=prefix,
+                dumps_per_file=dumps_per_file, overwrite=overwrite,
+                new_name_if_exists=new_name_if_exists, filename=name, channels=channels,
+                on_write_error=on_write_error, file_format=fmt, phase_centre=phase_centre,
+                core=cores.get("ms_writer" if writers else "writer")))
+        writer = writers[0] if writers else None
         look = (rt.QuicklookBlock(integ.orings[0], directory=directory,
                                   core=cores.get("quicklook")) if quicklook else None)
     if spead is not None:
         out = rt.SpeadOutputBlock(integ, destination=spead, **(spead_options or {}),
                                   core=cores.get("spead"))
-    return Chain(x, integ, writer, look, out)
+    return Chain(x, integ, writer, look, out, health,
+                 writers[1] if len(writers) > 1 else None)
+
+
+def telescope_name(capture: Block) -> str:
+    """The telescope of a capture's array (AOFlagger's strategy), or "" if it has none."""
+    array = getattr(capture, "array", None)
+    return getattr(array, "telescope_name", "") or ""

@@ -11,6 +11,8 @@ the dump is a failed write (EEXIST) like any other below, and the next try has a
 ``channels`` writes a subset of the channels (indices into the sequence's channels).
 Each dump is one append + flush, so the file is valid after every dump (also after SIGKILL).
 Dumps lost to an unguaranteed reader are written as no data (zeros, flagged, nsamples 0).
+With a ``flags`` input (:mod:`~xengine_block.blocks.health`), read in lockstep with the dumps,
+each dump's flags are written besides those of its missing data (nsamples as they are).
 
 A dump that cannot be written (a full disk, a quota, an I/O error, a new file or the output
 directory that cannot be created: any :class:`~xengine_block.outputs.errors.OutputWriteError`)
@@ -71,19 +73,54 @@ WRITER_COUNTERS: dict[str, str] = {
 }
 
 
+#: Visibility file formats a writer block writes: name -> file suffix.
+FILE_FORMATS = {"uvh5": ".uvh5", "ms": ".ms"}
+
+
+def _writer_class(file_format: str) -> type:
+    """The writer of a format (the Measurement Set's imported only when asked for: it needs
+    python-casacore, the ``ms`` extra)."""
+    if file_format == "ms":
+        from ..outputs.ms import MSWriter
+
+        return MSWriter
+    return UVH5Writer
+
+
 class UVH5WriterLogic(BlockLogic):
     """Sink of (visibilities, valid counts) writing UVH5 files into ``directory`` (made, if
     missing, as each file is opened); ``on_write_error`` and ``retry_s``: what a dump that
-    cannot be written does (module docstring)."""
+    cannot be written does (module docstring). ``file_format="ms"`` writes Measurement Sets
+    instead (``NAME.ms``, :mod:`~xengine_block.outputs.ms`), phased to ``phase_centre``
+    (``zenith`` or ``RA,DEC`` in degrees)."""
 
     def __init__(self, vis: Block | Ring, valid: Block | Ring | None = None, *,
+                 flags: Block | Ring | None = None,
                  directory: str | Path, prefix: str = "xengine_", dumps_per_file: int | None = None,
                  overwrite: bool = False, new_name_if_exists: bool = False,
                  filename: str | Path | None = None,
                  channels: list[int] | None = None, on_write_error: str = "stop",
-                 retry_s: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(paired_inputs(vis, valid, optional=True), gulp_nframe=1, **kwargs)
+                 retry_s: float = 1.0, file_format: str = "uvh5",
+                 phase_centre: str = "zenith", **kwargs: Any) -> None:
+        inputs = paired_inputs(vis, valid, optional=True)
+        if flags is not None:
+            if len(inputs) < 2:
+                raise ValueError("flags need the valid counts input too")
+            inputs.append(flags.orings[0] if hasattr(flags, "orings") else flags)
+        super().__init__(inputs, gulp_nframe=1, **kwargs)
+        #: Whether a flags input (``blocks.health``) is read in lockstep with the dumps.
+        self.has_flags = flags is not None
         self.orings = []
+        if file_format not in FILE_FORMATS:
+            raise ValueError(f"file_format must be one of {sorted(FILE_FORMATS)}, "
+                             f"got {file_format!r}")
+        self.file_format, self.suffix = file_format, FILE_FORMATS[file_format]
+        self._writer_class = _writer_class(file_format)  # ImportError now, not at a dump
+        self._writer_options: dict[str, Any] = {}
+        if file_format == "ms":
+            from ..outputs.phasing import PhaseCentre
+
+            self._writer_options["phase_centre"] = PhaseCentre.parse(phase_centre)
         if dumps_per_file is not None and dumps_per_file < 1:
             raise ValueError(f"dumps_per_file must be >= 1, got {dumps_per_file}")
         if on_write_error not in ON_WRITE_ERROR:
@@ -101,7 +138,7 @@ class UVH5WriterLogic(BlockLogic):
         self.write_error: OutputWriteError | None = None
         self._retry_at = 0.0  # monotonic time of the next attempt while failing
         self._failed_from = 0  # dumps_not_written when the episode began
-        self._writer: UVH5Writer | None = None
+        self._writer: Any = None  # UVH5Writer or MSWriter
         load_time_tables()
 
     def on_sequence(self, iseqs: list) -> list[dict[str, Any]]:
@@ -132,18 +169,22 @@ class UVH5WriterLogic(BlockLogic):
     def define_output_nframes(self, input_nframes: list[int]) -> list[int]:
         return []
 
-    def _open(self, time_tag: int) -> UVH5Writer:
+    def _open(self, time_tag: int) -> Any:
         start = frame_start_unix(self.hdr, time_tag)
         if self.filename is None:
             stem = f"{self.prefix}{start:.3f}"
-            names = [f"{stem}.uvh5"] + ([f"{stem}-{n}.uvh5" for n in range(1, 1000)]
-                                        if self.new_name_if_exists else [])
+            names = [f"{stem}{self.suffix}"] + (
+                [f"{stem}-{n}{self.suffix}" for n in range(1, 1000)]
+                if self.new_name_if_exists else [])
         else:  # later files: obs.uvh5 -> obs.1.uvh5 (the suffix stays last: pyuvdata reads it)
             n = len(self.files)
             names = [f"{self.filename.stem}.{n}{self.filename.suffix}" if n
                      else self.filename.name]
         history = (f"xengine_block: backend {self.hdr.get('xengine_backend')}, "
                    f"{self.nspectra} spectra per dump, sequence {self.hdr.get('name')}")
+        if self.has_flags:
+            history += ("; flags from input health and RFI (docs/flagging.md): the inputs "
+                        "flagged and why are in the log and the metrics")
         try:  # for every file: a directory that cannot be made yet is a failed write too
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -151,11 +192,12 @@ class UVH5WriterLogic(BlockLogic):
         for i, name in enumerate(names):
             path = self.directory / name
             try:
-                writer = UVH5Writer(path, self.site, self.freqs, self.hdr["chan_bw_hz"],
-                                    self.nspectra, sample_bits=self.geometry.sample_bits,
-                                    float_visdata=self.float_vis, overwrite=self.overwrite,
-                                    instrument=self.hdr.get("instrument", "xengine_block"),
-                                    history=history)
+                writer = self._writer_class(
+                    path, self.site, self.freqs, self.hdr["chan_bw_hz"], self.nspectra,
+                    sample_bits=self.geometry.sample_bits, float_visdata=self.float_vis,
+                    overwrite=self.overwrite,
+                    instrument=self.hdr.get("instrument", "xengine_block"), history=history,
+                    **self._writer_options)
             except FileExistsError as exc:
                 if i + 1 < len(names):
                     continue
@@ -190,8 +232,11 @@ class UVH5WriterLogic(BlockLogic):
             time_tag = self.t0 + f * self.nspectra
             vis = self._triangle(vis_in[f - ispans[0].frame_offset])
             valid = self._valid(ispans, f)
+            flags = (self.array(ispans[2])[f - ispans[2].frame_offset].view(bool)
+                     if self.has_flags else None)
             if not self.guarantee:  # copy, then check the writer did not come back meanwhile
                 vis, valid = vis.copy(), valid.copy()
+                flags = None if flags is None else flags.copy()
                 if self.overwritten(ispans):
                     vis, valid = np.zeros_like(vis), np.zeros_like(valid)
                     self.lost_frames += 1
@@ -201,7 +246,8 @@ class UVH5WriterLogic(BlockLogic):
             if self.channels is not None:
                 vis = vis[self.channels]
                 valid = valid[self.channels] if valid.shape[0] > 1 else valid
-            self._write(vis, valid, time_tag)
+                flags = None if flags is None else flags[self.channels]
+            self._write(vis, valid, time_tag, flags)
         return []
 
     def on_skip(self, lost: list[slice], ospans: list) -> list[int]:
@@ -216,9 +262,10 @@ class UVH5WriterLogic(BlockLogic):
             self.nodata_outputs += 1
         return []
 
-    def _write(self, vis: np.ndarray, valid: np.ndarray, time_tag: int) -> None:
-        """Append one dump, into a new file if none is open; a write that fails is
-        ``on_write_error``'s (module docstring)."""
+    def _write(self, vis: np.ndarray, valid: np.ndarray, time_tag: int,
+               flags: np.ndarray | None = None) -> None:
+        """Append one dump (``flags``: besides missing data, ``[C, nbl]``), into a new file if
+        none is open; a write that fails is ``on_write_error``'s (module docstring)."""
         if self.write_error is not None and time.monotonic() < self._retry_at:
             self.dumps_not_written += 1  # failing: not yet time to try again
             return
@@ -226,7 +273,7 @@ class UVH5WriterLogic(BlockLogic):
             if self._writer is None:
                 self._writer = self._open(time_tag)
             self._writer.append(vis, valid, self.nspectra, frame_start_unix(self.hdr, time_tag),
-                                self.nspectra / self.hdr["fs_hz"])
+                                self.nspectra / self.hdr["fs_hz"], flags=flags)
         except OutputWriteError as exc:
             self._failed(exc)
             self.dumps_not_written += 1

@@ -27,9 +27,11 @@ span is left to write it to: it is counted in ``dropped_partial`` and logged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
+import threading
 from typing import Any
 
 import numpy as np
@@ -117,8 +119,15 @@ class XEngineLogic(BlockLogic):
                  backend: str = "auto", geometry: Geometry | None = None,
                  integration_spectra: int | None = None,
                  backend_options: dict[str, Any] | None = None, overlap_capture: bool = False,
-                 **kwargs: Any) -> None:
+                 count_extremes: bool = False, **kwargs: Any) -> None:
         super().__init__(paired_inputs(data, mask, optional=True), **kwargs)
+        #: Count each stream's sample parts at the quantiser's extremes as the backend reads
+        #: them (input health): per integration, by its first spectrum, until a health block
+        #: takes them (:meth:`take_extremes`). They travel beside the rings, not in them: a
+        #: count per stream and integration, read by the block judging the dumps.
+        self.count_extremes = count_extremes
+        self._extremes: dict[int, np.ndarray] = {}
+        self._extremes_lock = threading.Lock()
         if len(self.irings) == 1:  # no mask input: still two outputs
             self.orings = [self.create_ring(space=self.irings[0].space) for _ in range(2)]
         if integration_spectra is not None and (
@@ -299,7 +308,8 @@ class XEngineLogic(BlockLogic):
         data = self.array(ispans[0])[fa - d0:fb - d0]
         counts = self._counts(ispans, fa, fb)
         ka, kb = self.clock.frames(k)
-        correlate = self.backend.correlate_layout
+        correlate = functools.partial(self.backend.correlate_layout,
+                                      extremes=self._extremes_of(k))
         if self._open != k and (fa, fb) == (ka, kb):
             slot = self._slot(k, base, outs)
             correlate(data, self.layout, out=outs[0][slot], nframe=fb - fa)
@@ -315,6 +325,24 @@ class XEngineLogic(BlockLogic):
             self._open = k
         if fb == kb:
             self._emit(outs, base)
+
+    def _extremes_of(self, k: int) -> np.ndarray | None:
+        """Integration ``k``'s extremes counts (made on first use), or None if not counting."""
+        if not self.count_extremes:
+            return None
+        tag = self.clock.start_tag + k * self.clock.integration_spectra
+        with self._extremes_lock:
+            return self._extremes.setdefault(tag, np.zeros(self.geometry.nstream, np.int64))
+
+    def take_extremes(self, t0: int, t1: int) -> np.ndarray | None:
+        """The extremes counts ``[S]`` of the integrations starting in spectra ``[t0, t1)``,
+        summed and forgotten (with those of any earlier one); None if none was counted."""
+        with self._extremes_lock:
+            tags = [t for t in self._extremes if t < t1]
+            counts = [self._extremes.pop(t) for t in tags if t >= t0]
+            for t in tags:
+                self._extremes.pop(t, None)
+        return np.sum(counts, axis=0) if counts else None
 
     def _slot(self, k: int, base: int, outs: tuple) -> int:
         slot = k - base

@@ -4,13 +4,15 @@ files again, locally or on a dask cluster."""
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 
 from ..array import ArrayError
 from ..console import argtypes
+from ..health.rfi import parse_rfi
 from ..readers import ALL_FORMATS
 from ..reprocess.jobs import ReprocessOptions, parse_channels, plan_tasks, reprocess
-from ..reprocess.tasks import summarise
+from ..reprocess.tasks import summarise, summary_json
 from . import command
 
 
@@ -22,6 +24,16 @@ def _channels_arg(text: str) -> tuple[int, ...] | None:
     if chans and min(chans) < 0:
         raise argparse.ArgumentTypeError(f"channels {text!r}: indices must be >= 0")
     return chans
+
+
+def _rfi_arg(text: str) -> str:
+    from ..health.rfi import parse_rfi
+
+    try:
+        parse_rfi(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _scheduler_arg(text: str) -> str:
@@ -49,7 +61,8 @@ def _array_arg(text: str) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", type=argtypes.input_file,
                    help="recordings: pcap files (with .json sidecars), GUPPI RAW files or "
-                        ".NNNN.raw sequences, PSRDADA files, VDIF files, MWAX .sub files")
+                        ".NNNN.raw sequences, PSRDADA files, VDIF files, MWAX .sub files, LWA "
+                        "TBF/TBX files, OVRO-LWA voltage buffer dumps")
     p.add_argument("-o", "--out", type=argtypes.output_dir, required=True,
                    help="output directory")
     p.add_argument("--format", choices=("auto", *ALL_FORMATS), default="auto",
@@ -58,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="antenna positions: an array TOML, a telescope-info YAML/TOML "
                         "(BLRI/COSMIC telinfo) or an MWA metafits (OBSID_metafits.fits: "
                         "TileName names, tile ids, flags); antennas matched to the recording "
-                        "by name, or by number (MWA tile id) (needed for multi-antenna "
-                        "recordings)")
+                        "by name, or by number (MWA tile id, LWA stand) (needed for "
+                        "multi-antenna recordings but LWA-SV's and LWA-NA's, whose stands LSL "
+                        "knows)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--integration-spectra", type=argtypes.positive_int,
                         help="spectra per integration: any whole number (pcap: a multiple of "
@@ -96,6 +110,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write damaged recordings (lost or mangled packets or blocks, garbage, "
                         "cut files, lying headers) and count them as done; their line still "
                         "says what is wrong")
+    p.add_argument("--flag-inputs", action="store_true",
+                   help="judge every input (antenna x pol) in every dump from its power, "
+                        "bandpass, saturated samples and correlation, and flag every baseline "
+                        "of an input judged bad (dead, stuck, saturated, low_power, high_power, "
+                        "decorrelated) in that dump; nsamples kept (docs/flagging.md)")
+    p.add_argument("--rfi", type=_rfi_arg, metavar="aoflagger[:STRATEGY.lua]",
+                   help="flag RFI with AOFlagger over each file's time span: the telescope's "
+                        "strategy where AOFlagger has one, else its generic one, or the Lua "
+                        "file given (docs/flagging.md)")
     cluster = p.add_mutually_exclusive_group()
     cluster.add_argument("--workers", type=argtypes.positive_int,
                          help="start a LocalCluster of N worker processes")
@@ -113,7 +136,8 @@ def run(a: argparse.Namespace) -> int:
                                integration_spectra=a.integration_spectra,
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
                                freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s,
-                               in_place=not a.replay, freeze_gc=True)
+                               in_place=not a.replay, freeze_gc=True,
+                               flag_inputs=a.flag_inputs, rfi=a.rfi)
     try:
         plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:
@@ -125,5 +149,13 @@ def run(a: argparse.Namespace) -> int:
         except OSError as exc:
             raise argtypes.UsageError("--scheduler", f"cannot reach {a.scheduler}: "
                                                      f"{exc.strerror or exc}") from None
+    if a.rfi is not None:  # AOFlagger missing: said now, before any file is read
+        from ..health.rfi import AOFlaggerRfi, RfiUnavailable
+
+        try:
+            AOFlaggerRfi(strategy=parse_rfi(a.rfi)[1])
+        except RfiUnavailable as exc:
+            raise argtypes.UsageError("--rfi", str(exc)) from None
     results = reprocess(a.inputs, a.out, options, scheduler=a.scheduler, workers=a.workers)
+    (a.out / "summary.json").write_text(json.dumps(summary_json(results), indent=2) + "\n")
     return 0 if summarise(results) else 1

@@ -265,6 +265,26 @@ def backend_name(text: str) -> str:
     return text
 
 
+def phase_centre(text: str) -> str:
+    """``zenith`` or ``RA,DEC`` (degrees, ICRS): a Measurement Set's phase centre."""
+    from ..outputs.phasing import PhaseCentre
+
+    try:
+        return str(PhaseCentre.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def measurement_sets_available() -> str | None:
+    """Why Measurement Sets cannot be written here (python-casacore missing), or None."""
+    try:
+        import casacore.tables  # noqa: F401
+    except ImportError as exc:
+        return (f"writing Measurement Sets needs python-casacore ({exc}): pip install "
+                "'xengine_block[ms]'")
+    return None
+
+
 def geometry(options: Mapping[str, str], **fields: int) -> Geometry:
     """A Geometry from command-line values; a GeometryError becomes a UsageError naming the
     option of the field at fault (``options`` maps field -> option, e.g. nchan -> --nchan)."""

@@ -103,6 +103,12 @@ class DumpRows:
                             self.flags, self.nsamples)
 
 
+    def add_flags(self, flags: np.ndarray) -> None:
+        """Flag besides the missing data (after :meth:`fill` with counts): ``flags [C or 1,
+        nbaseline]`` bool in the triangle's order; ``nsamples`` stays as it is."""
+        self.flags |= np.moveaxis(flags[:, self.index], 0, 1)
+
+
 def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
     """int32 compound while no integration of ``max_spectra`` spectra of ``sample_bits``-bit
     samples can overflow (the geometry's bound: 65,535 spectra for ci8, 16,777,215 for ci4),
@@ -130,3 +136,24 @@ def uniform_counts(valid: np.ndarray) -> np.ndarray | None:
     if valid.strides[1] == 0 or (valid == first[:, None]).all():
         return first.copy()
     return None
+
+
+def checked_dump(tri: np.ndarray, valid: np.ndarray, nfreq: int,
+                 flags: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``valid`` as ``[C or 1, nbaseline]`` for a dump ``tri [C, nbaseline, 2]`` of a file
+    of ``nfreq`` channels, and the extra ``flags`` (bool, same shape rule) or None where none
+    is set; ValueError naming the mismatch (every writer's ``append``)."""
+    if tri.shape[0] != nfreq:
+        raise ValueError(f"dump has {tri.shape[0]} channels, file has {nfreq}")
+    valid = np.asarray(valid)
+    valid = valid[None] if valid.ndim == 1 else valid
+    if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
+            or valid.shape[0] not in (1, tri.shape[0])):
+        raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
+                         f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+    extra = None if flags is None else np.asarray(flags, bool)
+    if extra is not None and (extra.ndim != 2 or extra.shape[1] != tri.shape[1]
+                              or extra.shape[0] not in (1, tri.shape[0])):
+        raise ValueError(f"flags of shape {extra.shape} for a dump of {tri.shape[0]} "
+                         f"channels x {tri.shape[1]} baselines")
+    return valid, (extra if extra is not None and extra.any() else None)

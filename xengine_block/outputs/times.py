@@ -11,15 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def offline_iers() -> None:
+    """astropy without IERS downloads (docs/design.md, LST offline): its bundled tables, and
+    extrapolation past their end, wherever a time is turned into an Earth angle (LST, apparent
+    coordinates, UVW)."""
+    from astropy.utils import iers
+
+    iers.conf.auto_download = False
+    iers.conf.auto_max_age = None
+
+
 def _lst_rad(jd: float, lat_deg: float, lon_deg: float, alt_m: float) -> float:
     """Apparent local sidereal time (radians) without touching the network."""
     from astropy import units as u
     from astropy.coordinates import EarthLocation
     from astropy.time import Time
-    from astropy.utils import iers
 
-    iers.conf.auto_download = False
-    iers.conf.auto_max_age = None
+    offline_iers()
     loc = EarthLocation.from_geodetic(lon_deg * u.deg, lat_deg * u.deg, alt_m * u.m)
     return float(Time(jd, format="jd", location=loc).sidereal_time("apparent").rad)
 
@@ -77,3 +85,9 @@ def load_time_tables() -> None:
 
 def unix_to_jd(unix: float) -> float:
     return unix / 86400.0 + 2440587.5
+
+
+def unix_to_mjd_seconds(unix: float) -> float:
+    """Unix seconds as a Measurement Set's TIME: MJD seconds, UTC (from the Unix time itself:
+    a JD in float64 is good to 40 us only)."""
+    return unix + 40587 * 86400.0

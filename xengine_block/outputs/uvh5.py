@@ -69,6 +69,7 @@ from .baselines import (
     POLARIZATIONS,
     DumpRows,
     baseline_map,
+    checked_dump,
     count_rows,
     uniform_counts,
     visdata_dtype,
@@ -410,13 +411,16 @@ class UVH5Writer:
 
     # ------------------------------------------------------------------ appends
     def append(self, tri: np.ndarray, valid: np.ndarray, nspectra: int, t_start_unix: float,
-               duration_s: float) -> None:
+               duration_s: float, flags: np.ndarray | None = None) -> None:
         """Append one dump; on disk when this returns, or :class:`OutputWriteError` is raised.
 
         tri : packed triangle ``[C, nbaseline, 2]`` (integers).
         valid : valid spectra per baseline, ``[C, nbaseline]`` or ``[1, nbaseline]``.
         nspectra : spectra integrated per baseline when nothing is missing.
         t_start_unix, duration_s : the dump's start time and length.
+        flags : bool ``[C or 1, nbaseline]``, visibilities to flag besides those without
+            spectra (bad inputs, RFI: ``xengine_block.health``); their data and ``nsamples``
+            are kept as they are, only ``flag_array`` says so.
         """
         if self.error is not None:
             err = OutputWriteError.caused_by(self.error, self.path, self.ndump or None)
@@ -424,23 +428,18 @@ class UVH5Writer:
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
-        if tri.shape[0] != self.freq_hz.size:
-            raise ValueError(f"dump has {tri.shape[0]} channels, file has {self.freq_hz.size}")
-        valid = np.asarray(valid)
-        valid = valid[None] if valid.ndim == 1 else valid
-        if (valid.ndim != 2 or valid.shape[1] != tri.shape[1]
-                or valid.shape[0] not in (1, tri.shape[0])):
-            raise ValueError(f"valid counts of shape {valid.shape} for a dump of "
-                             f"{tri.shape[0]} channels x {tri.shape[1]} baselines")
+        valid, extra = checked_dump(tri, valid, self.freq_hz.size, flags)
         # Counts the same on every baseline: flags and nsamples are repeated chunks, or with
-        # every spectrum there no chunks at all (their fill values).
+        # every spectrum there no chunks at all (their fill values); not with flags of its own.
         counts = (uniform_counts(valid) if "flags" in self._deflated
-                  and self._flag_bls is None else None)
+                  and self._flag_bls is None and extra is None else None)
         filled = {*self._constant, *(FULL_COUNTS if counts is not None
                                      and (counts == nspectra).all() else ())}
         self._rows.fill(tri, valid, nspectra, counts=counts is None)
         if self._flag_bls is not None:  # flagged antennas: flags set, data and counts kept
             self._rows.flags[self._flag_bls] = True
+        if extra is not None:
+            self._rows.add_flags(extra)
         jd = unix_to_jd(t_start_unix + duration_s / 2)
         lst = self._lst(jd)
         n0, n1 = self.ndump * b.nbls, (self.ndump + 1) * b.nbls

@@ -1,8 +1,8 @@
 """Readers of the observatories' recorded channelised voltages: GUPPI RAW (single- and
-multi-antenna), PSRDADA, VDIF and MWAX subfiles; one module per format, :mod:`.base` for what
-they share. A reader describes a recording's raw samples in place (memory maps and
-:class:`~xengine_block.sample_layout.SampleLayout` s, never decoding); ``docs/reprocess.md``
-says which reader does what and why.
+multi-antenna), PSRDADA, VDIF, MWAX subfiles, LWA TBF/TBX and OVRO-LWA voltage dumps; one
+module per format, :mod:`.base` for what they share. A reader describes a recording's raw
+samples in place (memory maps and :class:`~xengine_block.sample_layout.SampleLayout` s, never
+decoding); ``docs/reprocess.md`` says which reader does what and why.
 
 ``FORMATS`` maps a format name to its reader; :func:`detect_format` recognises a file from its
 first bytes; :func:`group_recordings` says which input files form one recording.
@@ -22,12 +22,16 @@ FORMATS: dict[str, str] = {
     "guppi": "xengine_block.readers.guppi:GuppiRecording",
     "mwax": "xengine_block.readers.mwax:MwaxRecording",
     "dada": "xengine_block.readers.dada:DadaRecording",
+    "tbf": "xengine_block.readers.lwa:TbfRecording",
+    "tbx": "xengine_block.readers.lwa:TbxRecording",
+    "ovro-lwa": "xengine_block.readers.ovro_lwa:OvroLwaRecording",
     "vdif": "xengine_block.readers.vdif:VdifRecording",
 }
 #: Formats ``xengine reprocess --format`` takes: ours (pcap with a sidecar) and the readers'.
 ALL_FORMATS = ("pcap", *FORMATS)
 #: Formats by file name suffix, for files whose first bytes match none (a damaged start).
-SUFFIXES = {".pcap": "pcap", ".raw": "guppi", ".dada": "dada", ".vdif": "vdif", ".sub": "mwax"}
+SUFFIXES = {".pcap": "pcap", ".raw": "guppi", ".dada": "dada", ".vdif": "vdif", ".sub": "mwax",
+            ".tbf": "tbf", ".tbx": "tbx"}
 #: The first bytes :func:`detect_format` looks at.
 HEAD_BYTES = 1 << 16
 _PCAP_MAGIC = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")

@@ -201,6 +201,8 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
         name, lat, lon, alt = site
         ant = (meta.antenna_names or (name,))[0]
         return ArrayDescription(name, lat, lon, alt, [ant], [0], [[0.0, 0.0, 0.0]]), [0]
+    if meta.antenna_names is None and meta.antenna_numbers is not None:
+        return _match_numbers(meta.antenna_numbers, array, where)
     if meta.antenna_names is None:
         if array.nant != meta.nant:
             raise RecordingError(f"{where}the recording names none of its {meta.nant} "
@@ -224,6 +226,22 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
     index = {n: i for i, n in enumerate(recorded)}
     keep = [i for i, n in enumerate(listed) if n in index]
     return array.select(keep), [index[listed[i]] for i in keep]
+
+
+def _match_numbers(numbers: Sequence[int], array: ArrayDescription,
+                   where: str) -> tuple[ArrayDescription, list[int]]:
+    """:func:`match_antennas` for a recording that numbers its antennas but names none (LWA
+    stands): the array file's antennas of those numbers, in the array file's order."""
+    index = {n: i for i, n in enumerate(numbers)}
+    have = set(array.antenna_numbers)
+    missing = [n for n in numbers if n not in have]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise RecordingError(f"{where}--array lacks recorded antenna number(s) "
+                             f"{', '.join(map(str, missing[:5]))}{more} (the recording's "
+                             f"stand numbers)")
+    keep = [i for i, n in enumerate(array.antenna_numbers) if n in index]
+    return array.select(keep), [index[array.antenna_numbers[i]] for i in keep]
 
 
 def _names(meta: RecordingMeta) -> str:

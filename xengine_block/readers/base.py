@@ -26,11 +26,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..sample_layout import SampleLayout
+
+if TYPE_CHECKING:
+    from ..array import ArrayDescription
 
 #: Damage counters, declared once: name -> what it counts.
 DAMAGE: dict[str, str] = {
@@ -82,8 +85,9 @@ class RecordingMeta:
     conjugate of the sky's phase (``docs/reprocess.md``; the UVH5 writer conjugates for it).
     ``antenna_names``: per antenna of the file, in file order; None when the file names none
     (antennas are then matched to an array file by position). ``antenna_numbers``: the
-    observatory's numbers of the same antennas where the file gives them (MWAX: tile ids),
-    matched to an array file's numbers where its names do not match.
+    observatory's numbers of the same antennas where the file gives them (MWAX: tile ids, LWA:
+    stand numbers), matched to an array file's numbers where its names do not match (or the
+    file names none).
     """
 
     format: str
@@ -99,6 +103,9 @@ class RecordingMeta:
     chan0: int = 0  # first channel's index in the full F-engine band, where the file says
     source: str = ""
     antenna_numbers: tuple[int, ...] | None = None
+    #: Each channel's centre frequency where channels are not one even run from ``freq0_hz``
+    #: (an LWA TBF file's two tunings far apart); None: ``freq0_hz + chan_bw_hz * i``.
+    channel_freqs_hz: tuple[float, ...] | None = None
 
     @property
     def nstream(self) -> int:
@@ -110,6 +117,8 @@ class RecordingMeta:
 
     @property
     def freqs_hz(self) -> np.ndarray:
+        if self.channel_freqs_hz is not None:
+            return np.array(self.channel_freqs_hz, np.float64)
         return self.freq0_hz + self.chan_bw_hz * np.arange(self.nchan)
 
 
@@ -210,6 +219,12 @@ class Recording:
     def sniff(cls, head: bytes, path: Path) -> bool:
         """Whether a file starting with ``head`` (its first 64 KiB) is of this format."""
         raise NotImplementedError
+
+    def array(self) -> ArrayDescription | None:
+        """Where the antennas are when no array file is given: the telescope's own
+        definition where the reader knows one (LWA stations from LSL), else None (then an
+        array file is required, :func:`~xengine_block.readers.arrays.match_antennas`)."""
+        return None
 
     @classmethod
     def group(cls, paths: Sequence[Path]) -> list[list[Path]]:

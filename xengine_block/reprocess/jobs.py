@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..health.inputs import Thresholds
 from ..runtime.pipeline import frozen_heap
 from .tasks import Task, run_tasks
 
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
     from ..capture.recording import RecordingInfo
     from ..geometry import Geometry
+    from ..health.monitor import HealthMonitor
+    from ..health.rfi import AOFlaggerRfi
     from ..outputs.site import SiteInfo
     from ..readers.base import RecordingMeta
     from .recording_correlator import RecordingCorrelator
@@ -78,6 +81,19 @@ class ReprocessOptions:
     #: garbage collector frozen while it runs): the choice of the program that owns the process
     #: (``xengine reprocess`` turns it on), not of the library.
     freeze_gc: bool = False
+    #: Judge every input in every dump and flag the baselines of those judged bad
+    #: (:mod:`xengine_block.health`; ``--flag-inputs``).
+    flag_inputs: bool = False
+    #: ``aoflagger`` or ``aoflagger:STRATEGY.lua``: RFI flags over each file's time span
+    #: (``--rfi``); None: none.
+    rfi: str | None = None
+    #: When an input is judged bad (``xengine_block.health.inputs.Thresholds``; None: the
+    #: defaults).
+    thresholds: Thresholds | None = None
+
+    @property
+    def flagging(self) -> bool:
+        return self.flag_inputs or self.rfi is not None
 
     def channel_indices(self, nchan: int) -> np.ndarray:
         """The recording channels to write (``channels``, or all ``nchan``), unchecked: each
@@ -154,6 +170,10 @@ def reprocess_file(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     done = reprocess_in_place(task, options, info, g, ninteg) if options.in_place else None
     if done is not None:
         return done
+    if options.flagging:
+        raise ValueError(f"{task.input}: --flag-inputs and --rfi flag recordings read in place; "
+                         f"this one goes through the capture (damaged, or --replay), which "
+                         f"does not flag")
     # The damage scan walks the file on its own thread (compiled, without the GIL) while the
     # pipeline captures it: it was a serial tenth of the run.
     with ThreadPoolExecutor(1, thread_name_prefix="pcap-scan") as scanner:
@@ -222,11 +242,14 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
         return None
     wins, corr = rec.dumps, None
     span = wins[0][1] - wins[0][0]
+    flags: dict[str, Any] = {}
     try:
         corr = RecordingCorrelator(rec, range(info.array.nant),
                                    (int(chans.min()), int(chans.max()) + 1), options.backend)
+        site = site_info(info.array)
         _, gaps = write_dumps(
-            task.partial, corr, wins, chans, span, site_info(info.array), rec.meta,
+            task.partial, corr, wins, chans, span, site, rec.meta,
+            file_flagging(options, site, info.array.telescope_name), flags,
             history=f"xengine_block reprocess: pcap {task.input.name} read in place; {span} "
                     f"spectra per dump")
     finally:
@@ -234,7 +257,8 @@ def reprocess_in_place(task: Task, options: ReprocessOptions, info: RecordingInf
             corr.close()
         rec.close()
     return {"dumps": len(wins), "frames": rec.runs[0].nframe, "missing": 0, "malformed": 0,
-            "dropped_partial": rec.dropped_partial, "dumps_with_gaps": gaps, "read": "in place"}
+            "dropped_partial": rec.dropped_partial, "dumps_with_gaps": gaps, "read": "in place",
+            **flags}
 
 
 def extra_output(output: Path, n: int) -> Path:
@@ -395,7 +419,8 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
 
     if task.format is None:
         raise ValueError(f"{task.input}: not a recording of a known format (pcap, GUPPI RAW, "
-                         f"PSRDADA, VDIF, MWAX subfile); give --format")
+                         f"PSRDADA, VDIF, MWAX subfile, LWA TBF/TBX, OVRO-LWA dump); give "
+                         f"--format")
     where = f"{task.input}: "
     rec = open_recording(task.files, task.format, **options.sky_overrides)
     corr = None
@@ -418,7 +443,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
             raise ValueError(f"{where}no complete integration of {nspec} spectra starts in "
                              f"this file (the recording holds {rec.end - rec.start} spectra "
                              f"from {rec.start})")
-        array = load_array(options.array) if options.array else None
+        array = load_array(options.array) if options.array else rec.array()
         sub, antennas = match_antennas(meta, array, where)
         chans = options.channel_indices(meta.nchan)
         if chans.max() >= meta.nchan:
@@ -427,8 +452,11 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         c0, c1 = int(chans.min()), int(chans.max()) + 1
         corr = RecordingCorrelator(rec, antennas, (c0, c1), options.backend)
         names = ", ".join(f.name for f in task.files)
+        site = site_info(sub)
+        flags: dict[str, Any] = {}
         spectra, gaps = write_dumps(
-            task.partial, corr, wins, chans, nspec, site_info(sub), meta,
+            task.partial, corr, wins, chans, nspec, site, meta,
+            file_flagging(options, site, sub.telescope_name), flags,
             history=f"xengine_block reprocess: {task.format} {names}; {nspec} spectra per dump",
             instrument=sub.instrument, x_orientation=sub.x_orientation)
         summary: dict[str, Any] = {
@@ -439,6 +467,7 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
             summary["dropped_spectra"] = dropped
         if damage:
             summary["damaged"] = what.replace(" ", "")
+        summary.update(flags)
         return summary
     finally:
         if corr is not None:
@@ -446,15 +475,39 @@ def reprocess_recording(task: RecordingTask, options: ReprocessOptions) -> dict[
         rec.close()
 
 
+def file_flagging(options: ReprocessOptions, site: SiteInfo,
+                  telescope: str = "") -> tuple[HealthMonitor | None, AOFlaggerRfi | None]:
+    """The input judge and the RFI flagger ``options`` ask for, for the antennas of ``site``
+    (the strategy: ``telescope``'s, where AOFlagger has one)."""
+    from ..health.monitor import HealthMonitor
+    from ..health.rfi import AOFlaggerRfi, parse_rfi
+
+    monitor = (HealthMonitor(site.antenna_numbers, site.antenna_names,
+                             options.thresholds or Thresholds(), name="reprocess")
+               if options.flag_inputs else None)
+    rfi = None
+    if options.rfi is not None:
+        _, strategy = parse_rfi(options.rfi)
+        rfi = AOFlaggerRfi(telescope, strategy)
+    return monitor, rfi
+
+
 def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int]],
                 chans: np.ndarray, nspec: int, site: SiteInfo, meta: RecordingMeta,
-                **writer: Any) -> tuple[int, int]:
+                flagging: tuple[HealthMonitor | None, AOFlaggerRfi | None] = (None, None),
+                report: dict[str, Any] | None = None, **writer: Any) -> tuple[int, int]:
     """Correlate the windows ``wins`` with ``corr`` (a
     :class:`~xengine_block.reprocess.recording_correlator.RecordingCorrelator` of channels
     ``[chans.min(), chans.max()]``) and write channels ``chans`` of each as a dump of ``nspec``
     spectra into the UVH5 file ``path`` (``writer``: the writer's keywords); closes the
     correlator and its recording before the last append. Returns (spectra correlated, in the
-    fullest channel of each dump, summed; dumps with gaps)."""
+    fullest channel of each dump, summed; dumps with gaps).
+
+    ``flagging`` (:func:`file_flagging`): with an input judge or an RFI flagger the file's
+    dumps are all correlated first and held (AOFlagger sees the whole time span; ``stuck``
+    both neighbours), flagged (:func:`~xengine_block.health.monitor.flag_dumps`), then
+    written, the history saying which inputs were flagged and why; ``report`` receives the
+    summary's ``bad_inputs`` and ``rfi``."""
     import numpy as np
 
     from ..outputs.uvh5 import UVH5Writer
@@ -462,6 +515,9 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
     c0 = int(chans.min())
     every = np.array_equal(chans, np.arange(c0, int(chans.max()) + 1))  # no gather needed
     nbl, spectra, gaps = corr.nbaseline, 0, 0
+    if flagging != (None, None):
+        return write_flagged(path, corr, wins, chans, nspec, site, meta, flagging,
+                             {} if report is None else report, **writer)
     # The file is made, and each dump written, by one writer thread while the next
     # integration correlates (the backends release the GIL): creating the file overlaps the
     # first integration, the appends stay in order, one at a time, and the first failure stops
@@ -493,6 +549,49 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
             if made.exception() is None:
                 made.result().close()
     return spectra, gaps
+
+
+def write_flagged(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int]],
+                  chans: np.ndarray, nspec: int, site: SiteInfo, meta: RecordingMeta,
+                  flagging: tuple[HealthMonitor | None, AOFlaggerRfi | None],
+                  report: dict[str, Any], **writer: Any) -> tuple[int, int]:
+    """:func:`write_dumps` with flags: every dump correlated and held, flagged, written."""
+    import numpy as np
+
+    from ..health.monitor import flag_dumps
+    from ..outputs.uvh5 import UVH5Writer
+
+    monitor, rfi = flagging
+    c0 = int(chans.min())
+    corr.count_extremes = monitor is not None
+    vis, valid, extremes, parts = [], [], [], []
+    for c in corr.integrations(wins):
+        vis.append(c.vis[chans - c0])
+        valid.append(c.valid[chans - c0])
+        extremes.append(c.extremes)
+        parts.append(np.full(corr.nstream, 2 * int(c.valid.sum()), np.int64))
+    corr.close()
+    corr.rec.close()
+    counts = np.stack(valid)  # [T, C]
+    flags, summary = flag_dumps(monitor, rfi, np.stack(vis), counts[:, :, None],
+                                np.stack(extremes) if monitor is not None else None,
+                                np.stack(parts))
+    report.update(summary)
+    notes = [writer.pop("history", "")]
+    if monitor is not None:
+        notes.append(monitor.history())
+    if rfi is not None:
+        notes.append(f"RFI flagged by AOFlagger, strategy {rfi.strategy_path.name}, over the "
+                     f"file's {len(wins)} dumps")
+    nbl = corr.nbaseline
+    with UVH5Writer(path, site, meta.freqs_hz[chans], meta.chan_bw_hz, nspec,
+                    sample_bits=meta.sample_bits, overwrite=True, kill_safe=False,
+                    history="; ".join(n for n in notes if n), **writer) as out:
+        for i, (t0, _) in enumerate(wins):
+            out.append(vis[i], np.broadcast_to(counts[i][:, None], (chans.size, nbl)), nspec,
+                       meta.sync_time + t0 / meta.fs_hz, nspec / meta.fs_hz, flags=flags[i])
+    return (int(counts.max(axis=1, initial=0).sum()),
+            int((counts < nspec).any(axis=1).sum()))
 
 
 def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,

@@ -58,6 +58,9 @@ class Correlated:
 
     vis: np.ndarray
     valid: np.ndarray
+    #: int64 ``[S]``: sample parts at the quantiser's extremes (with ``count_extremes``),
+    #: counted by the backend as it reads the samples; None when not counted.
+    extremes: np.ndarray | None = None
 
 
 class RecordingCorrelator:
@@ -65,11 +68,14 @@ class RecordingCorrelator:
     in the order they become streams) and recording channels ``[channels[0], channels[1])``.
 
     ``backend``: name or ``auto``; one backend per distinct chunk shape, made on first use.
+    ``count_extremes``: also count each stream's sample parts at the quantiser's extremes
+    (:attr:`Correlated.extremes`, input health).
     """
 
     def __init__(self, rec: Recording, antennas: Sequence[int], channels: tuple[int, int],
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", count_extremes: bool = False) -> None:
         self.rec, self.antennas, self.channels = rec, list(antennas), channels
+        self.count_extremes = count_extremes
         self.backend_name = backend
         self._backends: dict[tuple, Backend] = {}
         self.nstream = 2 * len(self.antennas)
@@ -109,6 +115,7 @@ class RecordingCorrelator:
         fresh = [True] * self.nchan
         valid = [0] * self.nchan
         c0 = self.channels[0]
+        extremes = np.zeros(self.nstream, np.int64) if self.count_extremes else None
         for chunk in chunks:
             for a, b in channel_groups(chunk.layout.nstream, chunk.layout.nchan,
                                        8 if chunk.layout.encoding != "ci4" else 4):
@@ -121,19 +128,21 @@ class RecordingCorrelator:
                 backend = self.backend(layout)
                 if narrow:  # in place, exact: this window's sums stay within int32
                     backend.correlate_layout(chunk.data, layout, out=vis[lo:hi],
-                                             nframe=chunk.nframe, accumulate=not first)
+                                             nframe=chunk.nframe, accumulate=not first,
+                                             extremes=extremes)
                 elif first:
                     vis[lo:hi] = backend.correlate_layout(chunk.data, layout,
-                                                          nframe=chunk.nframe)
+                                                          nframe=chunk.nframe, extremes=extremes)
                 else:
                     vis[lo:hi] += backend.correlate_layout(chunk.data, layout,
-                                                           nframe=chunk.nframe)
+                                                           nframe=chunk.nframe,
+                                                           extremes=extremes)
                 fresh[lo:hi] = [False] * (hi - lo)
                 valid[lo:hi] = [v + chunk.nspectra for v in valid[lo:hi]]
                 self.calls += 1
         # channels no chunk reached (missing data): nothing correlated
         vis[np.array(fresh, bool)] = 0
-        return Correlated(vis, np.array(valid, np.int64))
+        return Correlated(vis, np.array(valid, np.int64), extremes)
 
     def integrations(self, wins: Sequence[tuple[int, int]],
                      reuse: bool = False) -> Iterator[Correlated]:

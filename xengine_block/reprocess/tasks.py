@@ -118,6 +118,34 @@ def run_tasks(tasks: Iterable[Task], fn: Callable[[Task], dict[str, Any]], *,
             cluster.close()
 
 
+def short_value(value: Any) -> Any:
+    """A summary's value for its line: a list by its length, a mapping by its
+    ``flagged_fraction`` (the whole is in ``summary.json``)."""
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, dict):
+        return value.get("flagged_fraction", "...")
+    return value
+
+
+def summary_json(results: list[Result]) -> dict[str, Any]:
+    """``OUT/summary.json`` of a reprocessing run: one entry per task (input file, output,
+    outcome, counters, ``bad_inputs``, ``rfi``), and every bad input of every file, each with
+    its file, in ``bad_inputs``."""
+    files, bad = [], []
+    for r in results:
+        entry: dict[str, Any] = {"input": str(r.task.input), "output": str(r.task.output),
+                                 "status": "skipped" if r.skipped else ("ok" if r.ok
+                                                                        else "failed"),
+                                 "seconds": round(r.seconds, 3)}
+        if r.error:
+            entry["error"] = r.error
+        entry.update(r.summary)
+        files.append(entry)
+        bad += [{"file": str(r.task.input), **b} for b in r.summary.get("bad_inputs", ())]
+    return {"files": files, "bad_inputs": bad}
+
+
 def summarise(results: list[Result], stream: TextIO | None = None) -> bool:
     """Print one line per task (counters or the error); True if every task succeeded.
 
@@ -127,7 +155,7 @@ def summarise(results: list[Result], stream: TextIO | None = None) -> bool:
         if r.skipped:
             stream.write(f"skipped  {r.task.input}: {r.task.output} is complete\n")
         elif r.ok:
-            counters = " ".join(f"{k}={v}" for k, v in r.summary.items())
+            counters = " ".join(f"{k}={short_value(v)}" for k, v in r.summary.items())
             stream.write(f"ok       {r.task.input} -> {r.task.output} ({r.seconds:.1f} s) "
                          f"{counters}\n")
         else:

@@ -27,9 +27,12 @@ from typing import Any
 
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
+from ..blocks.chain import Flagging
 from ..capture.meerkat import CAPTURE_FORMATS, DEFAULT_SPECTRA_PER_HEAP, FormatError, MeerkatFormat
 from ..console.argtypes import directory_problem, sample_bits
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
+from ..health.inputs import DEFAULT_THRESHOLDS, Thresholds
+from ..health.rfi import LIVE_WINDOW, parse_rfi
 from ..runtime.affinity import cores_from_text, parse_cores
 
 
@@ -112,6 +115,31 @@ def boolean(value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
         return value.lower() in ("true", "yes", "1")
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def fraction(value: Any) -> float:
+    """A number in (0, 1]."""
+    v = _number(value, float)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {v}")
+    return v
+
+
+def above_one(value: Any) -> float:
+    """A finite number > 1 (a power ratio)."""
+    v = _number(value, float)
+    if not 1 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 1, got {v}")
+    return v
+
+
+def rfi_method(value: Any) -> str:
+    """``aoflagger`` or ``aoflagger:STRATEGY.lua`` (the file must exist)."""
+    try:
+        parse_rfi(text(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def capture_format(value: Any) -> str:
@@ -271,6 +299,32 @@ KEYS: tuple[Key, ...] = (
         "start a new file every S seconds of data (rounded to whole dumps)",
         live="from the next dump"),
     Key("output", "quicklook", boolean, False, "also write a quick-look PNG per dump"),
+    Key("flagging", "health", boolean, False,
+        "judge every input (antenna x pol) in every dump, log each change of state and export "
+        "it as metrics, without flagging (docs/flagging.md)"),
+    Key("flagging", "inputs", boolean, False,
+        "judge every input and flag every baseline of an input judged bad in that dump (dead, "
+        "stuck, saturated, low_power, high_power, decorrelated); nsamples kept",
+        "flag-inputs"),
+    Key("flagging", "rfi", rfi_method, None,
+        "aoflagger or aoflagger:STRATEGY.lua: flag RFI in each dump over a sliding window of "
+        "rfi_window dumps (no delay)"),
+    Key("flagging", "rfi_window", int_at_least(1), LIVE_WINDOW,
+        "dumps in the RFI window: the dump flagged and those before it"),
+    Key("flagging", "saturated_fraction", fraction, DEFAULT_THRESHOLDS.saturated_fraction,
+        "fraction of sample parts at the quantiser's extremes above which an input is "
+        "saturated"),
+    Key("flagging", "saturated_excess", above_one, DEFAULT_THRESHOLDS.saturated_excess,
+        "... and above this factor times the array's median fraction (saturation in every "
+        "input at once is RFI)"),
+    Key("flagging", "high_power_factor", above_one, DEFAULT_THRESHOLDS.high_power_factor,
+        "power above this factor times the array's median: high_power"),
+    Key("flagging", "low_power_factor", above_one, DEFAULT_THRESHOLDS.low_power_factor,
+        "power below the array's median divided by this factor: low_power"),
+    Key("flagging", "decorrelated_sigma", positive_float, DEFAULT_THRESHOLDS.decorrelated_sigma,
+        "standard deviations above a noise correlation's mean under which an input counts as "
+        "uncorrelated with another (decorrelated: with every other while the array sees a "
+        "common signal)"),
     Key("monitor", "metrics_port", int_at_least(0, 65535), None,
         "Prometheus endpoint port (0: any free port; absent: off)"),
     Key("monitor", "metrics_address", ipv4, "127.0.0.1",
@@ -323,6 +377,16 @@ class ServiceConfig:
         if threads is None:
             return v["backend"], None
         return "native", {"nthreads": threads}
+
+    @property
+    def flagging(self) -> Flagging | None:
+        """The chain's :class:`~xengine_block.blocks.chain.Flagging`, or None (off)."""
+        v = self.values
+        if not (v["health"] or v["inputs"] or v["rfi"]):
+            return None
+        return Flagging(v["inputs"], v["rfi"], v["rfi_window"], Thresholds(
+            v["saturated_fraction"], v["saturated_excess"], v["high_power_factor"],
+            v["low_power_factor"], v["decorrelated_sigma"]), judge=True)
 
     @property
     def dump_spectra(self) -> int:
@@ -477,6 +541,13 @@ def probe_environment(config: ServiceConfig) -> ServiceConfig:
     if v["threads"] is not None and backend != "native":
         raise ConfigError("correlator.threads", f"applies to the native backend; this "
                                                 f"configuration runs {backend!r}")
+    if v["rfi"] is not None:
+        from ..health.rfi import AOFlaggerRfi, RfiUnavailable
+
+        try:
+            AOFlaggerRfi(config.array.telescope_name, parse_rfi(v["rfi"])[1])
+        except RfiUnavailable as exc:
+            raise ConfigError("flagging.rfi", str(exc)) from None
     return replace(config, probed_backend=backend)
 
 

@@ -108,7 +108,8 @@ class CorrelatorService:
                                "rate_factor": v["spead_rate_factor"],
                                "interface": v["interface"]},
                 cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]},
-                on_write_error="skip")  # a live service stays up: counted, then a new file
+                on_write_error="skip",  # a live service stays up: counted, then a new file
+                flagging=cfg.flagging)
         self.reloads = dict.fromkeys(RELOAD_RESULTS, 0)
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks,
                                              self.reloads)

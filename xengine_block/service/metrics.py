@@ -18,6 +18,11 @@ Names follow Prometheus conventions (``xengine_<thing>_<unit>_total`` for counte
 - ``xengine_config_reloads_total{result}`` (SIGHUP, ``config.RELOAD_RESULTS``) and
   ``xengine_sync_time_seconds``, the sync time of the sequences begun from now on.
 - ``xengine_backend_info{backend, reason}`` = 1; ``xengine_start_time_seconds``.
+- With ``[flagging]`` on (docs/flagging.md), per input ``{antenna, number, pol}`` of the
+  latest dump: ``xengine_input_state`` (the state's code, :data:`~xengine_block.health.inputs.
+  STATE_CODE`: 0 ok, 1 dead, ...), ``xengine_input_power``, ``xengine_input_saturated_ratio``,
+  ``xengine_input_bandpass_deviation_ratio``; and ``xengine_rfi_flagged_ratio``, the fraction
+  of the latest dump flagged as RFI (of the baselines of no bad input).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..blocks.writer import WRITER_COUNTERS
 from ..capture.placement import COUNTERS as CAPTURE_COUNTERS
+from ..health.inputs import STATE_CODE
 from ..runtime.monitor import BLOCK_COUNTERS
 from .config import RELOAD_RESULTS
 
@@ -131,6 +137,8 @@ class CorrelatorCollector(Collector):
             m.add_metric([], sky["sync_time"])
             yield m
 
+        yield from self.health_metrics()
+
         backend = self.chain.xengine.backend
         m = GaugeMetricFamily(f"{NAMESPACE}_backend_info", "the correlator backend in use (1)",
                               labels=["backend", "reason"])
@@ -140,6 +148,34 @@ class CorrelatorCollector(Collector):
         m = GaugeMetricFamily(f"{NAMESPACE}_start_time_seconds", "unix time the service started")
         m.add_metric([], self.start_time)
         yield m
+
+
+    def health_metrics(self) -> Iterator[Metric]:
+        """Per-input gauges of the health block's latest dump (none without one)."""
+        health = getattr(self.chain, "health", None)
+        if health is None or health.monitor is None:
+            return
+        gauges = health.monitor.gauges()
+        labels = ["antenna", "number", "pol"]
+        codes = ", ".join(f"{code} {state}" for state, code in STATE_CODE.items())
+        for name, key, help_ in (
+                ("input_state", "state", f"the input's state in the latest dump: {codes}"),
+                ("input_power", "power", "autocorrelation per spectrum, mean over channels "
+                                         "(levels squared)"),
+                ("input_saturated_ratio", "saturated_fraction",
+                 "fraction of sample parts at the quantiser's extremes"),
+                ("input_bandpass_deviation_ratio", "bandpass_deviation",
+                 "median relative deviation of the bandpass from the array's median")):
+            m = GaugeMetricFamily(f"{NAMESPACE}_{name}", help_, labels=labels)
+            for g in gauges:
+                value = STATE_CODE[g[key]] if key == "state" else g[key]
+                m.add_metric([g["antenna"], str(g["number"]), g["pol"]], value)
+            yield m
+        if health.rfi is not None:
+            m = GaugeMetricFamily(f"{NAMESPACE}_rfi_flagged_ratio", "fraction of the latest "
+                                  "dump flagged as RFI (baselines of no bad input)")
+            m.add_metric([], health.rfi_fraction)
+            yield m
 
 
 def output_bytes(files: list[Any]) -> int:

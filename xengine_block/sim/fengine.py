@@ -39,6 +39,7 @@ import numpy as np
 from ..array import ArrayDescription
 from ..frames import natural_to_frames
 from ..geometry import Geometry
+from .faults import InputFault, RfiSignal, add_rfi, apply_faults
 
 #: Speed of light in vacuum, m/s.
 C_LIGHT = 299792458.0
@@ -169,12 +170,14 @@ class FEngineSimulator:
         geometry's sample bits.
     seed : random seed (with the packet time, seeds every packet's generator).
     direction_interval : packet times over which source directions are held fixed.
+    faults, rfi : input faults and RFI to inject (:mod:`~xengine_block.sim.faults`).
     """
 
     def __init__(self, array: ArrayDescription, geometry: Geometry, *, sync_time: float,
                  fs_hz: float, freq0_hz: float, chan_bw_hz: float,
                  sources: Sequence[PointSource] = (), noise_sigma: float = 1.0,
-                 gain: float | None = None, seed: int = 0, direction_interval: int = 1) -> None:
+                 gain: float | None = None, seed: int = 0, direction_interval: int = 1,
+                 faults: Sequence[InputFault] = (), rfi: Sequence[RfiSignal] = ()) -> None:
         if array.nstream != geometry.nstream:
             raise ValueError(f"array has {array.nstream} streams ({array.nant} antennas), "
                              f"geometry.nstream is {geometry.nstream}")
@@ -193,6 +196,7 @@ class FEngineSimulator:
         self.sources = tuple(sources)
         self.noise_sigma, self.gain, self.seed = float(noise_sigma), float(gain), int(seed)
         self.direction_interval = direction_interval
+        self.faults, self.rfi = tuple(faults), tuple(rfi)
         k = len(self.sources)
         # [pol, src] amplitudes, and which signal realisation each (src, pol) uses.
         self._amp = np.array([[s.amplitude_x for s in self.sources],
@@ -273,16 +277,21 @@ class FEngineSimulator:
                 w = phase.transpose(1, 0, 2) * self._amp[p].astype(np.float32)
                 sp = sig[np.arange(nsrc), self._sig_pol[:, p]].transpose(1, 0, 2)
                 v[p::2] += np.matmul(w, sp).transpose(1, 0, 2)
+        if self.rfi:
+            add_rfi(v, frame * n, self.rfi, self.seed)
         return v
 
-    def _quantise(self, v: np.ndarray, out: np.ndarray) -> None:
+    def _quantise(self, v: np.ndarray, out: np.ndarray, frame: int) -> None:
         """Scale, round, clip to [-128, 127] (ci4: [-8, 7]) and store into int8 ``out``
-        ([..., 2] re, im)."""
+        ([..., 2] re, im); then packet time ``frame``'s input faults."""
         f = v.view(np.float32).reshape(v.shape + (2,))
         f *= np.float32(self.gain)
         np.rint(f, out=f)
         np.clip(f, *self.geometry.sample_range, out=f)
         out[...] = f
+        if self.faults:
+            apply_faults(out, frame * self.geometry.nspectra_pkt, self.faults,
+                         self.geometry.sample_range, self.seed)
 
     def samples(self, start_spectrum: int, nspectra: int) -> np.ndarray:
         """Natural samples ``[S, C, nspectra, 2]`` int8 from spectrum ``start_spectrum`` (values
@@ -294,7 +303,8 @@ class FEngineSimulator:
         n = g.nspectra_pkt
         for i in range(nframe):
             ph = phase[which[i]] if phase is not None else None
-            self._quantise(self._frame_voltages(first + i, ph), out[:, :, i * n:(i + 1) * n])
+            self._quantise(self._frame_voltages(first + i, ph), out[:, :, i * n:(i + 1) * n],
+                           first + i)
         return out
 
     def frames(self, start_spectrum: int, nframe: int) -> np.ndarray:
@@ -307,6 +317,6 @@ class FEngineSimulator:
         phase, which = self._phases(first, nframe) if self.sources else (None, None)
         for i in range(nframe):
             ph = phase[which[i]] if phase is not None else None
-            self._quantise(self._frame_voltages(first + i, ph), nat)
+            self._quantise(self._frame_voltages(first + i, ph), nat, first + i)
             out[i] = natural_to_frames(nat, g)[0]
         return out

@@ -1,0 +1,135 @@
+"""UVH5 files that exist, as a Measurement Set (our writer, a dump at a time: memory flat
+however long the files) or UVFITS (pyuvdata's writer, the whole files in memory), phased to a
+phase centre (:mod:`xengine_block.outputs.phasing`). ``xengine convert`` calls this.
+
+The inputs are unprojected UVH5 files of one array and band (ours: the X-engine's drift-scan
+visibilities), taken in the order given, each time after the one before; a Measurement Set
+made so is the one the correlator writes live for the same dumps (``pipelines/fx.py --ms``),
+up to the float rounding of a time read back from the UVH5 file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .baselines import POLARIZATIONS
+from .phasing import PhaseCentre
+from .site import SiteInfo
+from .times import offline_iers
+
+#: Output suffix -> what writes it.
+CONVERSIONS = (".ms", ".uvfits")
+
+
+def _site(uv) -> SiteInfo:  # uv: pyuvdata.UVData (metadata)
+    tel = uv.telescope
+    return SiteInfo(str(tel.name), float(tel.location.lat.deg), float(tel.location.lon.deg),
+                    float(tel.location.height.to_value("m")), [str(n) for n in tel.antenna_names],
+                    np.asarray(tel.antenna_numbers), np.asarray(tel.antenna_positions),
+                    np.asarray(tel.get_enu_antpos()))
+
+
+def _check_unprojected(uv, path: Path) -> None:
+    types = {c.get("cat_type") for c in uv.phase_center_catalog.values()}
+    if types != {"unprojected"}:
+        raise ValueError(f"{path}: phased already ({', '.join(sorted(map(str, types)))}); "
+                         f"only unprojected (drift-scan) UVH5 files are converted")
+
+
+def convert(inputs: Sequence[Path], output: Path, phase_centre: PhaseCentre | str = "zenith",
+            overwrite: bool = False,
+            progress: Callable[[int], None] | None = None) -> Path:
+    """Write ``inputs`` (UVH5) as ``output`` (``.ms`` or ``.uvfits``); ValueError naming
+    what is wrong, FileExistsError for an output that exists without ``overwrite``."""
+    suffix = output.suffix.lower()
+    if suffix not in CONVERSIONS:
+        raise ValueError(f"{output}: the output must end in {' or '.join(CONVERSIONS)}")
+    if not inputs:
+        raise ValueError("no input files")
+    pc = phase_centre if isinstance(phase_centre, PhaseCentre) else PhaseCentre.parse(
+        phase_centre)
+    offline_iers()  # pyuvdata's checks of the inputs turn times into LSTs
+    if (output.exists() or output.is_symlink()) and not overwrite:
+        raise FileExistsError(f"{output} exists; refusing to overwrite it (--overwrite "
+                              f"replaces it)")
+    if suffix == ".uvfits":
+        return _to_uvfits(inputs, output, pc)
+    return _to_ms(inputs, output, pc, overwrite, progress)
+
+
+def _to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: bool,
+           progress: Callable[[int], None] | None) -> Path:
+    import pyuvdata
+
+    from .ms import MSWriter
+
+    first = None
+    writer: MSWriter | None = None
+    codes = [p for p, _, _ in POLARIZATIONS]
+    try:
+        for path in inputs:
+            meta = pyuvdata.UVData.from_file(str(path), read_data=False)
+            _check_unprojected(meta, path)
+            if sorted(int(p) for p in meta.polarization_array) != sorted(codes):
+                raise ValueError(f"{path}: polarisations {list(meta.polarization_array)}; "
+                                 f"the four linear products are needed")
+            freqs = np.asarray(meta.freq_array).ravel()
+            width = float(np.ravel(meta.channel_width)[0])
+            if first is None:
+                first = (list(meta.telescope.antenna_names), freqs)
+                writer = MSWriter(output, _site(meta), freqs, width, 1, float_visdata=True,
+                                  overwrite=overwrite, phase_centre=pc,
+                                  history=f"xengine convert of {path.name}")
+            elif list(meta.telescope.antenna_names) != first[0] or not np.array_equal(
+                    freqs, first[1]):
+                raise ValueError(f"{path}: antennas or channels differ from {inputs[0]}")
+            assert writer is not None
+            row = {(int(a), int(b)): i
+                   for i, (a, b) in enumerate(zip(writer.bmap.ant_1, writer.bmap.ant_2,
+                                                  strict=True))}
+            pol = [list(meta.polarization_array).index(c) for c in codes]
+            for jd in np.unique(meta.time_array):
+                uv = pyuvdata.UVData.from_file(str(path), times=[jd], run_check=False)
+                data = np.zeros((writer.bmap.nbls, freqs.size, 4), np.complex128)
+                flags = np.ones(data.shape, bool)
+                nsamples = np.zeros(data.shape, np.float32)
+                for k, (a, b) in enumerate(zip(uv.ant_1_array, uv.ant_2_array, strict=True)):
+                    i = row.get((int(a), int(b)))
+                    if i is None:
+                        raise ValueError(f"{path}: baseline ({a}, {b}) is not in the "
+                                         f"antenna-number order ant_1 <= ant_2")
+                    data[i] = uv.data_array[k][:, pol]
+                    flags[i] = uv.flag_array[k][:, pol]
+                    nsamples[i] = uv.nsample_array[k][:, pol]
+                duration = float(uv.integration_time[0])
+                mid_unix = (float(jd) - 2440587.5) * 86400.0
+                writer.append_rows(data, flags, nsamples, mid_unix, duration)
+                if progress is not None:
+                    progress(1)
+        assert writer is not None
+        writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+            if writer.ndump == 0:
+                shutil.rmtree(output, ignore_errors=True)
+        raise
+    return output
+
+
+def _to_uvfits(inputs: Sequence[Path], output: Path, pc: PhaseCentre) -> Path:
+    import pyuvdata
+
+    uv = pyuvdata.UVData.from_file([str(p) for p in inputs])
+    _check_unprojected(uv, inputs[0])
+    if pc.zenith:
+        uv.phase_to_time(uv.time_array[0])
+    else:
+        uv.phase(lon=np.deg2rad(pc.ra_deg), lat=np.deg2rad(pc.dec_deg), epoch="J2000",
+                 phase_frame="icrs", cat_name=f"ra{pc.ra_deg:g}_dec{pc.dec_deg:g}")
+    uv.write_uvfits(str(output), clobber=True)
+    return output
