@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=at.output_dir,
                    help="output directory (default: new fx_out/run-*)")
     p.add_argument("--ms", action="store_true",
-                   help="also write a Measurement Set (NAME.ms beside NAME.uvh5; needs "
-                        "python-casacore, the 'ms' extra), phased to --phase-centre")
+                   help="also write a Measurement Set (NAME.ms beside NAME.uvh5, as the dumps "
+                        "come; with --xengines, of each combined file; needs python-casacore, "
+                        "the 'ms' extra), phased to --phase-centre")
     p.add_argument("--phase-centre", type=at.phase_centre, default="zenith",
                    help="the Measurement Set's phase centre: 'zenith' (at the first dump) or "
                         "'RA,DEC' in degrees (ICRS)")
@@ -473,6 +474,13 @@ def run_instances(a: argparse.Namespace, array: ArrayDescription, g: Geometry,
         finish_recording(a)
     if errors:
         raise errors[0]
+    if a.ms:  # the instances' bands joined first: each combined file as a Measurement Set
+        from xengine_block.outputs.convert import uvh5_to_ms
+        from xengine_block.outputs.phasing import PhaseCentre
+
+        summary["combined"] += [str(uvh5_to_ms([Path(f)], Path(f).with_suffix(".ms"),
+                                               PhaseCentre.parse(a.phase_centre)))
+                                for f in list(summary["combined"])]
     summary["elapsed_s"] = round(time.monotonic() - t0, 2)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     for s in summary["instances"]:

@@ -242,3 +242,28 @@ def test_pcap_tasks_leave_the_garbage_collector_as_they_found_it(recordings, tmp
         assert r.ok and 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("formats", [("ms",), ("uvh5", "ms")], ids=["ms", "uvh5,ms"])
+def test_output_formats_write_measurement_sets(recordings, tmp_path, formats):
+    """``--output-format ms`` writes NAME.ms per task (no UVH5 left beside it); ``uvh5,ms``
+    both, the Measurement Set the UVH5 file phased (what ``xengine convert`` makes of it);
+    a rerun skips the finished Measurement Set."""
+    tables = pytest.importorskip("casacore.tables", reason="python-casacore (ms extra)")
+    from xengine_block.outputs.convert import convert
+
+    paths, _ = recordings
+    opts = ReprocessOptions(ninteg=2, output_formats=formats)
+    (res,) = reprocess(paths[:1], tmp_path / "out", opts, progress=None)
+    assert res.ok, res.error
+    ms = tmp_path / "out" / "obs0.ms"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        ["obs0.ms"] + (["obs0.uvh5"] if "uvh5" in formats else []))
+    ref = reprocess(paths[:1], tmp_path / "ref", ReprocessOptions(ninteg=2), progress=None)[0]
+    conv = convert([ref.task.output], tmp_path / "conv.ms")
+    with tables.table(str(ms), ack=False) as a, tables.table(str(conv), ack=False) as b:
+        assert a.nrows() == b.nrows() > 0
+        for col in ("DATA", "UVW", "FLAG", "ANTENNA1"):
+            assert np.array_equal(a.getcol(col), b.getcol(col)), col
+    again = reprocess(paths[:1], tmp_path / "out", opts, progress=None)[0]
+    assert again.skipped

@@ -91,6 +91,9 @@ BAD = [  # (change to BASE, key the one-line error must name)
     ({"cpu": {"xengine": [10_000]}}, "cpu.xengine"),  # no such core
     ({"cpu": {"capture": []}}, "cpu.capture"),
     ({"cpu": {"output": "0-x"}}, "cpu.output"),
+    ({"output": {"directory": "out", "formats": ["uvh5", "fits"]}}, "output.formats"),
+    ({"output": {"directory": "out", "formats": []}}, "output.formats"),
+    ({"output": {"directory": "out", "phase_centre": "10,100"}}, "output.phase_centre"),
 ]
 
 
@@ -457,3 +460,26 @@ def test_docs_example_config_is_valid(tmp_path):
 def write_text(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_formats_uvh5_and_ms_write_both_files_as_the_dumps_come(tmp_path):
+    """``[output] formats = ["uvh5", "ms"]``: a Measurement Set beside each UVH5 file, one
+    row per baseline and dump of the UVH5 file, phased to the configured centre."""
+    tables = pytest.importorskip("casacore.tables", reason="python-casacore (ms extra)")
+    cfg = write_config(tmp_path / "c.toml", merged(
+        BASE, output={"directory": str(tmp_path / "out"), "formats": ["uvh5", "ms"],
+                      "phase_centre": "120,-30"}))
+    g = Geometry(nstream=16, nchan=9, npacket=4)
+    inst = Instance(cfg)
+    try:
+        inst.wait_packets(send(random_frames(g, 16, seed=3), g, inst.port, time_tag=0))
+    finally:
+        summary = inst.finish()
+    assert summary["files"] and len(summary["ms_files"]) == len(summary["files"])
+    for uvh5, ms in zip(summary["files"], summary["ms_files"], strict=True):
+        assert Path(ms) == Path(uvh5).with_suffix(".ms")
+        uv = pyuvdata.UVData.from_file(uvh5)
+        with tables.table(ms, ack=False) as t:
+            assert t.nrows() == uv.Nblts
+        with tables.table(f"{ms}::FIELD", ack=False) as f:
+            assert np.rad2deg(f.getcell("PHASE_DIR", 0)[0]) == pytest.approx([120, -30])

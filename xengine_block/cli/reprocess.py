@@ -119,11 +119,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="flag RFI with AOFlagger over each file's time span: the telescope's "
                         "strategy where AOFlagger has one, else its generic one, or the Lua "
                         "file given (docs/flagging.md)")
+    p.add_argument("--output-format", type=_formats_arg, default=("uvh5",),
+                   metavar="uvh5|ms|uvh5,ms",
+                   help="files per task: UVH5, Measurement Sets (NAME.ms, needs "
+                        "python-casacore) or both")
+    p.add_argument("--phase-centre", type=argtypes.phase_centre, default="zenith",
+                   help="the Measurement Sets' phase centre: 'zenith' (at the first dump) or "
+                        "'RA,DEC' in degrees (ICRS)")
     cluster = p.add_mutually_exclusive_group()
     cluster.add_argument("--workers", type=argtypes.positive_int,
                          help="start a LocalCluster of N worker processes")
     cluster.add_argument("--scheduler", type=_scheduler_arg,
                          help="address of an existing dask scheduler")
+
+
+def _formats_arg(text: str) -> tuple[str, ...]:
+    """``uvh5``, ``ms`` or ``uvh5,ms``: the files each task writes."""
+    formats = tuple(dict.fromkeys(f.strip() for f in text.split(",")))
+    if not formats or any(f not in ("uvh5", "ms") for f in formats):
+        raise argparse.ArgumentTypeError(f"{text!r}: uvh5, ms or uvh5,ms")
+    return formats
 
 
 @command("reprocess", "correlate recordings (pcap, GUPPI RAW, PSRDADA, VDIF, MWAX) again "
@@ -137,7 +152,12 @@ def run(a: argparse.Namespace) -> int:
                                integration_s=a.integration_s, sample_rate_hz=a.sample_rate,
                                freq0_hz=a.freq0, chan_bw_hz=a.chan_bw, split_s=a.split_s,
                                in_place=not a.replay, freeze_gc=True,
-                               flag_inputs=a.flag_inputs, rfi=a.rfi)
+                               flag_inputs=a.flag_inputs, rfi=a.rfi,
+                               output_formats=a.output_format, phase_centre=a.phase_centre)
+    if "ms" in a.output_format:
+        problem = argtypes.measurement_sets_available()
+        if problem:
+            raise argtypes.UsageError("--output-format", problem)
     try:
         plan_tasks(a.inputs, a.out, a.format, options)
     except ValueError as exc:

@@ -58,11 +58,13 @@ def convert(inputs: Sequence[Path], output: Path, phase_centre: PhaseCentre | st
                               f"replaces it)")
     if suffix == ".uvfits":
         return _to_uvfits(inputs, output, pc)
-    return _to_ms(inputs, output, pc, overwrite, progress)
+    return uvh5_to_ms(inputs, output, pc, overwrite, progress)
 
 
-def _to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: bool,
-           progress: Callable[[int], None] | None) -> Path:
+def uvh5_to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: bool = False,
+               progress: Callable[[int], None] | None = None) -> Path:
+    """``inputs`` (UVH5, whatever their names) as the Measurement Set ``output``, a dump at a
+    time through :class:`~xengine_block.outputs.ms.MSWriter`."""
     import pyuvdata
 
     from .ms import MSWriter
@@ -72,7 +74,7 @@ def _to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: boo
     codes = [p for p, _, _ in POLARIZATIONS]
     try:
         for path in inputs:
-            meta = pyuvdata.UVData.from_file(str(path), read_data=False)
+            meta = pyuvdata.UVData.from_file(str(path), read_data=False, file_type="uvh5")
             _check_unprojected(meta, path)
             if sorted(int(p) for p in meta.polarization_array) != sorted(codes):
                 raise ValueError(f"{path}: polarisations {list(meta.polarization_array)}; "
@@ -93,7 +95,8 @@ def _to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: boo
                                                   strict=True))}
             pol = [list(meta.polarization_array).index(c) for c in codes]
             for jd in np.unique(meta.time_array):
-                uv = pyuvdata.UVData.from_file(str(path), times=[jd], run_check=False)
+                uv = pyuvdata.UVData.from_file(str(path), times=[jd], run_check=False,
+                                              file_type="uvh5")
                 data = np.zeros((writer.bmap.nbls, freqs.size, 4), np.complex128)
                 flags = np.ones(data.shape, bool)
                 nsamples = np.zeros(data.shape, np.float32)

@@ -33,6 +33,7 @@ import functools
 import gc
 import logging
 import os
+import shutil
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -90,6 +91,12 @@ class ReprocessOptions:
     #: When an input is judged bad (``xengine_block.health.inputs.Thresholds``; None: the
     #: defaults).
     thresholds: Thresholds | None = None
+    #: The files each task writes: ``uvh5`` and/or ``ms`` (``--output-format``). A Measurement
+    #: Set is written from the task's finished UVH5 file by the Measurement Set writer, a dump
+    #: at a time (:func:`~xengine_block.outputs.convert.uvh5_to_ms`), phased to
+    #: ``phase_centre``; with ``ms`` alone the UVH5 file is only the task's partial output.
+    output_formats: tuple[str, ...] = ("uvh5",)
+    phase_centre: str = "zenith"
 
     @property
     def flagging(self) -> bool:
@@ -388,11 +395,36 @@ def run_task(task: Task, options: ReprocessOptions) -> dict[str, Any]:
     # alone, and the collection is then a full one, as it is without freeze_gc.
     with frozen_heap() if options.freeze_gc else contextlib.nullcontext():
         if isinstance(task, RecordingTask):
-            return reprocess_recording(task, options)
-        try:
-            return reprocess_file(task, options)
-        finally:
-            gc.collect()
+            summary = reprocess_recording(task, options)
+        else:
+            try:
+                summary = reprocess_file(task, options)
+            finally:
+                gc.collect()
+    if "ms" in options.output_formats:
+        write_measurement_set(task, options)
+    return summary
+
+
+def write_measurement_set(task: Task, options: ReprocessOptions) -> Path:
+    """The task's Measurement Set from its finished UVH5 partial: ``NAME.ms`` beside
+    ``NAME.uvh5``, or, for a task of Measurement Sets alone (output ``NAME.ms``), the partial
+    itself replaced by the table (which the task runner then renames)."""
+    from ..outputs.convert import uvh5_to_ms
+    from ..outputs.phasing import PhaseCentre
+
+    pc = PhaseCentre.parse(options.phase_centre)
+    only_ms = task.output.suffix == ".ms"
+    final = task.partial if only_ms else task.output.with_suffix(".ms")
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    uvh5_to_ms([task.partial], tmp, pc)
+    if only_ms:
+        task.partial.unlink()
+    elif final.exists():
+        shutil.rmtree(final)  # a rerun's: its UVH5 was not complete, so neither is this
+    os.replace(tmp, final)
+    return final
 
 
 def integration_spectra(options: ReprocessOptions, fs_hz: float, span: int) -> int:
@@ -599,6 +631,9 @@ def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
     """Plan and run; returns the per-task results."""
     outdir.mkdir(parents=True, exist_ok=True)
     fn = functools.partial(run_task, options=options)
-    return run_tasks(plan_tasks(inputs, outdir, options.format, options), fn,
+    tasks = plan_tasks(inputs, outdir, options.format, options)
+    if "uvh5" not in options.output_formats:  # Measurement Sets alone: NAME.ms per task
+        tasks = [replace(t, output=t.output.with_suffix(".ms")) for t in tasks]
+    return run_tasks(tasks, fn,
                      scheduler=scheduler,
                      workers=workers, progress=progress)

@@ -9,6 +9,7 @@ whether all succeeded.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -48,7 +49,9 @@ def run_one(task: Task, fn: Callable[[Task], dict[str, Any]]) -> Result:
     if task.output.exists():
         return Result(task, ok=True, skipped=True, summary={"skipped": "output exists"})
     try:
-        if task.partial.exists():
+        if task.partial.is_dir() and not task.partial.is_symlink():
+            shutil.rmtree(task.partial)  # a previous run died: redo it (a Measurement Set)
+        elif task.partial.exists():
             task.partial.unlink()  # a previous run died: redo it
         summary = fn(task)
         os.replace(task.partial, task.output)

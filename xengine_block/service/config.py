@@ -173,6 +173,32 @@ class UdpEndpoint:
         return f"udp://{self.address}:{self.port}"
 
 
+def file_formats(value: Any) -> tuple[str, ...]:
+    """The visibility files written: a TOML array (or a comma list on the command line) of
+    ``uvh5`` and ``ms`` (Measurement Sets, python-casacore)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise argparse.ArgumentTypeError(f"expected a list of uvh5 and ms, got {value!r}")
+    formats = tuple(dict.fromkeys(str(f).strip() for f in items))
+    bad = [f for f in formats if f not in ("uvh5", "ms")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown format {bad[0]!r}; uvh5 and/or ms")
+    if "ms" in formats:
+        from ..console.argtypes import measurement_sets_available
+
+        problem = measurement_sets_available()
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+    return formats
+
+
+def phase_centre_key(value: Any) -> str:
+    """``zenith`` or ``RA,DEC`` in degrees (ICRS)."""
+    from ..console.argtypes import phase_centre
+
+    return phase_centre(str(value))
+
+
 def cpu_list(value: Any) -> tuple[int, ...]:
     """Cores: a TOML integer or array of them, or a CPU list on the command line (``0-3,6``),
     each a core this process may run on."""
@@ -191,6 +217,16 @@ def udp_endpoint(value: Any) -> UdpEndpoint:
     if not s.startswith("udp://") or not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected udp://ADDRESS:PORT, got {s!r}")
     return UdpEndpoint(ipv4(host), int_at_least(0, 65535)(port))
+
+
+def host_port(value: Any) -> tuple[str, int]:
+    """``ADDRESS:PORT`` (an IPv4 address; port 0: any free port), or ``PORT`` alone: on the
+    loopback address."""
+    s = text(value) if not isinstance(value, int) or isinstance(value, bool) else str(value)
+    host, sep, port = s.rpartition(":")
+    if not port.isdigit() or (sep and not host):
+        raise argparse.ArgumentTypeError(f"expected ADDRESS:PORT or PORT, got {s!r}")
+    return (ipv4(host) if sep else "127.0.0.1"), int_at_least(0, 65535)(port)
 
 
 def udp_endpoints(value: Any) -> tuple[UdpEndpoint, ...]:
@@ -299,6 +335,11 @@ KEYS: tuple[Key, ...] = (
         "start a new file every S seconds of data (rounded to whole dumps)",
         live="from the next dump"),
     Key("output", "quicklook", boolean, False, "also write a quick-look PNG per dump"),
+    Key("output", "formats", file_formats, ("uvh5",),
+        "files written in directory: uvh5 and/or ms (Measurement Sets, python-casacore)"),
+    Key("output", "phase_centre", phase_centre_key, "zenith",
+        "the Measurement Sets' phase centre: zenith (at each file's first dump) or RA,DEC in "
+        "degrees (ICRS)"),
     Key("flagging", "health", boolean, False,
         "judge every input (antenna x pol) in every dump, log each change of state and export "
         "it as metrics, without flagging (docs/flagging.md)"),
@@ -330,6 +371,12 @@ KEYS: tuple[Key, ...] = (
     Key("monitor", "metrics_address", ipv4, "127.0.0.1",
         "address the metrics endpoint binds (0.0.0.0 for every interface)"),
     Key("monitor", "like_top_s", non_negative_float, 10.0, "like_top line interval (0: off)"),
+    Key("display", "address", host_port, None,
+        "serve the signal display (docs/display.md) at ADDRESS:PORT (PORT alone: loopback; "
+        "port 0: a free one, the URL is logged); absent: off", "display"),
+    Key("display", "history", int_at_least(1, 4096), 64,
+        "dumps the display keeps (its waterfall's depth; memory: one dump's UVH5 rows each)",
+        "display-history"),
 )
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 assert len(KEYS_BY_NAME) == len(KEYS), "key names must be unique (they are flag names)"
