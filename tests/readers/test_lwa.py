@@ -488,3 +488,14 @@ def test_other_backends_take_the_ci4_frames(tmp_path, backend):
         x, present = recorded(rec)
     check_uvh5(r.task.output, x, present, [(0, 2), (2, 4)], list(range(1, 5)),
                np.arange(700, 724) * NDP_FC)
+
+
+def test_pipeline_source_refuses_channel_blocks_in_one_line():
+    """The pipeline source puts a time's channels in one ring frame (MWAX: a file each); a TBF
+    time spread over channel-block frames is refused, not misread."""
+    from xengine_block.readers.source import frame_layout
+
+    with open_recording([LSL_DATA / "tbf-mini-test.dat"], "tbf") as rec:
+        with pytest.raises(RecordingError, match="xengine reprocess reads it") as e:
+            frame_layout(rec)
+    assert "\n" not in str(e.value)
