@@ -16,7 +16,9 @@ count S, a recording is written, read once so that it is in the page cache, then
 - ``bare_backend_msps``: the same backend's ``correlate_layout`` on the same chunks (same
   layouts, same calls) copied into memory beforehand, correlation time only;
 - ``ratio`` = msps / bare_backend_msps: what reading, indexing and writing cost (goal >= 0.8:
-  reading must not be what limits reprocessing);
+  reading must not be what limits reprocessing); ``cpu_ratio``: the same from the process's
+  CPU seconds (every thread; least of ``--repeat`` alternating rounds), which other programs
+  on a shared machine do not move as they move wall times;
 - ``layout_vs_frames``: bare_backend_msps over the same backend on the same samples in our own
   frame layout (``SampleLayout.packet``): what the recording's layout costs the backend's
   layout pass (1: nothing);
@@ -170,6 +172,7 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
         frames()
         t_bare, t_frames, t_ours = interleaved_best([bare, frames, runs.run], repeat,
                                                     runs.clean)
+        c_bare, c_ours = cpu_best([bare, runs.run], repeat, runs.clean)
     finally:
         runs.clean()
     packets.clear()
@@ -185,7 +188,23 @@ def measure(files: list[Path], fmt: str, toml: Path, nspec: int, work: Path,
             "bare_backend_msps": bare_msps, "ratio": msps / bare_msps,
             "frames_seconds": t_frames, "layout_vs_frames": t_frames / t_bare,
             "writer_cpu_s": writer, "writer_cpu_per_dump_ms": 1e3 * writer / nwin,
-            "writer_cpu_over_bare": writer / (t_bare * nthreads)}
+            "writer_cpu_over_bare": writer / (t_bare * nthreads),
+            "cpu_seconds": c_ours, "bare_cpu_seconds": c_bare, "cpu_ratio": c_bare / c_ours}
+
+
+def cpu_best(fns: list[Callable[[], object]], repeat: int,
+             between: Callable[[], object]) -> list[float]:
+    """Least CPU seconds of this process (every thread) of each of ``fns`` over ``repeat``
+    alternating rounds: what a call costs whatever else the machine runs (its wall time on a
+    shared machine is also the others' load), beside the wall-time ratio."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            c0 = time.process_time()
+            fn()
+            best[i] = min(best[i], time.process_time() - c0)
+            between()
+    return best
 
 
 def writer_cpu_seconds(meta: Any, toml: Path, nspec: int, ndump: int, work: Path) -> float:
@@ -273,7 +292,8 @@ def blri_seconds(files: list[Path], telinfo: Path, nspec: int, work: Path) -> fl
 
 
 #: Keys every reader format's entry has, per S.
-READER_KEYS = ("msps", "bare_backend_msps", "ratio", "layout_vs_frames", "writer_cpu_over_bare")
+READER_KEYS = ("msps", "bare_backend_msps", "ratio", "cpu_ratio", "layout_vs_frames",
+               "writer_cpu_over_bare")
 
 
 def reader_entry(fmt: str, make: Callable[..., tuple[list[Path], Path, int]], sizes: dict,
@@ -460,9 +480,9 @@ def pcap_entry(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 #: LWA cases (TBF and TBX: 12-channel frames of every stand, time-major as a station writes
 #: them; OVRO-LWA: one dump, ``[time][chan][stand][pol]``), 4+4-bit: S -> (stands, channels,
 #: spectra, spectra per integration). A transient buffer holds a few seconds of a few
-#: channels: 24 channels of 8192 spectra (0.34 s), 101 MB at S = 512, two integrations.
+#: channels: 24 channels of 16384 spectra (0.68 s), 202 MB at S = 512, four integrations.
 LWA_SIZES = {64: (32, 96, 16384, 8192), 256: (128, 48, 8192, 4096),
-             512: (256, 24, 8192, 4096)}
+             512: (256, 24, 16384, 4096)}
 QUICK_LWA_SIZES = {64: (32, 24, 1024, 512), 256: (128, 12, 1024, 512),
                    512: (256, 12, 512, 256)}
 
@@ -515,7 +535,7 @@ FORMATS: dict[str, Callable[[Path, argparse.Namespace], dict[str, Any]]] = {
 
 def previous_entries(args: argparse.Namespace, measured: set[str]) -> dict[str, Any]:
     """The entries of formats not ``measured`` in this machine's results file (empty where
-    there is none), each marked with the date it was measured."""
+    there is none), each marked with the date it was measured and the load then."""
     import json
 
     from xengine_block.bench.machine import results_path
@@ -524,9 +544,10 @@ def previous_entries(args: argparse.Namespace, measured: set[str]) -> dict[str, 
     if not path.exists():
         return {}
     old = json.loads(path.read_text())
-    when = old.get("measured_utc")
-    return {k: {**v, "measured_utc": v.get("measured_utc", when)} for k, v in old.items()
-            if k in FORMATS and k not in measured}
+    when, load = old.get("measured_utc"), old.get("load_average_1min")
+    return {k: {**v, "measured_utc": v.get("measured_utc", when),
+                "load_average_1min": v.get("load_average_1min", load)}
+            for k, v in old.items() if k in FORMATS and k not in measured}
 
 
 def main(argv: list[str] | None = None) -> int:

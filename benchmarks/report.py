@@ -141,13 +141,29 @@ def pipeline_rows(d: dict) -> list[Row]:
     return rows
 
 
+def kept_from(d: dict, fmt: str) -> str:
+    """`` (DATE, load A-B)`` for an entry kept from an earlier run of the benchmark
+    (``--keep-other-formats``), else nothing."""
+    when = get(d, fmt, "measured_utc")
+    if not when:
+        return ""
+    load = get(d, fmt, "load_average_1min") or {}
+    return (f" (measured {str(when)[:10]}, load {num(load.get('start'), 1)}-"
+            f"{num(load.get('end'), 1)})")
+
+
 def reprocess_rows(d: dict) -> list[Row]:
     rows = []
     for fmt in ("guppi", "dada", "mwax", "pcap", "tbf", "tbx", "ovro-lwa"):
         runs = get(d, fmt, "runs") or {}
         cells = [f"{s}: {num(r.get('ratio'))}" for s, r in by_streams(runs)]
         if cells:
-            rows.append((f"`{fmt}`: reprocessing over the bare backend", ", ".join(cells)))
+            rows.append((f"`{fmt}`: reprocessing over the bare backend{kept_from(d, fmt)}",
+                         ", ".join(cells)))
+        cpu = [f"{s}: {num(r.get('cpu_ratio'))}" for s, r in by_streams(runs)
+               if r.get("cpu_ratio") is not None]
+        if cpu:
+            rows.append((f"`{fmt}`: the same in CPU seconds", ", ".join(cpu)))
         replay = [f"{s}: {num(r.get('replay_ratio'))}" for s, r in by_streams(runs)
                   if r.get("replay_ratio") is not None]
         if replay:
@@ -202,9 +218,14 @@ def ring_rows(d: dict) -> list[Row]:
 
 
 def npu_host_rows(d: dict) -> list[Row]:
-    return [(f"`{name}`: sync/compute overlap (0 none, 1 full)",
-             num(get(d, "results", name, "overlap")))
-            for name in ("blocking_wait", "polled") if get(d, "results", name)]
+    exact = get(d, "exact", "bit_exact")
+    return [("NPU idle fraction at the published geometry (S = 256)",
+             num(d.get("npu_idle_fraction"))),
+            ("the model's, this loop / each output placed before the next launch",
+             f"{num(d.get('model_npu_idle_fraction'))} / "
+             f"{num(d.get('model_npu_idle_fraction_place_on_launch'))}"),
+            ("published design (P = 2) through the loop, emulated, bit for bit",
+             DASH if exact is None else ("yes" if exact else "NO"))]
 
 
 def npu_host_passes_rows(d: dict) -> list[Row]:
@@ -213,6 +234,20 @@ def npu_host_passes_rows(d: dict) -> list[Row]:
     return [(f"{label}: bytes/s over memcpy's, one core", num(get(d, "passes", k,
                                                                "ratio_to_memcpy")))
             for k, label in names.items() if get(d, "passes", k)]
+
+
+def display_rows(d: dict) -> list[Row]:
+    on, off = d.get("display_on") or {}, d.get("display_off") or {}
+    return [("path", f"S = {d.get('S', DASH)}, {d.get('nchan', DASH)} channels, "
+                     f"{d.get('dumps', DASH)} dumps, backend `{d.get('backend', DASH)}`"),
+            (f"chain with the display and {d.get('clients', DASH)} polling clients over "
+             "without", f"{num(d.get('ratio'))} (>= 0.95: "
+                        f"{'yes' if d.get('meets_0_95') else 'NO'})"),
+            ("each round's ratio", ", ".join(num(r) for r in d.get("ratios") or []) or DASH),
+            ("chain rate without / with, Msps", f"{num(off.get('msps'))} / "
+                                                f"{num(on.get('msps'))}"),
+            ("dumps the display lost / requests answered",
+             f"{on.get('display_lost', DASH)} / {sum((on.get('requests') or {}).values())}")]
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -279,8 +314,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "bench_npu_host": Benchmark(
         "NPU host loop (simulated device)", "python benchmarks/bench_npu_host.py --write-results",
         "The NPU backend's host loop against a simulated XRT device that models pyxrt holding "
-        "the GIL: how much of an input sync overlaps the device's run. No NPU is involved; "
-        "these are upper bounds.", npu_host_rows),
+        "the GIL, its runs and syncs timed as the performance model predicts the published "
+        "geometry: the share of the time the NPU waits for the host. No NPU is involved; "
+        "the simulation stops only pyxrt calls, so this is a lower bound.", npu_host_rows),
     "bench_npu_host_passes": Benchmark(
         "NPU backend's host passes",
         "python benchmarks/bench_npu_host_passes.py --write-results",
@@ -291,6 +327,17 @@ BENCHMARKS: dict[str, Benchmark] = {
         "(docs/npu.md, \"Expected speed\"). What limits it: memory bandwidth for the copy; "
         "the per-nibble work for the unpack; the scattered writes of the placement.",
         npu_host_passes_rows),
+    "bench_display": Benchmark(
+        "Signal display",
+        "python benchmarks/bench_display.py --repeat 4 --write-results",
+        "The live chain at S = 256 with the signal display on (its block, its server, and "
+        "three clients in another process polling the six requests the page makes each "
+        "second, on the second, as the page does) against the same chain without it, timed in "
+        "alternation. The chain runs several times faster than real time, so every poll "
+        "finds a new dump to answer for (once for the three clients, who ask together), and "
+        "the clients share the cores with the chain: the display's heaviest case. What "
+        "limits it: the server's numpy and JSON work under the GIL the pipeline's Python "
+        "threads share, on cores the chain keeps busy.", display_rows),
 }
 
 

@@ -19,6 +19,8 @@ Why each layer sits where it does (what the code needs, not what it was once all
   (``bifrost/``, the same blocks adapted); one layer, since ``blocks.chain`` assembles the
   chain on either runtime and ``bifrost/`` wraps ``blocks/``;
 - reprocess: recordings to UVH5 through readers, blocks and backends;
+- display: the signal display (a page over UVH5 files or a running chain's dumps: reads
+  outputs' row layout and feeds from a block on the chain);
 - service: the live correlator and its scale-out;
 - cli: the ``xengine`` command on top; nothing in the library imports it.
 """
@@ -51,6 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("io", ("capture", "readers", "outputs", "sim", "console", "bench", "health")),
     ("blocks", ("blocks", "bifrost")),
     ("reprocess", ("reprocess",)),
+    ("display", ("display",)),
     ("service", ("service",)),
     ("cli", ("cli",)),
 ]

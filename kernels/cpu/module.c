@@ -506,6 +506,50 @@ static PyObject *py_unpack_ci4_rows(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Whether every int64 of b lies in [0, bound). */
+static int indices_below(const Py_buffer *b, Py_ssize_t bound)
+{
+    const int64_t *v = b->buf;
+    for (Py_ssize_t i = 0; i < b->len / 8; i++)
+        if (v[i] < 0 || v[i] >= bound)
+            return 0;
+    return 1;
+}
+
+static PyObject *py_place_pair(PyObject *self, PyObject *args)
+{
+    Py_buffer b[5] = {{0}};  /* out, re_pos, im_pos, dst, tri */
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&", buf_in, &b[0], buf_in, &b[1], buf_in, &b[2],
+                          buf_in, &b[3], buf_out, &b[4]))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = b[3].len / 8;
+    const Py_ssize_t nchan = b[4].ndim == 3 ? b[4].shape[0] : 0;
+    const Py_ssize_t nbl = b[4].ndim == 3 ? b[4].shape[1] : 0;
+    const Py_ssize_t per_chan = nchan ? b[0].len / 4 / nchan : 0;
+    if (b[0].itemsize != 4 || b[4].itemsize != 4 || b[1].itemsize != 8 || b[2].itemsize != 8
+            || b[3].itemsize != 8 || b[1].len != b[3].len || b[2].len != b[3].len
+            || b[4].ndim != 3 || b[4].shape[2] != 2 || !PyBuffer_IsContiguous(&b[4], 'C')
+            || !PyBuffer_IsContiguous(&b[0], 'C') || !nchan || b[0].len != 4 * per_chan * nchan)
+        PyErr_SetString(PyExc_ValueError, "place_pair(out, re_pos, im_pos, dst, tri): out "
+                        "int32 of nchan equal rows, positions and dst int64 of one length, tri "
+                        "C-contiguous int32 [nchan, nbl, 2]");
+    else if (!indices_below(&b[1], per_chan) || !indices_below(&b[2], per_chan)
+             || !indices_below(&b[3], nbl))
+        PyErr_SetString(PyExc_ValueError, "place_pair: a position outside a channel's output or "
+                        "a baseline outside the triangle");
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        xe_place_pair(b[0].buf, (long)per_chan, (long)nchan, b[1].buf, b[2].buf, b[3].buf,
+                      (long)n, b[4].buf, (long)nbl);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    release(b, 5);
+    return result;
+}
+
 /* The enum xe_num_type of a buffer (int32, int64, float64), or -1. */
 static int num_type(const Py_buffer *b)
 {
@@ -620,6 +664,10 @@ static PyMethodDef methods[] = {
      "unpack_ci4_rows(src, out, nibble_order): ci4 rows of 8 bytes (one complex sample each)\n"
      "-> out rows of 16 int8: the 8 real parts, then the 8 imaginary parts (re in the high\n"
      "nibble for 're_high', the low one for 're_low'). Releases the GIL."},
+    {"place_pair", py_place_pair, METH_VARARGS,
+     "place_pair(out, re_pos, im_pos, dst, tri): one NPU call's output (int32, nchan rows) into\n"
+     "the packed triangle tri [nchan, nbl, 2]: tri[c, dst[k]] = (out[c, re_pos[k]],\n"
+     "out[c, im_pos[k]]) for every channel c and k. Checks every index; releases the GIL."},
     {"uvh5_rows", py_uvh5_rows, METH_VARARGS, uvh5_rows_doc},
     {"uvh5_counts", py_uvh5_counts, METH_VARARGS, uvh5_counts_doc},
     {"_decide_isas", KW(py_decide_isas),

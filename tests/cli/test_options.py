@@ -173,6 +173,12 @@ SUBCOMMAND_CASES = [
      "--phase-centre"),
     (["convert", "{files}/plain.txt", "-o", "out.ms", "--phase-centre", "10,95"],
      "--phase-centre"),
+    (["correlate", "--display", "nowhere"], "--display"),
+    (["correlate", "--display", "1.2.3.4.5:80"], "--display"),
+    (["correlate", "--display-history", "0"], "--display-history"),
+    (["view", "{files}/missing.uvh5"], "FILE"),
+    (["view", "{files}/plain.txt", "--address", "127.0.0.1:70000"], "--address"),
+    (["view", "{files}/plain.txt", "--address", ":80"], "--address"),
     (["nosuchcommand"], "command"),
 ]
 

@@ -142,6 +142,38 @@ def test_tbf_samples_are_lsl3s(name, tmp_path):
             assert np.array_equal(ours[:, k:k + 12, 0], d.transpose(1, 0, 2, 3))
 
 
+LSL3_FILE_SCRIPT = """
+import sys, warnings, numpy as np
+warnings.simplefilter('ignore')
+from lsl.misc import telemetry
+telemetry.ignore()
+from lsl.reader.ldp import TBFFile
+f = TBFFile(sys.argv[1])
+_, _, d = f.read(return_ci8=True)
+np.savez(sys.argv[2], data=np.stack([d['re'], d['im']], -1), freqs=f.description['freq1'])
+"""
+
+
+def test_tbf_file_of_our_writer_is_lsl3s(tmp_path):
+    """LSL 3.0.8's TBFFile (frames gathered by time, tunings concatenated) reads a file of our
+    writer, three spectra of two tunings, as our reader does."""
+    py = os.environ.get(LSL3_ENV)
+    require("lsl3", None if py else f"${LSL3_ENV} names no Python with LSL 3.0.x")
+    y = ci4_values((3, 2, 12, 64, 2, 2), seed=21)
+    path = write_frames(tmp_path / "w.tbf", TBF, y, chans=[640, 2176],
+                        time_tag=336027835079999488)
+    out = tmp_path / "lsl3.npz"
+    subprocess.run([py, "-c", LSL3_FILE_SCRIPT, str(path), str(out)], check=True, timeout=120,
+                   env={**os.environ, "PYTHONPATH": ""})
+    got = np.load(out)
+    with open_recording([path], "tbf") as rec:
+        ours, present = recorded(rec)
+        assert np.array_equal(rec.meta.freqs_hz, got["freqs"])
+    assert present.all()
+    theirs = got["data"].reshape(64, 2, 24, 3, 2).transpose(0, 2, 3, 1, 4)
+    assert np.array_equal(ours, theirs)
+
+
 @pytest.mark.parametrize("name,fmt", [("tbf-mini-test.dat", "tbf"), ("tbx-test.dat", "tbx")])
 def test_lsl_files_reprocess_exactly(name, fmt, tmp_path):
     """One-spectrum files (a trigger's snapshot): an integration of one spectrum, stands
@@ -193,6 +225,7 @@ def test_disorder_repeats_and_missing_frames_are_placed_by_time(tmp_path):
     rng.shuffle(order)
     order.remove((2, 1))
     order.remove((4, 0))
+    order.remove((0, 2))  # the dump's first spectrum without its last block: not damage
     order.append(order[3])  # a repeat
     path = write_frames(tmp_path / "d.tbf", TBF, y, chans=[500, 512, 524], time_tag=TT0,
                         order=order)
@@ -202,8 +235,9 @@ def test_disorder_repeats_and_missing_frames_are_placed_by_time(tmp_path):
         x, present = rec_x = recorded(rec)
         freqs = rec.meta.freqs_hz
     want = y.transpose(3, 1, 2, 0, 4, 5).reshape(8, 36, 6, 2, 2)
-    assert np.array_equal(present.sum(), 36 * 6 - 24)
+    assert np.array_equal(present.sum(), 36 * 6 - 36)
     assert not present[12:24, 2].any() and not present[0:12, 4].any()
+    assert not present[24:36, 0].any()
     assert np.array_equal(x[:, present], want[:, present])
     arr = numbered_array(tmp_path, 8)
     r = run([path], tmp_path, array=str(arr), integration_spectra=3)
@@ -311,7 +345,7 @@ def test_cut_and_garbage_and_wrong_sync(tmp_path):
     with open_recording([path], "tbf") as rec:
         d = rec.damage.by_file["h.tbf"]
         assert d["truncated_bytes"] == size - 10 and d["garbage_bytes"] == size + 28
-        assert d["gap_blocks"] == 2  # the broken frame and the cut one
+        assert d["gap_blocks"] == 1  # the broken frame; the cut one is the last spectrum's
         x, present = recorded(rec)
         assert present.sum() == 12 * 4
         want = y.transpose(3, 1, 2, 0, 4, 5).reshape(4, 24, 3, 2, 2)
@@ -364,3 +398,104 @@ def test_ovro_cut_header_block(tmp_path):
 
 def test_ticks(tmp_path):
     assert (ADP_TICKS, NDP_TICKS) == (7840, 8192) and FS_HZ / ADP_TICKS == 25e3
+
+
+def test_lsl_xengine_second_opinion(tmp_path):
+    """LSL's own X-engine (``lsl.correlator._core.XEngine2``, what ``lsl.correlator.fx``
+    runs after its F-engine; float32, ``sum conj(x_2) x_1 / n``) on LSL's samples of its TBX
+    test file agrees with our XX visibilities: conjugated, times n, to float32 precision."""
+    core = import_or_require("lsl.correlator._core", "lsl")
+    import pyuvdata
+
+    x, _ = lsl_tbx_samples(LSL_DATA / "tbx-test.dat")  # [stand, chan, t, pol, 2]
+    z = (x[..., 0, 0] + 1j * x[..., 0, 1]).astype(np.complex64)  # X pol: [stand, chan, t]
+    valid = np.ones((z.shape[0], z.shape[2]), np.uint8)
+    theirs = core.XEngine2(z, z, valid, valid)  # [baseline s1 <= s2, chan]
+    arr = numbered_array(tmp_path, 64)
+    r = run([LSL_DATA / "tbx-test.dat"], tmp_path, array=str(arr), integration_spectra=1,
+            allow_damaged=True)
+    assert r.ok, r.error
+    uv = pyuvdata.UVData.from_file(r.task.output)
+    s1, s2 = np.triu_indices(64)
+    for k in range(0, s1.size, 97):
+        ours = uv.get_data(int(s1[k]) + 1, int(s2[k]) + 1, "xx")[0]
+        assert np.allclose(ours, np.conj(theirs[k]) * z.shape[2], rtol=1e-6, atol=1e-4), k
+
+
+def test_hostile_files_through_the_command_are_one_line_each(tmp_path, capsys):
+    """Through ``xengine reprocess --format``: garbage, a sync word alone, a header block with
+    no JSON, a TBF frame whose stand count lies on the first frame (the rest read): one line
+    each, no traceback."""
+    from xengine_block.cli import main
+
+    bad = {"junk.tbf": os.urandom(7000), "sync.tbx": b"\xde\xc0\xde\x5c" * 3,
+           "nojson.tbf.0": (40).to_bytes(4, "little") + (1 << 20).to_bytes(4, "little")
+           + b"x" * 100}
+    for name, content in bad.items():
+        (tmp_path / name).write_bytes(content)
+    path, y = frame_file(tmp_path, "lie.tbf", ntime=2)
+    data = bytearray(path.read_bytes())
+    data[14:16] = (7).to_bytes(2, "big")  # the first frame's stand count
+    path.write_bytes(bytes(data))
+    arr = numbered_array(tmp_path, 4)
+    for fmt, name in (("tbf", "junk.tbf"), ("tbx", "sync.tbx"), ("ovro-lwa", "nojson.tbf.0")):
+        rc = main(["reprocess", str(tmp_path / name), "-o", str(tmp_path / "out"), "--format",
+                   fmt, "--array", str(arr)])
+        out = capsys.readouterr()
+        assert rc == 1 and "Traceback" not in out.out + out.err
+        assert out.out.count("FAILED") == 1 and name in out.out
+    rc = main(["reprocess", str(path), "-o", str(tmp_path / "out"), "--array", str(arr),
+               "--integration-spectra", "2", "--allow-damaged"])
+    out = capsys.readouterr()
+    assert rc == 0 and "garbage_bytes=" in out.out, out.out
+    with open_recording([path], "tbf") as rec:
+        x, present = recorded(rec)
+    assert present[:, 0].sum() == 12 and present[:, 1].all()  # frame 0 lost, the rest kept
+
+
+def test_many_breaks_index_quickly(tmp_path):
+    """Garbage after every tenth frame of 40,000: indexed in well under a second's order, the
+    garbage counted, every frame kept (no rescan of the whole file per break)."""
+    import time
+
+    y = ci4_values((20000, 2, 12, 4, 2, 2), seed=2)
+    path = write_frames(tmp_path / "b.tbf", TBF, y, chans=[10, 22], time_tag=TT0)
+    raw, size = path.read_bytes(), 24 + 12 * 4 * 2
+    path.write_bytes(b"".join(raw[i * size:(i + 1) * size] + (b"xyz" if i % 10 == 9 else b"")
+                              for i in range(40000)))
+    t = time.perf_counter()
+    rec = TbfRecording([path])
+    assert time.perf_counter() - t < 10
+    assert rec.damage.by_file == {"b.tbf": {"garbage_bytes": 3 * 4000}}
+    assert sum(c.nframe for c in rec.chunks(rec.start, rec.end)) == 40000
+
+
+@pytest.mark.parametrize("backend", ["cpu", "emulator"])
+def test_other_backends_take_the_ci4_frames(tmp_path, backend):
+    """The numpy backend and the NPU design's emulation (which takes ci4 as ci4) give the
+    same exact file from the frames in place, a frame missing."""
+    y = ci4_values((4, 2, 12, 4, 2, 2), seed=13)
+    order = [(t, b) for t in range(4) for b in range(2) if (t, b) != (1, 1)]
+    path = write_frames(tmp_path / "e.tbx", TBX, y, chans=[700, 712], time_tag=TT0,
+                        order=order)
+    arr = numbered_array(tmp_path, 4)
+    r = run([path], tmp_path, array=str(arr), integration_spectra=2, backend=backend,
+            allow_damaged=True)
+    assert r.ok, r.error
+    assert r.summary["damaged"] == "e.tbx:gap_blocks=1,gap_spectra=1"
+    assert r.summary["backend"] == backend
+    with open_recording([path], "tbx") as rec:
+        x, present = recorded(rec)
+    check_uvh5(r.task.output, x, present, [(0, 2), (2, 4)], list(range(1, 5)),
+               np.arange(700, 724) * NDP_FC)
+
+
+def test_pipeline_source_refuses_channel_blocks_in_one_line():
+    """The pipeline source puts a time's channels in one ring frame (MWAX: a file each); a TBF
+    time spread over channel-block frames is refused, not misread."""
+    from xengine_block.readers.source import frame_layout
+
+    with open_recording([LSL_DATA / "tbf-mini-test.dat"], "tbf") as rec:
+        with pytest.raises(RecordingError, match="xengine reprocess reads it") as e:
+            frame_layout(rec)
+    assert "\n" not in str(e.value)

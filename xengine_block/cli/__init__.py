@@ -25,7 +25,7 @@ COMMANDS: dict[str, Command] = {}
 #: The subcommands, in the order ``xengine --help`` lists them; each is the module of its name
 #: with ``-`` as ``_`` (``npu-model``: ``cli/npu_model.py``).
 SUBCOMMANDS = ("bench", "backends", "npu-model", "quicklook", "record", "reprocess", "correlate",
-               "combine", "convert")
+               "combine", "convert", "view")
 #: What ``xengine --help`` opens with: what the tool does, for the people who run it.
 DESCRIPTION = """\
 An exact X-engine correlator for radio astronomy: the live correlator service,

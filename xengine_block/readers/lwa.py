@@ -63,6 +63,8 @@ ADP_TICKS = 7840  # fS / 25 kHz
 MAX_CHANNEL = 4096
 #: Where the sync word is looked for after a damaged frame: bytes per search.
 _SEARCH = 1 << 20
+#: Frames checked for their sync words at a time.
+_WINDOW = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,22 @@ def find_sync(buf: np.ndarray, start: int, stop: int | None = None) -> int:
     return -1
 
 
+def majority(values: np.ndarray) -> int:
+    """The most common of ``values`` (the smallest of equals)."""
+    vals, counts = np.unique(values, return_counts=True)
+    return int(vals[np.argmax(counts)])
+
+
+def headers(buf: np.ndarray, offsets: np.ndarray, nbytes: int) -> np.ndarray:
+    """The ``nbytes`` first bytes of the frames at ``offsets``, ``[n, nbytes]`` (gathered in
+    pieces: one index array for a whole file's frames would be 8 x nbytes per frame)."""
+    out = np.empty((offsets.size, nbytes), np.uint8)
+    cols = np.arange(nbytes)
+    for a in range(0, offsets.size, 1 << 16):
+        out[a:a + (1 << 16)] = buf[offsets[a:a + (1 << 16), None] + cols]
+    return out
+
+
 def _syncs(buf: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Whether a sync word starts at each of ``offsets`` (each at least 4 bytes in)."""
     b = np.frombuffer(SYNC, np.uint8)
@@ -140,6 +158,7 @@ class LwaFrameRecording(Recording):
     """A TBF or TBX file (see the module docstring)."""
 
     frame_format: ClassVar[FrameFormat] = TBF
+    _spans: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def sniff(cls, head: bytes, path: Path) -> bool:
@@ -163,12 +182,10 @@ class LwaFrameRecording(Recording):
         offsets = self._walk(buf, size, first, path)
         if offsets.size == 0:
             raise RecordingError(f"{where}no whole {self.format.upper()} frame")
-        head = buf[offsets[:, None] + np.arange(fmt.header_bytes)]
-        f = fmt.fields(head)
-        ids, counts = np.unique(f["id"], return_counts=True)
-        frame_id = int(ids[np.argmax(counts)])
-        i0 = int(np.flatnonzero(f["id"] == frame_id)[0])
-        nstand, nchan = int(f["nstand"][i0]), int(f["nchan"][i0])
+        f = fmt.fields(headers(buf, offsets, fmt.header_bytes))
+        frame_id = majority(f["id"])
+        mine = f["id"] == frame_id
+        nstand, nchan = majority(f["nstand"][mine]), majority(f["nchan"][mine])
         good = ((f["id"] == frame_id) & (f["nstand"] == nstand) & (f["nchan"] == nchan)
                 & (f["chan"] >= 0) & (f["chan"] + nchan <= MAX_CHANNEL)
                 & (fmt.header_bytes + nchan * nstand * 2 == size))
@@ -216,33 +233,33 @@ class LwaFrameRecording(Recording):
 
     def _walk(self, buf: np.ndarray, size: int, pos: int, path: Path) -> np.ndarray:
         """Offsets of the whole frames of ``size`` bytes from ``pos``: frames follow each
-        other; where one is not followed by a sync word the next is looked for (the bytes
-        skipped are garbage, a frame cut short by the next one's sync word among them); a
-        last frame cut by the end of the file is counted."""
+        other (checked a window of frames at a time); where one is not followed by a sync
+        word the next is looked for (the bytes skipped are garbage, a frame cut short by the
+        next one's sync word among them); a last frame cut by the end of the file is
+        counted."""
         n = len(buf)
         self.damage.add(path, "garbage_bytes", pos)
         parts = []
+        window = 256  # grows while frames follow each other, small again after a break
         while pos < n:
-            k = (n - pos) // size
+            k = min((n - pos) // size, window)
+            if k == 0:  # the rest is shorter than a frame
+                cut = bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]
+                self.damage.add(path, "truncated_bytes" if cut else "garbage_bytes", n - pos)
+                break
             cand = pos + size * np.arange(k, dtype=np.int64)
-            ok = _syncs(buf, cand)
-            bad = np.flatnonzero(~ok)
+            bad = np.flatnonzero(~_syncs(buf, cand))
             stop = int(bad[0]) if bad.size else k
-            if stop:
-                # the last frame before a break: whole only if no sync word lies inside it
-                last = int(cand[stop - 1])
-                if bad.size and find_sync(buf, last + 1, last + size) >= 0:
-                    stop -= 1
-                parts.append(cand[:stop])
-            pos = int(cand[stop]) if stop < k else pos + k * size
-            if pos >= n:
-                break
-            if stop == k:  # the rest is shorter than a frame
-                if bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]:
-                    self.damage.add(path, "truncated_bytes", n - pos)
-                else:
-                    self.damage.add(path, "garbage_bytes", n - pos)
-                break
+            window = 256 if bad.size else min(4 * window, _WINDOW)
+            end = pos + stop * size
+            if stop and end < n and bytes(buf[end:end + 4]) != SYNC[:min(4, n - end)]:
+                # the frame before a break: whole only if no sync word lies inside it
+                if find_sync(buf, end - size + 1, end) >= 0:
+                    stop, end = stop - 1, end - size
+            parts.append(cand[:stop])
+            pos = end
+            if pos >= n or bytes(buf[pos:pos + 4]) == SYNC[:min(4, n - pos)]:
+                continue  # on at the next frame (or the short rest)
             nxt = find_sync(buf, pos + 1)
             if nxt < 0:
                 self.damage.add(path, "garbage_bytes", n - pos)
@@ -255,13 +272,14 @@ class LwaFrameRecording(Recording):
                path: Path) -> tuple[np.ndarray, np.ndarray]:
         """Spectrum index of each frame from its time tag; frames off the grid of the
         majority, or further from the median than the file has frames, are time disorder."""
+        self.tt0 = 0
         if not good.any():
             return np.zeros(len(tt), np.int64), good
         phase = tt % ticks
-        vals, counts = np.unique(phase[good], return_counts=True)
-        on = good & (phase == vals[np.argmax(counts)])
-        med = int(np.median(tt[on]))
-        near = on & (np.abs(tt - med) <= ticks * len(tt))
+        on = good & (phase == majority(phase[good]))
+        med, span = int(np.median(tt[on])), ticks * len(tt)
+        lo, hi = max(med - span, -(1 << 63)), min(med + span, (1 << 63) - 1)
+        near = on & (tt >= lo) & (tt <= hi)
         self.damage.add(path, "time_disorder", int((good & ~near).sum()))
         self.tt0 = int(tt[near].min())  # spectrum 0's time tag
         return (tt - self.tt0) // ticks, near
@@ -282,7 +300,8 @@ class LwaFrameRecording(Recording):
     def _runs(self, payloads: np.ndarray, t: np.ndarray, chan: np.ndarray, good: np.ndarray,
               blocks: list[int], path: Path) -> list[Run]:
         """Per block, runs of frames consecutive in time at one stride in the file (the
-        first frame of a repeated (time, block) kept); missing frames counted."""
+        first frame of a repeated (time, block) kept); missing frames counted (those of the
+        first and last spectrum excepted)."""
         idx = np.flatnonzero(good)
         order = np.lexsort((idx, t[idx], chan[idx]))
         idx = idx[order]
@@ -291,8 +310,13 @@ class LwaFrameRecording(Recording):
         dup[1:] = (c[1:] == c[:-1]) & (tt[1:] == tt[:-1])
         self.damage.add(path, "time_disorder", int(dup.sum()))
         idx, c, tt = idx[~dup], c[~dup], tt[~dup]
-        span = int(tt.max()) + 1 if tt.size else 0
-        missing = span * len(blocks) - idx.size
+        # Frames missing between the first and the last spectrum are lost (damage); those of
+        # the first and last spectra are where the buffer's dump began and ended, its frames
+        # arriving in any order (LSL's TBFFile looks past them for the lowest frame count):
+        # left out as the channels' not recorded, not counted.
+        last = int(tt.max()) if tt.size else 0
+        inner = (tt > 0) & (tt < last)
+        missing = max(last - 1, 0) * len(blocks) - int(inner.sum())
         self.damage.add(path, "gap_blocks", missing)
         self.damage.add(path, "gap_spectra", missing)
         runs: list[Run] = []
@@ -340,10 +364,12 @@ class LwaFrameRecording(Recording):
         runs gives one chunk of them copied together (one correlation call, not one per
         frame)."""
         streams = self.stream_order(antennas)
+        if self._spans is None:  # each run's first and one-past-last spectrum
+            self._spans = (np.array([r.time_tag for r in self.runs], np.int64),
+                           np.array([r.end for r in self.runs], np.int64))
         by_block: dict[int, list[int]] = {}
-        for i, run in enumerate(self.runs):
-            if run.time_tag < t1 and t0 < run.end:
-                by_block.setdefault(run.chan0, []).append(i)
+        for i in np.flatnonzero((self._spans[0] < t1) & (self._spans[1] > t0)).tolist():
+            by_block.setdefault(self.runs[i].chan0, []).append(i)
         for chan0, which in sorted(by_block.items()):
             if len(which) == 1:
                 i = which[0]

@@ -90,7 +90,8 @@ class OvroLwaRecording(Recording):
         for fi, path in enumerate(self.files):
             buf = self.map(fi)
             where = f"{path}: "
-            got = dump_header(bytes(buf[:min(len(buf), MAX_HEADER)]))
+            hsize = int(buf[:4].view("<u4")[0]) if len(buf) >= 8 else 0
+            got = dump_header(bytes(buf[:8 + min(hsize, MAX_HEADER)]))
             if got is None:
                 raise RecordingError(f"{where}no OVRO-LWA dump header (uint32 sizes, then JSON "
                                      f"with nchan, nstand, npol)")

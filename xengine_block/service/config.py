@@ -219,6 +219,16 @@ def udp_endpoint(value: Any) -> UdpEndpoint:
     return UdpEndpoint(ipv4(host), int_at_least(0, 65535)(port))
 
 
+def host_port(value: Any) -> tuple[str, int]:
+    """``ADDRESS:PORT`` (an IPv4 address; port 0: any free port), or ``PORT`` alone: on the
+    loopback address."""
+    s = text(value) if not isinstance(value, int) or isinstance(value, bool) else str(value)
+    host, sep, port = s.rpartition(":")
+    if not port.isdigit() or (sep and not host):
+        raise argparse.ArgumentTypeError(f"expected ADDRESS:PORT or PORT, got {s!r}")
+    return (ipv4(host) if sep else "127.0.0.1"), int_at_least(0, 65535)(port)
+
+
 def udp_endpoints(value: Any) -> tuple[UdpEndpoint, ...]:
     """One ``udp://`` source or a list of them (TOML array; one per flag, repeatable)."""
     items = value if isinstance(value, list) else [value]
@@ -361,6 +371,12 @@ KEYS: tuple[Key, ...] = (
     Key("monitor", "metrics_address", ipv4, "127.0.0.1",
         "address the metrics endpoint binds (0.0.0.0 for every interface)"),
     Key("monitor", "like_top_s", non_negative_float, 10.0, "like_top line interval (0: off)"),
+    Key("display", "address", host_port, None,
+        "serve the signal display (docs/display.md) at ADDRESS:PORT (PORT alone: loopback; "
+        "port 0: a free one, the URL is logged); absent: off", "display"),
+    Key("display", "history", int_at_least(1, 4096), 64,
+        "dumps the display keeps (its waterfall's depth; memory: one dump's UVH5 rows each)",
+        "display-history"),
 )
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 assert len(KEYS_BY_NAME) == len(KEYS), "key names must be unique (they are flag names)"

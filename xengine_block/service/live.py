@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,6 +40,8 @@ from ..blocks.chain import CHAIN_BLOCKS, Chain, correlator_chain
 from ..blocks.writer import WRITER_COUNTERS
 from ..capture.meerkat import MeerkatFormat
 from ..capture.receive import CaptureBlock
+from ..display.live import DisplayBlock, LiveDumps
+from ..display.server import DisplayServer
 from ..runtime.pipeline import Pipeline
 from .config import KEYS_BY_NAME, RELOAD_RESULTS, ConfigError, ServiceConfig
 from .endpoints import ServiceSource, SourceError
@@ -110,6 +113,11 @@ class CorrelatorService:
                 cores={**dict.fromkeys(CHAIN_BLOCKS, v["output"]), "xengine": v["xengine"]},
                 on_write_error="skip",  # a live service stays up: counted, then a new file
                 flagging=cfg.flagging, formats=v["formats"], phase_centre=v["phase_centre"])
+            self.display_store: LiveDumps | None = None
+            if v["address"] is not None:  # an unguaranteed reader: never holds the chain back
+                self.display_store = LiveDumps(v["history"], counters=self.display_counters)
+                DisplayBlock(self.chain.integrate, store=self.display_store, core=v["output"],
+                             name="display")
         self.reloads = dict.fromkeys(RELOAD_RESULTS, 0)
         self.collector = CorrelatorCollector(self.capture, self.chain, self.pipeline.blocks,
                                              self.reloads)
@@ -121,6 +129,45 @@ class CorrelatorService:
             except OSError as exc:
                 raise ServiceError(f"metrics endpoint {v['metrics_address']}:"
                                    f"{v['metrics_port']}: {exc.strerror or exc}") from None
+        self.display: DisplayServer | None = None
+        if self.display_store is not None:
+            try:
+                self.display = DisplayServer(self.display_store, *v["address"],
+                                             marks=self.display_marks())
+            except OSError as exc:
+                if self.metrics is not None:
+                    self.metrics.close()
+                raise ServiceError(f"display {v['address'][0]}:{v['address'][1]}: "
+                                   f"{exc.strerror or exc}") from None
+            log.warning("signal display at %s", self.display.url)
+
+    def display_marks(self) -> Callable[[], dict[tuple[int, str], str]] | None:
+        """The input health marks the display's autocorrelations show
+        (``display.model.HealthMarks``): the health block's latest state per input, where
+        ``[flagging]`` judges inputs; None (no marks) where it does not."""
+        health = self.chain.health
+        if health is None:
+            return None
+
+        def latest() -> dict[tuple[int, str], str]:
+            monitor = health.monitor  # made at the block's first sequence
+            return monitor.latest() if monitor is not None else {}
+        return latest
+
+    def display_counters(self) -> dict[str, Any]:
+        """The counters the display's health panel plots, sampled as each dump arrives: the
+        capture's (as the metrics endpoint exports them), the loss in percent, the X-engine's
+        rate against real time, each ring's fill and the writer's counters."""
+        cap = self.collector.capture_counters()
+        heaps, missing = cap.get("heaps", 0), cap.get("missing", 0)
+        fills = {ring.name: ring.fill for b in self.pipeline.blocks for ring in b.orings}
+        realtime = self.chain.xengine_msps() * 1e6 / (self.config.fs_hz
+                                                      * self.config.geometry.nchan)
+        w = self.chain.writer
+        return {**cap, "loss_percent": 100.0 * missing / max(heaps + missing, 1),
+                "realtime_factor": realtime, "ring_fill": fills,
+                "ring_fill_max": max(fills.values(), default=0.0),
+                **(w.writer_counters() if w is not None else {})}
 
     def _say(self, event: str, **fields: Any) -> None:
         print(json.dumps({"event": event, **fields}), file=self.stdout, flush=True)
@@ -158,6 +205,8 @@ class CorrelatorService:
                 signal.signal(sig, handler)
             if self.metrics is not None:
                 self.metrics.close()
+            if self.display is not None:
+                self.display.close()
             self.source.close()
         return summary
 
@@ -219,6 +268,7 @@ class CorrelatorService:
                 ready_said = True
                 self._say("ready", sources=[str(e) for e in self.endpoints],
                           metrics_port=self.metrics.port if self.metrics else None,
+                          display_url=self.display.url if self.display else None,
                           chan0=self.config.chan0, nchan=self.config.geometry.nchan)
             if self._hangups > hangups:  # several at once: the file is read once
                 hangups = self._hangups
