@@ -236,6 +236,27 @@ def npu_host_passes_rows(d: dict) -> list[Row]:
             for k, label in names.items() if get(d, "passes", k)]
 
 
+def health_rows(d: dict) -> list[Row]:
+    rows = []
+    for isa, entry in sorted((d.get("per_isa") or {}).items()):
+        for path, what in (("frames", "our frames"), ("layout", "a GUPPI-like layout")):
+            e = entry.get(path) or {}
+            share, counts = (num(100 * e[k], 1, " %") if k in e else DASH
+                             for k in ("health_share", "count_share"))
+            rows.append((f"`{isa}`, {what}: health over the X-engine (counts + judging)",
+                         f"{share} (counts {counts})"))
+    rows.append(("judging one dump", f"{num(1e3 * (d.get('judge_cpu_s_per_dump') or 0), 1)} ms "
+                                     f"(S = {d.get('S', DASH)}, {d.get('nchan', DASH)} channels, "
+                                     f"{d.get('dump_spectra', DASH)} spectra)"))
+    ao = d.get("aoflagger") or {}
+    if "ms_per_dump" in ao:
+        rows.append(("AOFlagger (generic strategy) per dump",
+                     f"{num(ao['ms_per_dump'], 1)} ms ({ao['nant']} antennas, {ao['nchan']} "
+                     f"channels; {num(ao['us_per_baseline_dump'], 1)} us per baseline product; "
+                     f"flags {num(100 * ao['flagged_fraction'], 2, ' %')} of noise)"))
+    return rows
+
+
 def display_rows(d: dict) -> list[Row]:
     on, off = d.get("display_on") or {}, d.get("display_off") or {}
     return [("path", f"S = {d.get('S', DASH)}, {d.get('nchan', DASH)} channels, "
@@ -292,6 +313,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         "`[time, freq, station, pol]` tensor against our frames. What limits it: the "
         "per-gulp Python of blocks and runtime, which matters only for small gulps.",
         runtime_rows),
+    "bench_health": Benchmark(
+        "Input health and RFI flags", "python benchmarks/bench_health.py --write-results",
+        "The native backend at S = 256 (9 channels, a dump of P = 136 packets) with and "
+        "without counting the samples at the quantiser's extremes (counted in its layout "
+        "pass, from the tiles it builds), in alternation, in CPU seconds; plus judging one "
+        "dump's inputs (numpy on the triangle), as a share of the X-engine's time per dump "
+        "(the target: at most 3 %); and AOFlagger's time per dump over a file of dumps, as "
+        "reprocessing runs it (docs/flagging.md). What limits it: the counts are two byte "
+        "compares a tile row where the packing or widening has the row loaded; AOFlagger's "
+        "strategy runs once per baseline product.", health_rows),
     "bench_uvh5": Benchmark(
         "UVH5 writer", "python benchmarks/bench_uvh5.py --nant 128 --nchan 8 --write-results",
         "Appends with the crash-safe commit order against HDF5's own order on the same data. "

@@ -64,6 +64,9 @@ typedef struct {
     int bits, re_low;   /* 8 or 4 (ci4, re in the low nibble if re_low) */
     int accumulate;     /* add into out (modulo 2^32) instead of overwriting it */
     int nthreads, kt;   /* kt: K-steps per chunk, 0 for XE_DEFAULT_KT */
+    int64_t *extremes;  /* [S]: add each stream's sample parts at the quantiser's extremes
+                         * (-128/+127, ci4 -8/+7), counted in its Y tiles as they are built;
+                         * NULL: not counted */
 } xe_call;
 
 /* Frames [P][S][C][ncoarse][2][8] (or ci4 [P][S][C][ncoarse][8]) of len bytes: plan the call,
