@@ -589,6 +589,8 @@ class NpuBackend(Backend, BlockPairExecutor):
                 design = self._diagonal  # reads A once; its b argument is not read
                 self.stats["diagonal_single_read_calls"] += 1
             elif i == j and entry.spare is not None:
+                while any(p.run is not None for p in pending):  # a queued run may read the
+                    self._collect(pending.popleft())  # spare: let it finish before rewriting
                 entry.spare_view[...] = entry.views[i]
                 entry.spare.sync(self._to_device)
                 b = entry.spare

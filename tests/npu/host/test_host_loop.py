@@ -122,3 +122,21 @@ def test_idle_fraction_of_the_simulated_device():
     assert xrt.idle_fraction(11.5) == 0.0
     with pytest.raises(ValueError, match="no run"):
         xrt.idle_fraction(20.0)
+
+
+def test_without_the_diagonal_design_an_unshared_diagonal_copies_b(tmp_path):
+    """A build without the diagonal design and ``share_diagonal=False``: each diagonal pair's
+    A is copied into the spare B BO and synced (the fallback where XRT refuses one BO in two
+    arguments), still exact."""
+    g = small_test_geometry(nstream=48, nchan=4)
+    xrt = SimulatedXrt()
+    backend = _backend(tmp_path, g, xrt, diagonal=False, share_diagonal=False)
+    try:
+        synced = xrt.counters["sync_to_device_bytes"]
+        frames = random_frames(g, g.npacket, seed=8)
+        assert np.array_equal(backend.correlate(frames), reference(g, frames))
+    finally:
+        backend.close()
+    assert not backend.reads_diagonal_once and xrt.counters["diagonal_runs"] == 0
+    assert xrt.counters["sync_to_device_bytes"] - synced == \
+        g.nchan_group * 2 * g.npu_nblock * backend.design.npu_in_bytes  # blocks + spares
