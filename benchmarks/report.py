@@ -199,6 +199,18 @@ def uvh5_rows(d: dict) -> list[Row]:
                       f"{d.get('ndump', DASH)} dumps")]
 
 
+def ms_rows(d: dict) -> list[Row]:
+    return [("Measurement Set append over UVH5 append, same dumps (median)",
+             num(d.get("ratio_ms_to_uvh5_append"))),
+            ("ms per append, Measurement Set / UVH5",
+             f"{num(get(d, 'ms', 'median_ms_per_append'))} / "
+             f"{num(get(d, 'uvh5', 'median_ms_per_append'))}"),
+            ("memory growth over the run (MB), Measurement Set / UVH5",
+             f"{num(get(d, 'ms', 'rss_growth_mb'))} / {num(get(d, 'uvh5', 'rss_growth_mb'))}"),
+            ("array", f"{d.get('nant', DASH)} antennas x {d.get('nchan', DASH)} channels, "
+                      f"{d.get('ndump', DASH)} dumps")]
+
+
 def ring_rows(d: dict) -> list[Row]:
     return [("ring over numpy copy + checksum of the same bytes", num(d.get("ratio"))),
             ("gulp, ring size", f"{d.get('gulp_nframe', DASH)} frame(s), "
@@ -206,9 +218,14 @@ def ring_rows(d: dict) -> list[Row]:
 
 
 def npu_host_rows(d: dict) -> list[Row]:
-    return [(f"`{name}`: sync/compute overlap (0 none, 1 full)",
-             num(get(d, "results", name, "overlap")))
-            for name in ("blocking_wait", "polled") if get(d, "results", name)]
+    exact = get(d, "exact", "bit_exact")
+    return [("NPU idle fraction at the published geometry (S = 256)",
+             num(d.get("npu_idle_fraction"))),
+            ("the model's, this loop / each output placed before the next launch",
+             f"{num(d.get('model_npu_idle_fraction'))} / "
+             f"{num(d.get('model_npu_idle_fraction_place_on_launch'))}"),
+            ("published design (P = 2) through the loop, emulated, bit for bit",
+             DASH if exact is None else ("yes" if exact else "NO"))]
 
 
 def npu_host_passes_rows(d: dict) -> list[Row]:
@@ -217,6 +234,27 @@ def npu_host_passes_rows(d: dict) -> list[Row]:
     return [(f"{label}: bytes/s over memcpy's, one core", num(get(d, "passes", k,
                                                                "ratio_to_memcpy")))
             for k, label in names.items() if get(d, "passes", k)]
+
+
+def health_rows(d: dict) -> list[Row]:
+    rows = []
+    for isa, entry in sorted((d.get("per_isa") or {}).items()):
+        for path, what in (("frames", "our frames"), ("layout", "a GUPPI-like layout")):
+            e = entry.get(path) or {}
+            share, counts = (num(100 * e[k], 1, " %") if k in e else DASH
+                             for k in ("health_share", "count_share"))
+            rows.append((f"`{isa}`, {what}: health over the X-engine (counts + judging)",
+                         f"{share} (counts {counts})"))
+    rows.append(("judging one dump", f"{num(1e3 * (d.get('judge_cpu_s_per_dump') or 0), 1)} ms "
+                                     f"(S = {d.get('S', DASH)}, {d.get('nchan', DASH)} channels, "
+                                     f"{d.get('dump_spectra', DASH)} spectra)"))
+    ao = d.get("aoflagger") or {}
+    if "ms_per_dump" in ao:
+        rows.append(("AOFlagger (generic strategy) per dump",
+                     f"{num(ao['ms_per_dump'], 1)} ms ({ao['nant']} antennas, {ao['nchan']} "
+                     f"channels; {num(ao['us_per_baseline_dump'], 1)} us per baseline product; "
+                     f"flags {num(100 * ao['flagged_fraction'], 2, ' %')} of noise)"))
+    return rows
 
 
 def display_rows(d: dict) -> list[Row]:
@@ -279,11 +317,30 @@ BENCHMARKS: dict[str, Benchmark] = {
         "`[time, freq, station, pol]` tensor against our frames. What limits it: the "
         "per-gulp Python of blocks and runtime, which matters only for small gulps.",
         runtime_rows),
+    "bench_health": Benchmark(
+        "Input health and RFI flags", "python benchmarks/bench_health.py --write-results",
+        "The native backend at S = 256 (9 channels, a dump of P = 136 packets) with and "
+        "without counting the samples at the quantiser's extremes (counted in its layout "
+        "pass, from the tiles it builds), in alternation, in CPU seconds; plus judging one "
+        "dump's inputs (numpy on the triangle), as a share of the X-engine's time per dump "
+        "(the target: at most 3 %); and AOFlagger's time per dump over a file of dumps, as "
+        "reprocessing runs it (docs/flagging.md). What limits it: the counts are two byte "
+        "compares a tile row where the packing or widening has the row loaded; AOFlagger's "
+        "strategy runs once per baseline product.", health_rows),
     "bench_uvh5": Benchmark(
         "UVH5 writer", "python benchmarks/bench_uvh5.py --nant 128 --nchan 8 --write-results",
         "Appends with the crash-safe commit order against HDF5's own order on the same data. "
         "What limits it: the direct (`O_DIRECT`) publishing write that makes a dump survive "
         "SIGKILL, a wait on the disk rather than CPU.", uvh5_rows),
+    "bench_ms": Benchmark(
+        "Measurement Set writer", "python benchmarks/bench_ms.py --write-results",
+        "The Measurement Set writer against the UVH5 writer on the same dumps, each in a "
+        "process of its own: time per append and resident memory over a long run. What limits "
+        "it: casacore's flush after every dump (each storage manager's file and the table's, "
+        "most of an append whatever the array size), then phasing (pyuvdata's apparent "
+        "coordinates, computed for 64 dumps at a time, and UVW); memory stays flat (rows "
+        "appended, nothing kept).",
+        ms_rows),
     "bench_ring": Benchmark(
         "Ring", "python benchmarks/bench_ring.py --write-results",
         "Frames through a ring (writer copies in, a reader checksums every byte) against "
@@ -292,8 +349,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "bench_npu_host": Benchmark(
         "NPU host loop (simulated device)", "python benchmarks/bench_npu_host.py --write-results",
         "The NPU backend's host loop against a simulated XRT device that models pyxrt holding "
-        "the GIL: how much of an input sync overlaps the device's run. No NPU is involved; "
-        "these are upper bounds.", npu_host_rows),
+        "the GIL, its runs and syncs timed as the performance model predicts the published "
+        "geometry: the share of the time the NPU waits for the host. No NPU is involved; "
+        "the simulation stops only pyxrt calls, so this is a lower bound.", npu_host_rows),
     "bench_npu_host_passes": Benchmark(
         "NPU backend's host passes",
         "python benchmarks/bench_npu_host_passes.py --write-results",

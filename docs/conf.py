@@ -1,9 +1,9 @@
 """Sphinx configuration of the xengine_block docs (MyST Markdown, autodoc with napoleon).
 
 Build: ``pip install -e '.[docs]'`` then ``sphinx-build -W -b html docs docs/_build/html``.
-The reference tables (configuration keys, metrics, capture counters, command-line help) are
-generated at build time from the code's own tables by ``_ext/reference_tables.py``, never
-copied by hand.
+The reference tables (configuration keys, metrics, capture counters, command-line help, the
+NPU model's tables and figures) are generated from the code's own tables into the pages
+themselves, between markers, by ``_ext/reference_tables.py``; the build warns when one is stale.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated", "_ext"]
+exclude_patterns = ["_build", "_ext"]
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence", "substitution"]
+myst_enable_extensions = ["colon_fence"]
 
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True

@@ -48,7 +48,8 @@ def test_npu_tables_are_the_model_s_predictions(reference_tables) -> None:
     from xengine_block.backends.npu import predicted
     from xengine_block.geometry import Geometry
 
-    assert "_generated/npu_model.md" in (ROOT / "docs" / "npu.md").read_text()
+    page = (ROOT / "docs" / "npu.md").read_text()
+    assert "<!-- generated: npu_model " in page and "<!-- generated: npu_calibration " in page
     rows = [line.split(" | ") for line in reference_tables.npu_model().splitlines()[2:]]
     cases = [(d, s, b) for d in reference_tables.NPU_DEVICES
              for s, b in reference_tables.NPU_MODEL_CASES]
@@ -56,7 +57,6 @@ def test_npu_tables_are_the_model_s_predictions(reference_tables) -> None:
     for row, (device, nstream, bits) in zip(rows, cases, strict=True):
         msps = predicted(Geometry(nstream=nstream, sample_bits=bits), device).msps
         assert row[:4] == [f"| {nstream}", f"ci{bits}", device, f"{msps:.1f}"], row
-    assert "_generated/npu_calibration.md" in (ROOT / "docs" / "npu.md").read_text()
     assert "| rate |" in reference_tables.npu_calibration()
 
 
@@ -101,3 +101,23 @@ def test_the_cli_reference_does_not_depend_on_the_terminal(reference_tables, mon
     narrow = reference_tables.cli_help()
     monkeypatch.setenv("COLUMNS", "200")
     assert reference_tables.cli_help() == narrow
+
+
+def test_npu_page_reads_right_outside_the_built_site(reference_tables) -> None:
+    """docs/npu.md holds every figure and table itself (generated between markers), as the
+    repository's web page shows it: no MyST substitution, no include of a build-time file; its
+    quoted figures are the model's and the host-loop benchmark's."""
+    page = (ROOT / "docs" / "npu.md").read_text()
+    assert "{{" not in page and "{include}" not in page and "_generated" not in page
+    # a line opening with an inline marker would start an HTML block, cutting its paragraph
+    assert not [line for line in page.splitlines()
+                if line.lstrip().startswith("<!-- generated: npu.")]
+    for name in ("npu_changes", "npu_tilings"):
+        assert f"<!-- generated: {name} " in page
+    quotes = reference_tables.npu_quotes()
+    for name in ("ci8_msps_256", "ours_over_published", "bench_idle_pct", "srd_gain"):
+        assert (f"<!-- generated: npu.{name} -->{quotes[name]}<!-- end generated: npu.{name} -->"
+                in page), name
+    assert float(quotes["ours_over_published"]) >= 1.25
+    assert float(quotes["bench_idle_pct"]) < 5
+    assert reference_tables.regenerated(page) == page

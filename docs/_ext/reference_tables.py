@@ -19,11 +19,13 @@ A marker pair may also sit inside a sentence, around a single figure. The sectio
 - ``metrics.md``: the metric families ``CorrelatorCollector.collect`` yields, read from a
   collection over a stand-in service, so a metric added in code appears here by itself;
 - ``cli.md``: ``xengine --help`` and every subcommand's help, from the argparse parser;
-- ``npu_calibration.md``, ``npu_model.md``: the NPU performance model's predictions for the
-  published design (beside its measurements) and for our plan, computed from the plan.
-
-And the figures docs/npu.md's prose quotes from the same model (``{{ name }}``, MyST
-substitutions from :func:`npu_quotes`), so no predicted number is copied by hand.
+- ``npu_calibration``, ``npu_model``, ``npu_changes``, ``npu_tilings``: the NPU performance
+  model's predictions for the published design (beside its measurements), for our plan, the
+  design changes it prices (made and left) and the kernel tilings it compares, computed from
+  the plan;
+- ``npu.<name>``: each figure docs/npu.md's prose quotes from the same model and from the
+  host-loop benchmark's results file (:func:`npu_quotes`), inline, so no predicted number is
+  copied by hand.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,8 @@ if __name__ == "__main__":  # run as a script: the checkout's package and the si
 
 from markdown_table import table  # noqa: E402 (after the script's path set-up)
 
-GENERATED = DOCS / "_generated"
+#: The host-loop benchmark's results docs/npu.md quotes (the simulated device).
+NPU_HOST_RESULTS = DOCS.parent / "benchmarks/results/intel-avx512vnni/bench_npu_host.json"
 #: A generated section: its name, then everything up to its end marker.
 SECTION_RE = re.compile(r"(<!-- generated: (?P<name>[\w.-]+)(?: [^>]*)? -->)(?P<body>.*?)"
                         r"(<!-- end generated: (?P=name) -->)", re.DOTALL)
@@ -152,30 +156,68 @@ def npu_model() -> str:
                   "the changes it points to (predicted Msps, gain)"], rows)
 
 
+def npu_changes() -> str:
+    """The design changes the model prices for our plan at S = 256 ci8 on xdna2: those made,
+    each against the design without it, and those left (with their gain, or none)."""
+    from xengine_block.backends.npu import predicted
+    from xengine_block.geometry import Geometry
+    from xengine_block.npu.model import perfmodel
+
+    pred = predicted(Geometry(nstream=256), "xdna2")
+    rows = [[f"`{c['name']}`", "made", f"{c['msps_without']:.1f} -> {c['msps']:.1f} "
+             f"(x{c['gain']:.2f})", f"`{c['bottleneck_without']}`", c["status"]]
+            for c in perfmodel.made_changes(pred)]
+    rows += [[f"`{c['name']}`", "left", f"{pred.msps:.1f} -> {c['msps']:.1f} (x{c['gain']:.2f})",
+              f"`{pred.bottleneck}`", c["status"]] for c in perfmodel.design_changes(pred)]
+    listed = {r[0].strip("`") for r in rows}
+    rows += [[f"`{c.name}`", "left", "no gain predicted", f"`{pred.bottleneck}`", c.status]
+             for c in perfmodel.DESIGN_CHANGES
+             if not c.made and c.name not in listed and c.applies(pred.schedule, pred.device)]
+    return table(["change", "state", "Msps without -> with (gain)", "bound without",
+                  "status"], rows)
+
+
+def npu_tilings() -> str:
+    """The kernel tilings the model compares for S = 256 ci8 on xdna2 (backends.npu.tilings)."""
+    from xengine_block.backends.npu import tilings
+    from xengine_block.geometry import Geometry
+
+    rows = [[f"{t['npu_block']}", f"N = {t['tile_n']}, M = {t['tile_m']}", t["block_pairs"],
+             f"{t['msps']:.1f}", f"`{t['bottleneck']}`", f"{t['device_msps']:.1f}"]
+            for t in tilings(Geometry(nstream=256), "xdna2")]
+    return table(["block (streams)", "kernel tile", "block pairs", "Msps", "bound by",
+                  "device alone, Msps"], rows)
+
+
+@cache
 def npu_quotes() -> dict[str, str]:
-    """The NPU model's figures that docs/npu.md's prose quotes, by substitution name."""
+    """The figures docs/npu.md's prose quotes (sections ``npu.<name>``): the NPU model's, and
+    the host-loop benchmark's from its results file."""
+    import json
+
     from xengine_block.backends.npu import POLL_S, predicted
     from xengine_block.geometry import PUBLISHED, Geometry
     from xengine_block.npu.design.plan import build_plan
     from xengine_block.npu.model import perfmodel
 
-    def changes(pred: Any, made: bool = False) -> dict[str, dict]:
-        found = perfmodel.made_changes(pred) if made else perfmodel.design_changes(pred)
-        return {c["name"]: c for c in found}
+    def made(pred: Any) -> dict[str, dict]:
+        return {c["name"]: c for c in perfmodel.made_changes(pred)}
 
-    pub = perfmodel.predict(build_plan(PUBLISHED), "xdna2").to_dict()
+    published = perfmodel.predict(build_plan(PUBLISHED), "xdna2")
+    pub = published.to_dict()
     cycles = pub["kernel_call_cycles"]
     ci8 = predicted(Geometry(nstream=256), "xdna2")
-    ci8_changes = changes(ci8)
+    ci8_made = made(ci8)
+    before = perfmodel.predict(ci8.base_plan, ci8.device, ci8.schedule.replace(place="launch"))
     ci4 = {s: predicted(Geometry(nstream=s, sample_bits=4), "xdna2") for s in (256, 512, 1024)}
-    ci4_made = {s: changes(pred, made=True)["ci4_on_tiles"] for s, pred in ci4.items()}
-    ci4_v2 = changes(predicted(Geometry(nstream=256, sample_bits=4), "aie-ml-v2"), made=True)
+    ci4_made = {s: made(pred)["ci4_on_tiles"] for s, pred in ci4.items()}
+    ci4_v2 = made(predicted(Geometry(nstream=256, sample_bits=4), "aie-ml-v2"))
     k = PUBLISHED
     unpack = perfmodel.tile_unpack_cycles(k.tile_n, k.tile_m, k.tile_t)
     kernel = perfmodel.kernel_cycles(k.tile_n, k.tile_m, k.tile_t)
     out_bytes = k.npu_out_bytes
     place = perfmodel.figure("host_place_bytes_per_s")
-    group_bytes = {s: (g := Geometry(nstream=s)).npacket * g.frame_bytes for s in (512, 1024)}
+    bench = json.loads(NPU_HOST_RESULTS.read_text())
     quotes = {
         "cal_sync_msps": f"{pub['terms_msps']['host_sync']:.1f}",
         "cal_compute_msps": f"{pub['terms_msps']['compute']:.1f}",
@@ -194,22 +236,28 @@ def npu_quotes() -> dict[str, str]:
         "v2_ci4_cost_pct": f"{100 * (1 - ci4_v2['ci4_on_tiles']['gain']):.0f}",
         "out_mb": f"{out_bytes / 1e6:.1f}",
         "place_ms": f"{out_bytes / place * 1e3:.0f}",
+        "idle_pct_before": f"{100 * before.idle_fraction:.0f}",
         "idle_pct_256": f"{100 * ci8.idle_fraction:.0f}",
-        "place_gain": f"{ci8_changes['place_beside_runs']['gain']:.2f}",
-        "srd_gain": f"{ci8_changes['single_read_diagonal']['gain']:.2f}",
+        "place_gain": f"{ci8_made['place_beside_runs']['gain']:.2f}",
+        "srd_gain": f"{ci8_made['single_read_diagonal']['gain']:.2f}",
+        "offgil_gain": f"{ci8_made['placement_off_gil']['gain']:.2f}",
         "ci4_ddr_msps": f"{ci4[256].terms['ddr']:.1f}",
-        "copy_gb_512": f"{group_bytes[512] / 1e9:.1f}",
-        "copy_gb_1024": f"{group_bytes[1024] / 1e9:.1f}",
         "gil_msps": f"{ci8.terms['host_gil']:.1f}",
         "ci8_msps_256": f"{ci8.msps:.1f}",
+        "pub_msps": f"{published.msps:.1f}",
+        "ours_over_published": f"{ci8.msps / published.msps:.2f}",
+        "bench_idle_pct": f"{100 * bench['npu_idle_fraction']:.1f}",
+        "bench_exact": ("bit for bit" if (bench.get("exact") or {}).get("bit_exact")
+                        else "NOT bit for bit"),
     }
-    for s, made in ci4_made.items():
-        quotes[f"ci4_gain_{s}"] = f"{made['gain']:.1f}"
+    for s, change in ci4_made.items():
+        quotes[f"ci4_gain_{s}"] = f"{change['gain']:.1f}"
     return quotes
 
 
-def set_substitutions(app: Any, config: Any) -> None:
-    config.myst_substitutions = {**getattr(config, "myst_substitutions", {}), **npu_quotes()}
+def npu_quote(name: str) -> str:
+    """One figure of :func:`npu_quotes`."""
+    return npu_quotes()[name]
 
 
 def cli_help() -> str:
@@ -259,18 +307,9 @@ def cli_help() -> str:
 #: The sections pages may hold, by the name their markers give.
 SECTIONS: dict[str, Callable[[], str]] = {
     "config_keys": config_keys, "capture_counters": capture_counters, "metrics": metrics,
-    "cli": cli_help,
+    "cli": cli_help, "npu_calibration": npu_calibration, "npu_model": npu_model,
+    "npu_changes": npu_changes, "npu_tilings": npu_tilings,
 }
-
-
-def write_tables(app: Any = None) -> None:
-    """The tables docs/npu.md still includes from ``docs/_generated/`` at build time."""
-    GENERATED.mkdir(exist_ok=True)
-    for name, render in (("npu_calibration", npu_calibration), ("npu_model", npu_model)):
-        path = GENERATED / f"{name}.md"
-        text = render()
-        if not path.exists() or path.read_text() != text:  # unchanged: no rebuild
-            path.write_text(text)
 
 
 def regenerated(text: str, where: str = "page") -> str:
@@ -278,6 +317,8 @@ def regenerated(text: str, where: str = "page") -> str:
     keeps a blank line on each side of its content; an inline one has none)."""
     def render(m: re.Match) -> str:
         name = m.group("name")
+        if name.startswith("npu.") and name[4:] in npu_quotes():
+            return m.group(1) + npu_quote(name[4:]) + m.group(4)
         if name not in SECTIONS:
             raise ValueError(f"{where}: no generated section {name!r} "
                              f"(known: {', '.join(sorted(SECTIONS))})")
@@ -318,9 +359,7 @@ def warn_if_stale(app: Any) -> None:
 
 
 def setup(app: Any) -> dict[str, Any]:
-    app.connect("builder-inited", write_tables)
     app.connect("builder-inited", warn_if_stale)
-    app.connect("config-inited", set_substitutions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

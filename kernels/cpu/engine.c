@@ -33,12 +33,15 @@ typedef struct {
     pthread_mutex_t lock;
     xe_kernel_fn kernel;
     xe_copy_fn copy;
+    xe_count_fn count;  /* the extremes count of the tiles (input health) */
     int pack_b, bias;
     int widen;         /* AVX2: the Y tiles widened to int16 once per unit (xe_widen_avx2) */
     int build;         /* whole K-steps built and packed in one pass (xe_build_tiles_avx512) */
     void (*tile_config)(void);   /* AMX paths: per-thread tile configuration, else NULL */
     void (*tile_release)(void);
     int (*tile_fault)(char *msg, size_t n);  /* emulated AMX: the thread's first #GP/#UD */
+    int64_t *extremes;   /* [S] the call's extremes counts, added to (under lock); NULL: none */
+    int8_t ext_lo, ext_hi;  /* the quantiser's extremes: -128, 127 (ci8) or -8, 7 (ci4) */
     int failed;
     int value_error;     /* the failure is the input's (a ci16 value out of range) */
     char error[256];     /* why a worker failed, if not for memory (under lock) */
@@ -131,6 +134,7 @@ static void flush(xe_job *job, const xe_work *w, int c)
 
 static void work_free(xe_work *w)
 {
+    free(w->ext);
     free(w->a);
     free(w->b);
     free(w->acc);
@@ -177,6 +181,31 @@ static int take_unit(xe_job *job, xe_unit *un)
     return 1;
 }
 
+/* Parts at the quantiser's extremes, portable C (xcorr.h, xe_count_fn): counted from the Y
+ * tiles just built, which every path shares and which are still in cache, so every path
+ * counts the same and no pass over the input is added. Zeros (the padding of a partial
+ * K-step, missing data) are no extremes. */
+void xe_count_extremes_c(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
+                         int8_t hi)
+{
+    const size_t blk = xe_block_bytes(p);
+    for (int i = i0; i < i1; i++) {
+        int64_t n[8] = {0};
+        for (int t = 0; t < nt; t++) {
+            const int8_t *tile = w->a + (size_t)i * blk + (size_t)t * XE_TILE_BYTES;
+            for (int m = 0; m < 16; m++) {
+                const int8_t *row = tile + 64 * m;
+                int c = 0;
+                for (int k = 0; k < 64; k++)
+                    c += (row[k] == lo) | (row[k] == hi);
+                n[m & 7] += c;
+            }
+        }
+        for (int m = 0; m < 8; m++)
+            w->ext[8 * i + m] += n[m];
+    }
+}
+
 /* What the kernel needs beyond the converted Y tiles of blocks [i0, i1): K-steps [t0, nt)
  * VNNI-packed (AMX, VNNI; the one-pass build packed those before t0), or all nt widened to
  * int16 (AVX2). */
@@ -209,6 +238,8 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
     const int whole = job->build ? (int)((un->g1 - un->g0) / (XE_KSTEP / XE_GROUP)) : 0;
     if (convert && p->lay) {  /* any layout: every block, then the VNNI packing */
         xe_convert_layout(p, w, job->frames, un);
+        if (w->ext && job->count)
+            job->count(p, w, un->nt, 0, p->nb8, job->ext_lo, job->ext_hi);
         finish_tiles(job, w, 0, un->nt, 0, p->nb8);
     }
     for (int L = 0; convert && !p->lay && L < nsb; L++) {
@@ -220,6 +251,8 @@ static void process_unit(xe_job *job, xe_work *w, const xe_unit *un, const xe_un
 #endif
         convert_super_block(p, w, job->frames, un, L, job->copy,
                             (long)whole * (XE_KSTEP / XE_GROUP));
+        if (w->ext && job->count)
+            job->count(p, w, un->nt, 2 * L, 2 * L + 2, job->ext_lo, job->ext_hi);
         finish_tiles(job, w, whole, un->nt, 2 * L, 2 * L + 2);
     }
     if (!job->layout_only)
@@ -238,6 +271,13 @@ static void *worker(void *arg)
         __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
         return NULL;
     }
+    if (job->extremes && !(w.ext = calloc((size_t)p->nb8 * 8, sizeof *w.ext))) {
+        work_free(&w);
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    w.ext_lo = job->ext_lo;
+    w.ext_hi = job->ext_hi;
     if (job->tile_config && !job->layout_only)
         job->tile_config();  /* tile configuration is per thread */
     xe_unit un, next;
@@ -263,6 +303,12 @@ static void *worker(void *arg)
     if (job->tile_release && !job->layout_only)
         job->tile_release();
     const int bad = w.bad, bad_value = w.bad_value;
+    if (w.ext) {
+        pthread_mutex_lock(&job->lock);
+        for (int s = 0; s < p->nstream; s++)
+            job->extremes[s] += w.ext[s];
+        pthread_mutex_unlock(&job->lock);
+    }
     work_free(&w);
     char fault[200];
     const int faulted = job->tile_fault && job->tile_fault(fault, sizeof fault);
@@ -288,6 +334,7 @@ static void *worker(void *arg)
 static int select_hooks(xe_job *job, enum xe_isa isa, int bits, int re_low)
 {
     job->kernel = xe_kernel_scalar;
+    job->count = xe_count_extremes_c;
     job->copy = bits == 8 ? xe_copy_groups_c : re_low ? xe_copy_ci4_lo_c : xe_copy_ci4_hi_c;
     job->pack_b = job->bias = job->build = job->widen = 0;
     job->tile_config = job->tile_release = NULL;
@@ -299,6 +346,7 @@ static int select_hooks(xe_job *job, enum xe_isa isa, int bits, int re_low)
         job->copy = bits == 8 ? xe_copy_groups_avx512 : re_low ? xe_copy_ci4_lo_avx512
             : xe_copy_ci4_hi_avx512;
         job->pack_b = 1;
+        job->count = NULL;  /* counted in the packing and the one-pass build */
         job->build = !job->plan->lay && bits == 8 && job->plan->ncoarse % 4 == 0;
     }
 #endif
@@ -308,6 +356,7 @@ static int select_hooks(xe_job *job, enum xe_isa isa, int bits, int re_low)
 #ifdef XE_HAVE_AVX2
     case XE_AVX2:
         job->kernel = xe_kernel_avx2;
+        job->count = NULL;  /* counted in the widening */
         job->widen = 1;
         return 1;
 #endif
@@ -537,6 +586,9 @@ int xe_run(xe_plan *p, const xe_call *call, const int8_t *input, int32_t *out,
     job.out = out;
     job.layout_only = call->mode == XE_LAYOUT_ONLY;
     job.compute_only = call->mode == XE_COMPUTE_ONLY;
+    job.extremes = call->mode == XE_FULL ? call->extremes : NULL;
+    job.ext_lo = call->bits == 4 ? -8 : -128;
+    job.ext_hi = call->bits == 4 ? 7 : 127;
     int rc = -1;
     if (!select_hooks(&job, p->isa, call->bits, call->re_low)) {
         xe_fail(err, XE_ERR_RUNTIME, "isa %d was not compiled in", (int)p->isa);

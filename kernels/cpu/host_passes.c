@@ -145,3 +145,17 @@ void xe_unpack_ci4_rows(const uint8_t *restrict src, long nrow, int high_first,
             out[high_first ? i + 8 : i] = xe_nib_lo(src[i]);
         }
 }
+
+void xe_place_pair(const int32_t *restrict out, long per_chan, long nchan,
+                   const int64_t *re_pos, const int64_t *im_pos, const int64_t *dst, long n,
+                   int32_t *restrict tri, long nbl)
+{
+    for (long c = 0; c < nchan; c++) {
+        const int32_t *o = out + c * per_chan;
+        int32_t *t = tri + c * nbl * 2;
+        for (long k = 0; k < n; k++) {
+            t[2 * dst[k]] = o[re_pos[k]];
+            t[2 * dst[k] + 1] = o[im_pos[k]];
+        }
+    }
+}

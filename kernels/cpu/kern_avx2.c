@@ -10,7 +10,8 @@
 #if defined(XE_HAVE_AVX2)
 #include <immintrin.h>
 
-#define XE_AVX2_TARGET __attribute__((target("avx2")))
+/* popcnt: every AVX2 CPU has it (the extremes counts in xe_widen_avx2) */
+#define XE_AVX2_TARGET __attribute__((target("avx2,popcnt")))
 
 /* c[j] += the horizontal sum of a[j], j = 0..3. */
 static inline XE_AVX2_TARGET void add_sums4(int32_t *c, const __m256i *a)
@@ -23,16 +24,27 @@ static inline XE_AVX2_TARGET void add_sums4(int32_t *c, const __m256i *a)
 
 /* The int16 tiles are written once per unit: widening in the kernel instead (vpmovsxbw per
  * row load) re-widened every row for each sub-block and 2 x 4 group it enters, a shuffle-port
- * uop for every 1.3 vpmaddwd. */
+ * uop for every 1.3 vpmaddwd. With w->ext, the parts at the quantiser's extremes are counted
+ * on the way (xe_count_fn, xcorr.h), from the same loads: byte k of a tile is in row k / 64,
+ * stream (k / 64) % 8 of the block. */
 XE_AVX2_TARGET void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1)
 {
     const size_t blk = xe_block_bytes(p);
+    const __m128i lo = _mm_set1_epi8(w->ext_lo), hi = _mm_set1_epi8(w->ext_hi);
     for (int i = i0; i < i1; i++) {
         const int8_t *src = w->a + (size_t)i * blk;
         int16_t *dst = (int16_t *)w->b + (size_t)i * blk;
-        for (size_t k = 0; k < (size_t)nt * XE_TILE_BYTES; k += 16)
-            _mm256_store_si256((__m256i *)(dst + k),
-                               _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(src + k))));
+        int64_t n[8] = {0};
+        for (size_t k = 0; k < (size_t)nt * XE_TILE_BYTES; k += 16) {
+            const __m128i v = _mm_load_si128((const __m128i *)(src + k));
+            _mm256_store_si256((__m256i *)(dst + k), _mm256_cvtepi8_epi16(v));
+            if (w->ext)
+                n[(k >> 6) & 7] += __builtin_popcount((unsigned)_mm_movemask_epi8(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, lo), _mm_cmpeq_epi8(v, hi))));
+        }
+        if (w->ext)
+            for (int m = 0; m < 8; m++)
+                w->ext[8 * i + m] += n[m];
     }
 }
 

@@ -14,7 +14,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define XE_AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+/* popcnt: every AVX-512 CPU has it (the extremes counts, count_rows) */
+#define XE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,popcnt")))
 
 /* Frame groups -> Y rows, four groups (64 bytes: r0 i0 r1 i1 r2 i2 r3 i3) per permute. */
 XE_AVX512_TARGET void xe_copy_groups_avx512(const int8_t *src, int8_t *re_row, long d0, long n)
@@ -96,6 +97,16 @@ XE_AVX512_TARGET void xe_copy_ci4_lo_avx512(const int8_t *src, int8_t *re_row, l
  * tile, kept in a register by the caller across its K-steps, so the VNNI correction costs no
  * pass over the tiles and no memory traffic. vpmaddubsw(1, x) adds byte pairs into int16
  * (|sum| <= 256, no saturation); 16 of them stay within +-2^12; vpmaddwd(1, .) then gives int32. */
+/* xe_count_fn's count (xcorr.h) of one K-step's 16 rows, in registers: two byte compares
+ * into masks and a popcnt a row, added to n[stream in the block]. */
+static inline XE_AVX512_TARGET void count_rows(const __m512i *r, const xe_work *w, int64_t *n)
+{
+    const __m512i lo = _mm512_set1_epi8(w->ext_lo), hi = _mm512_set1_epi8(w->ext_hi);
+    for (int m = 0; m < 16; m++)
+        n[m & 7] += __builtin_popcountll(_mm512_cmpeq_epi8_mask(r[m], lo)
+                                         | _mm512_cmpeq_epi8_mask(r[m], hi));
+}
+
 static inline XE_AVX512_TARGET void pack_rows(__m512i *r, int8_t *dst, __m512i bias,
                                               __m512i *sums)
 {
@@ -139,15 +150,21 @@ XE_AVX512_TARGET void xe_pack_b_avx512(const xe_plan *p, xe_work *w, int t0, int
     const __m512i x = _mm512_set1_epi8(bias ? (char)0x80 : 0);
     for (int i = i0; i < i1 && t0 < t1; i++) {
         __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;
+        int64_t n[8] = {0};
         for (int t = t0; t < t1; t++) {
             const size_t o = i * blk + (size_t)t * XE_TILE_BYTES;
             __m512i r[16];
             for (int m = 0; m < 16; m++)
                 r[m] = _mm512_loadu_si512(w->a + o + 64 * m);
+            if (w->ext)
+                count_rows(r, w, n);
             pack_rows(r, w->b + o, x, bias ? &sums : NULL);
         }
         if (bias)
             _mm512_store_si512(w->rowsum + (size_t)i * 16, sums);
+        if (w->ext)
+            for (int m = 0; m < 8; m++)
+                w->ext[8 * i + m] += n[m];
     }
 }
 
@@ -241,6 +258,7 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
         }
         int8_t *a = w->a + (size_t)i * blk, *b = w->b + (size_t)i * blk;
         __m512i sums = bias ? _mm512_load_si512(w->rowsum + (size_t)i * 16) : x;
+        int64_t n[8] = {0};
         for (int t = 0; t < nt; t++) {
             const int8_t *h0 = quads_next(p, &in), *h1 = quads_next(p, &in);
             for (int half = 0; half < 2 && ahead_left > 0; half++, ahead_left--) {
@@ -262,10 +280,15 @@ XE_AVX512_TARGET void xe_build_tiles_avx512(const xe_plan *p, xe_work *w, const 
                 }
             for (int m = 0; m < 16; m++)
                 _mm512_store_si512(at + 64 * m, r[m]);
+            if (w->ext)
+                count_rows(r, w, n);
             pack_rows(r, b + (size_t)t * XE_TILE_BYTES, x, bias ? &sums : NULL);
         }
         if (bias)
             _mm512_store_si512(w->rowsum + (size_t)i * 16, sums);
+        if (w->ext)
+            for (int m = 0; m < 8; m++)
+                w->ext[8 * i + m] += n[m];
     }
 }
 #endif

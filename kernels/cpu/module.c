@@ -39,6 +39,13 @@ static int buf_opt(PyObject *o, void *addr)
     return get_buffer(o, addr, 0);
 }
 
+static int buf_out_opt(PyObject *o, void *addr)
+{
+    if (o == Py_None)
+        return 1;
+    return get_buffer(o, addr, PyBUF_WRITABLE);
+}
+
 static void release(Py_buffer *b, int n)
 {
     for (int i = 0; i < n; i++)
@@ -221,6 +228,20 @@ static int check_out(const Py_buffer *ob, int S, int C)
     return -1;
 }
 
+/* The optional extremes argument: S writable int64 counts, added to (call->extremes). */
+static int check_extremes(const Py_buffer *eb, int S, xe_call *call)
+{
+    call->extremes = NULL;
+    if (!eb->obj)
+        return 0;
+    if (kind_of(eb) != 'i' || eb->itemsize != 8 || eb->len != 8L * S) {
+        PyErr_Format(PyExc_ValueError, "extremes must be %d int64 values (one per stream)", S);
+        return -1;
+    }
+    call->extremes = eb->buf;
+    return 0;
+}
+
 /* Run a call whose planning returned `planned` (0, or -1 with err) without the GIL, from
  * b[0] into b[1]; the threads' CPU seconds, or NULL with the exception. */
 static PyObject *run(int planned, xe_plan *plan, const xe_call *call, Py_buffer *b,
@@ -250,7 +271,9 @@ PyDoc_STRVAR(correlate_doc,
 "untouched; 'compute' converts only each thread's first chunk (a wrong result) so the\n"
 "kernels can be timed alone. stream_offsets (int64, one per stream): the streams lie\n"
 "anywhere, each its [C, ncoarse, ...] bytes at its offset in each of nframe packet times\n"
-"frame_bytes apart (our packets in place: a pcap file's records). Releases the GIL.\n"
+"frame_bytes apart (our packets in place: a pcap file's records). extremes (int64 [S],\n"
+"writable): each stream's sample parts at the quantiser's extremes (-128/+127, ci4 -8/+7)\n"
+"are added to it, counted in the tiles the layout pass builds. Releases the GIL.\n"
 "Returns the CPU seconds its threads used (their sum), which time slicing on a shared\n"
 "machine does not inflate.");
 
@@ -258,19 +281,19 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"frames", "out", "nstream", "nchan", "ncoarse", "isa", "nthreads",
                              "kt", "mode", "sample_bits", "nibble_order", "accumulate",
-                             "stream_offsets", "frame_bytes", "nframe", NULL};
-    Py_buffer b[3] = {{0}};  /* frames, out, stream_offsets */
+                             "stream_offsets", "frame_bytes", "nframe", "extremes", NULL};
+    Py_buffer b[4] = {{0}};  /* frames, out, stream_offsets, extremes */
     choice mode = {"mode", MODES, 0}, nib = {"nibble_order", NIBBLE_ORDERS, 0};
     xe_call call = {.bits = 8};
     int S, C, ncoarse;
     long long frame_bytes = 0;
     long nframe = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&iiiO&i|iO&iO&pO&Ll", kwlist, buf_in, &b[0],
-                                     buf_out, &b[1], &S, &C, &ncoarse, runnable_isa, &call.isa,
-                                     &call.nthreads, &call.kt, choose, &mode, &call.bits, choose,
-                                     &nib, &call.accumulate, buf_opt, &b[2], &frame_bytes,
-                                     &nframe))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&iiiO&i|iO&iO&pO&LlO&", kwlist, buf_in,
+                                     &b[0], buf_out, &b[1], &S, &C, &ncoarse, runnable_isa,
+                                     &call.isa, &call.nthreads, &call.kt, choose, &mode,
+                                     &call.bits, choose, &nib, &call.accumulate, buf_opt, &b[2],
+                                     &frame_bytes, &nframe, buf_out_opt, &b[3]))
         return NULL;
     call.mode = (enum xe_mode)mode.value;
     call.re_low = nib.value;
@@ -281,17 +304,18 @@ static PyObject *py_correlate(PyObject *self, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "sample_bits must be 8 or 4, got %d", call.bits);
     else if (b[2].obj && (kind_of(&b[2]) != 'i' || b[2].itemsize != 8 || b[2].len != 8L * S))
         PyErr_Format(PyExc_ValueError, "stream_offsets must be %d int64 values", S);
-    else if (check_out(&b[1], S, C) == 0)
+    else if (check_extremes(&b[3], S, &call) == 0 && check_out(&b[1], S, C) == 0)
         result = run(xe_plan_frames(&plan, &call, S, C, ncoarse, (size_t)b[0].len, b[2].buf,
                                     nframe, frame_bytes, &err), &plan, &call, b, &err);
-    release(b, 3);
+    release(b, 4);
     return result;
 }
 
 PyDoc_STRVAR(correlate_layout_doc,
 "correlate_layout(data, out, stream_offsets, nchan, nframe, frame_spectra, frame_bytes,\n"
 "                 chan_stride, time_stride, time_block, block_stride, encoding, im_offset,\n"
-"                 nibble_order, isa, nthreads, kt=0, mode='full', accumulate=False)\n\n"
+"                 nibble_order, isa, nthreads, kt=0, mode='full', accumulate=False,\n"
+"                 extremes=None)\n\n"
 "Correlate nframe frames of data (a C-contiguous buffer) in any layout (SampleLayout's\n"
 "fields: the byte of spectrum t of channel c of stream s is f*frame_bytes +\n"
 "stream_offsets[s] + c*chan_stride + (t/time_block)*block_stride + (t%time_block)*\n"
@@ -299,8 +323,8 @@ PyDoc_STRVAR(correlate_layout_doc,
 "into out as correlate() does. encoding: 'ci8', 'ci4' (nibble_order) or 'ci16' (int16\n"
 "little endian, narrowed to int8: a value outside -128..127 raises ValueError naming it).\n"
 "stream_offsets: int64 array, one per stream (S even). Read in one pass into the tiles\n"
-"(layout.c), AVX2 transposes where streams lie side by side. Releases the GIL; returns\n"
-"the threads' CPU seconds.");
+"(layout.c), AVX2 transposes where streams lie side by side. extremes as correlate()'s.\n"
+"Releases the GIL; returns the threads' CPU seconds.");
 
 static PyObject *py_correlate_layout(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -308,8 +332,8 @@ static PyObject *py_correlate_layout(PyObject *self, PyObject *args, PyObject *k
                              "frame_spectra", "frame_bytes", "chan_stride", "time_stride",
                              "time_block", "block_stride", "encoding", "im_offset",
                              "nibble_order", "isa", "nthreads", "kt", "mode", "accumulate",
-                             NULL};
-    Py_buffer b[3] = {{0}};  /* data, out, stream_offsets */
+                             "extremes", NULL};
+    Py_buffer b[4] = {{0}};  /* data, out, stream_offsets, extremes */
     choice mode = {"mode", MODES, 0}, enc = {"encoding", ENCODINGS, 0},
            nib = {"nibble_order", NIBBLE_ORDERS, 0};
     xe_call call = {0};
@@ -318,12 +342,12 @@ static PyObject *py_correlate_layout(PyObject *self, PyObject *args, PyObject *k
     long nframe;
     long long fb, cs, ts, bs;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O&illLLLlLO&iO&O&i|iO&p", kwlist, buf_in,
-                                     &b[0], buf_out, &b[1], buf_in, &b[2], &C, &nframe,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O&illLLLlLO&iO&O&i|iO&pO&", kwlist,
+                                     buf_in, &b[0], buf_out, &b[1], buf_in, &b[2], &C, &nframe,
                                      &lay.frame_spectra, &fb, &cs, &ts, &lay.time_block, &bs,
                                      choose, &enc, &lay.im_offset, choose, &nib, runnable_isa,
                                      &call.isa, &call.nthreads, &call.kt, choose, &mode,
-                                     &call.accumulate))
+                                     &call.accumulate, buf_out_opt, &b[3]))
         return NULL;
     lay.frame_bytes = fb, lay.chan_stride = cs, lay.time_stride = ts, lay.block_stride = bs;
     lay.enc = enc.value;
@@ -336,10 +360,11 @@ static PyObject *py_correlate_layout(PyObject *self, PyObject *args, PyObject *k
     xe_plan plan;
     xe_error err = {0};
     lay.stream_off = b[2].buf;
-    if (check_buffer(&b[2], &offsets) == 0 && check_out(&b[1], S, C) == 0)
+    if (check_buffer(&b[2], &offsets) == 0 && check_extremes(&b[3], S, &call) == 0
+        && check_out(&b[1], S, C) == 0)
         result = run(xe_plan_layout(&plan, &lay, &call, S, C, nframe, (size_t)b[0].len, &err),
                      &plan, &call, b, &err);
-    release(b, 3);
+    release(b, 4);
     return result;
 }
 
@@ -506,6 +531,50 @@ static PyObject *py_unpack_ci4_rows(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Whether every int64 of b lies in [0, bound). */
+static int indices_below(const Py_buffer *b, Py_ssize_t bound)
+{
+    const int64_t *v = b->buf;
+    for (Py_ssize_t i = 0; i < b->len / 8; i++)
+        if (v[i] < 0 || v[i] >= bound)
+            return 0;
+    return 1;
+}
+
+static PyObject *py_place_pair(PyObject *self, PyObject *args)
+{
+    Py_buffer b[5] = {{0}};  /* out, re_pos, im_pos, dst, tri */
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&", buf_in, &b[0], buf_in, &b[1], buf_in, &b[2],
+                          buf_in, &b[3], buf_out, &b[4]))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = b[3].len / 8;
+    const Py_ssize_t nchan = b[4].ndim == 3 ? b[4].shape[0] : 0;
+    const Py_ssize_t nbl = b[4].ndim == 3 ? b[4].shape[1] : 0;
+    const Py_ssize_t per_chan = nchan ? b[0].len / 4 / nchan : 0;
+    if (b[0].itemsize != 4 || b[4].itemsize != 4 || b[1].itemsize != 8 || b[2].itemsize != 8
+            || b[3].itemsize != 8 || b[1].len != b[3].len || b[2].len != b[3].len
+            || b[4].ndim != 3 || b[4].shape[2] != 2 || !PyBuffer_IsContiguous(&b[4], 'C')
+            || !PyBuffer_IsContiguous(&b[0], 'C') || !nchan || b[0].len != 4 * per_chan * nchan)
+        PyErr_SetString(PyExc_ValueError, "place_pair(out, re_pos, im_pos, dst, tri): out "
+                        "int32 of nchan equal rows, positions and dst int64 of one length, tri "
+                        "C-contiguous int32 [nchan, nbl, 2]");
+    else if (!indices_below(&b[1], per_chan) || !indices_below(&b[2], per_chan)
+             || !indices_below(&b[3], nbl))
+        PyErr_SetString(PyExc_ValueError, "place_pair: a position outside a channel's output or "
+                        "a baseline outside the triangle");
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        xe_place_pair(b[0].buf, (long)per_chan, (long)nchan, b[1].buf, b[2].buf, b[3].buf,
+                      (long)n, b[4].buf, (long)nbl);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    release(b, 5);
+    return result;
+}
+
 /* The enum xe_num_type of a buffer (int32, int64, float64), or -1. */
 static int num_type(const Py_buffer *b)
 {
@@ -620,6 +689,10 @@ static PyMethodDef methods[] = {
      "unpack_ci4_rows(src, out, nibble_order): ci4 rows of 8 bytes (one complex sample each)\n"
      "-> out rows of 16 int8: the 8 real parts, then the 8 imaginary parts (re in the high\n"
      "nibble for 're_high', the low one for 're_low'). Releases the GIL."},
+    {"place_pair", py_place_pair, METH_VARARGS,
+     "place_pair(out, re_pos, im_pos, dst, tri): one NPU call's output (int32, nchan rows) into\n"
+     "the packed triangle tri [nchan, nbl, 2]: tri[c, dst[k]] = (out[c, re_pos[k]],\n"
+     "out[c, im_pos[k]]) for every channel c and k. Checks every index; releases the GIL."},
     {"uvh5_rows", py_uvh5_rows, METH_VARARGS, uvh5_rows_doc},
     {"uvh5_counts", py_uvh5_counts, METH_VARARGS, uvh5_counts_doc},
     {"_decide_isas", KW(py_decide_isas),

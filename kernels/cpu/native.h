@@ -64,6 +64,9 @@ typedef struct {
     int bits, re_low;   /* 8 or 4 (ci4, re in the low nibble if re_low) */
     int accumulate;     /* add into out (modulo 2^32) instead of overwriting it */
     int nthreads, kt;   /* kt: K-steps per chunk, 0 for XE_DEFAULT_KT */
+    int64_t *extremes;  /* [S]: add each stream's sample parts at the quantiser's extremes
+                         * (-128/+127, ci4 -8/+7), counted in its Y tiles as they are built;
+                         * NULL: not counted */
 } xe_call;
 
 /* Frames [P][S][C][ncoarse][2][8] (or ci4 [P][S][C][ncoarse][8]) of len bytes: plan the call,
@@ -107,6 +110,13 @@ int xe_gather(const uint8_t *src, const int64_t *rs, long nspec, const int64_t *
  * the frame unpacking of xengine_block/frames.py (unpack_frames). */
 void xe_unpack_ci4_rows(const uint8_t *restrict src, long nrow, int high_first,
                         int8_t *restrict out);
+/* host_passes.c: one NPU call's output placed into the packed triangle (the NPU backend's
+ * placement, xengine_block/npu/host/blockpairs.py, BlockPairJob.add): for each of nchan channels
+ * c and each k < n, tri[c][dst[k]] = (out[c][re_pos[k]], out[c][im_pos[k]]); out holds per_chan
+ * int32 per channel, tri nbl (re, im) pairs per channel. Indices are checked by the caller. */
+void xe_place_pair(const int32_t *restrict out, long per_chan, long nchan,
+                   const int64_t *re_pos, const int64_t *im_pos, const int64_t *dst, long n,
+                   int32_t *restrict tri, long nbl);
 /* uvh5_rows.c: the UVH5 writer's rows (xengine_block/outputs/uvh5.py, DumpRows). */
 enum xe_num_type { XE_I32 = 0, XE_I64, XE_F64 };
 void xe_uvh5_rows(const void *tri, int tri_type, int64_t C, int64_t nbl, const int64_t *index,

@@ -93,6 +93,9 @@ typedef struct {
                            * starts (stream offset 0) */
     int bad;              /* layout input: a ci16 value outside -128..127 was read ... */
     int bad_value;        /* ... the first such value */
+    int64_t *ext;         /* [nb8 * 8] parts at the quantiser's extremes per stream, this
+                           * thread's (NULL: not counted) ... */
+    int8_t ext_lo, ext_hi;  /* ... the extremes: -128, 127 (ci8) or -8, 7 (ci4) */
 } xe_work;
 
 /* One unit of work: channel c, groups [g0, g1) (frames), or spectra [t0, t1) (any layout),
@@ -218,6 +221,16 @@ typedef void (*xe_copy_fn)(const int8_t *src, int8_t *re_row, long d0, long n);
  * Sub-tile s = 2a + b of super pair (J, L) is C[2J+a, 2L+b]; the sub-tile below the diagonal
  * of a diagonal super pair (J == L, a=1, b=0) may be left untouched. */
 typedef void (*xe_kernel_fn)(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
+/* Parts equal to lo or hi in the Y tiles (w->a) of blocks [i0, i1), K-steps [0, nt), added
+ * per stream to w->ext (rows m and m + 8 of a block's tile are stream 8i + m's re and im):
+ * input health's count of samples at the quantiser's extremes. One definition, three
+ * instruction sets (C; AVX2 inside the int16 widening; AVX-512 BW inside the VNNI packing and
+ * the one-pass build; the last two from the loads they make anyway): the same comparisons,
+ * the same counts. */
+typedef void (*xe_count_fn)(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
+                            int8_t hi);
+void xe_count_extremes_c(const xe_plan *p, xe_work *w, int nt, int i0, int i1, int8_t lo,
+                         int8_t hi);
 
 /* kern_scalar.c: the portable kernel and frame-group copies (ci8, ci4 re high, ci4 re low). */
 void xe_kernel_scalar(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
@@ -260,7 +273,8 @@ void xe_kernel_vnni(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
 #endif
 #if defined(XE_HAVE_AVX2)
 void xe_kernel_avx2(const xe_plan *p, xe_work *w, int nt, int sp0, int sp1);
-/* The first nt K-steps of blocks [i0, i1) of the Y tiles (w->a) widened to int16 (w->b). */
+/* The first nt K-steps of blocks [i0, i1) of the Y tiles (w->a) widened to int16 (w->b);
+ * with w->ext, their extremes counted on the way. */
 void xe_widen_avx2(const xe_plan *p, xe_work *w, int nt, int i0, int i1);
 #endif
 

@@ -137,3 +137,22 @@ def test_unflagged_visibilities_unchanged(recording):
     assert np.array_equal(plain.data_array, flagged.data_array)  # data kept, only flagged
     assert np.array_equal(plain.nsample_array, flagged.nsample_array)
     assert not plain.flag_array.any()
+
+
+@pytest.mark.parametrize("value", ["sumthreshold", "aoflagger:", "aoflagger:/no/such.lua"])
+def test_bad_rfi_option_is_one_line(tmp_path, capsys, value):
+    from tests.helpers.cli import assert_usage_error
+
+    raw = tmp_path / "a.raw"
+    raw.write_bytes(b"x")
+    assert_usage_error(main, ["reprocess", str(raw), "--rfi", value, "-o",
+                              str(tmp_path / "out")], "--rfi", capsys, tmp_path)
+
+
+def test_summary_json_names_a_failed_file(tmp_path):
+    raw = tmp_path / "junk.raw"
+    raw.write_bytes(b"not a recording" * 100)
+    assert main(["reprocess", str(raw), "--flag-inputs", "-o", str(tmp_path / "out")]) == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["files"][0]["status"] == "failed" and summary["files"][0]["error"]
+    assert summary["bad_inputs"] == []

@@ -37,7 +37,8 @@ def fx(out: Path, *extra: str) -> tuple[object, dict]:
     return pyuvdata.UVData.from_file(summary["files"][0]), summary
 
 
-@pytest.mark.parametrize("bits", [8, 4], ids=["ci8", "ci4"])
+@pytest.mark.parametrize("bits", [8, pytest.param(4, marks=pytest.mark.slow)],
+                         ids=["ci8", "ci4"])
 def test_fx_flags_faults_live(tmp_path, bits):
     import_or_require("aoflagger")
     extra = ["--bits", "4"] if bits == 4 else []

@@ -49,8 +49,12 @@ def test_consecutive_calls_through_the_ring(sim):
         frames = random_frames(g, g.npacket, seed=100 + k)
         assert np.array_equal(backend.correlate(frames), reference(g, frames))
     assert sim.xrt.counters["runs"] == backend.ncalls == 5
-    # one sync of one input BO per call (A and B share it on the diagonal) + the instructions
-    insts = artifacts.Artifacts(sim.root / artifacts.geometry_tag(g)).insts.stat().st_size
+    # the one block pair is diagonal: the design reading its input once ran every call
+    assert backend.reads_diagonal_once
+    assert sim.xrt.counters["diagonal_runs"] == backend.stats["diagonal_single_read_calls"] == 5
+    # one sync of one input BO per call + the instructions of both designs
+    art = artifacts.Artifacts(sim.root / artifacts.geometry_tag(g))
+    insts = art.insts.stat().st_size + art.diagonal_insts.stat().st_size
     assert sim.xrt.counters["sync_to_device_bytes"] == 5 * g.npu_in_bytes + insts
     assert sim.xrt.counters["sync_from_device_bytes"] == 5 * g.npu_out_bytes
 
@@ -152,7 +156,8 @@ def test_the_simulation_punishes_a_missing_sync(sim, monkeypatch):
 def test_device_errors_reach_the_caller(sim):
     g = small_test_geometry()
     art = write_simulated_build(sim.root, g)
-    np.zeros(3, np.uint32).tofile(art.insts)  # not the build's instruction stream
+    for insts in (art.insts, art.diagonal_insts):  # not the build's instruction streams
+        np.zeros(3, np.uint32).tofile(insts)
     backend = NpuBackend(g, xrt=sim.xrt, build_dir=sim.root)
     try:
         with pytest.raises(RuntimeError, match="instruction"):
@@ -259,8 +264,10 @@ def test_ci4_block_pairs_on_the_device(sim, order, share_diagonal):
     for k in range(2):
         frames = random_frames(g, g.npacket, seed=40 + k)
         assert np.array_equal(backend.correlate(frames), reference(g, frames))
-    # per call and channel group: both blocks once, plus each diagonal's B copy if not shared
-    spare = 0 if share_diagonal else g.npu_nblock
+    # per call and channel group: both blocks once; no diagonal's B copy even when not shared,
+    # as the diagonal pairs run the design that reads its input once (B is not read)
+    assert backend.reads_diagonal_once
+    spare = 0
     assert sim.xrt.counters["sync_to_device_bytes"] - synced == \
         2 * g.nchan_group * (g.npu_nblock + spare) * backend.design.npu_in_bytes
 

@@ -66,7 +66,9 @@ def check_exact(g, frames, vis):
 
 
 def insts_bytes(tmp_path, g):
-    return artifacts.Artifacts(tmp_path / artifacts.geometry_tag(g)).insts.stat().st_size
+    """The instruction streams synced once: the main design's and the diagonal one's."""
+    art = artifacts.Artifacts(tmp_path / artifacts.geometry_tag(g))
+    return art.insts.stat().st_size + art.diagonal_insts.stat().st_size
 
 
 @pytest.mark.parametrize("samples", [{}, {"sample_bits": 4, "nibble_order": "re_low"}],

@@ -142,6 +142,38 @@ def test_tbf_samples_are_lsl3s(name, tmp_path):
             assert np.array_equal(ours[:, k:k + 12, 0], d.transpose(1, 0, 2, 3))
 
 
+LSL3_FILE_SCRIPT = """
+import sys, warnings, numpy as np
+warnings.simplefilter('ignore')
+from lsl.misc import telemetry
+telemetry.ignore()
+from lsl.reader.ldp import TBFFile
+f = TBFFile(sys.argv[1])
+_, _, d = f.read(return_ci8=True)
+np.savez(sys.argv[2], data=np.stack([d['re'], d['im']], -1), freqs=f.description['freq1'])
+"""
+
+
+def test_tbf_file_of_our_writer_is_lsl3s(tmp_path):
+    """LSL 3.0.8's TBFFile (frames gathered by time, tunings concatenated) reads a file of our
+    writer, three spectra of two tunings, as our reader does."""
+    py = os.environ.get(LSL3_ENV)
+    require("lsl3", None if py else f"${LSL3_ENV} names no Python with LSL 3.0.x")
+    y = ci4_values((3, 2, 12, 64, 2, 2), seed=21)
+    path = write_frames(tmp_path / "w.tbf", TBF, y, chans=[640, 2176],
+                        time_tag=336027835079999488)
+    out = tmp_path / "lsl3.npz"
+    subprocess.run([py, "-c", LSL3_FILE_SCRIPT, str(path), str(out)], check=True, timeout=120,
+                   env={**os.environ, "PYTHONPATH": ""})
+    got = np.load(out)
+    with open_recording([path], "tbf") as rec:
+        ours, present = recorded(rec)
+        assert np.array_equal(rec.meta.freqs_hz, got["freqs"])
+    assert present.all()
+    theirs = got["data"].reshape(64, 2, 24, 3, 2).transpose(0, 2, 3, 1, 4)
+    assert np.array_equal(ours, theirs)
+
+
 @pytest.mark.parametrize("name,fmt", [("tbf-mini-test.dat", "tbf"), ("tbx-test.dat", "tbx")])
 def test_lsl_files_reprocess_exactly(name, fmt, tmp_path):
     """One-spectrum files (a trigger's snapshot): an integration of one spectrum, stands
@@ -451,7 +483,19 @@ def test_other_backends_take_the_ci4_frames(tmp_path, backend):
             allow_damaged=True)
     assert r.ok, r.error
     assert r.summary["damaged"] == "e.tbx:gap_blocks=1,gap_spectra=1"
+    assert r.summary["backend"] == backend
     with open_recording([path], "tbx") as rec:
         x, present = recorded(rec)
     check_uvh5(r.task.output, x, present, [(0, 2), (2, 4)], list(range(1, 5)),
                np.arange(700, 724) * NDP_FC)
+
+
+def test_pipeline_source_refuses_channel_blocks_in_one_line():
+    """The pipeline source puts a time's channels in one ring frame (MWAX: a file each); a TBF
+    time spread over channel-block frames is refused, not misread."""
+    from xengine_block.readers.source import frame_layout
+
+    with open_recording([LSL_DATA / "tbf-mini-test.dat"], "tbf") as rec:
+        with pytest.raises(RecordingError, match="xengine reprocess reads it") as e:
+            frame_layout(rec)
+    assert "\n" not in str(e.value)

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import native_extension
+from ..frames import as_frames
 from ..geometry import Geometry
 from ..sample_layout import SampleLayout
 from .base import Backend, BackendUnavailable
@@ -169,13 +170,16 @@ class NativeBackend(Backend):
 
     def _run(self, frames: np.ndarray, out: np.ndarray, mode: str,
              accumulate: bool = False, placed: SampleLayout | None = None,
-             nframe: int = 0) -> None:
+             nframe: int = 0, extremes: np.ndarray | None = None) -> None:
         """The frame path; ``placed``: a layout of our packets with the streams anywhere
-        (:meth:`SampleLayout.is_packets`), ``nframe`` of its frames read in place."""
+        (:meth:`SampleLayout.is_packets`), ``nframe`` of its frames read in place;
+        ``extremes``: counted in the layout pass (the extension's, every path)."""
         g = self.geometry
         where = {} if placed is None else {
             "stream_offsets": np.asarray(placed.stream_offsets, np.int64),
             "frame_bytes": placed.frame_bytes, "nframe": nframe}
+        if extremes is not None:
+            where["extremes"] = extremes
         # ci4 frames ([P, S, C, coarse, fine] bytes) are unpacked inside the layout pass.
         self.last_cpu_seconds = self._ext.correlate(
             frames, out, g.nstream, g.nchan, g.ncoarse, self.isa, self.nthreads,
@@ -196,18 +200,20 @@ class NativeBackend(Backend):
         return self.correlate_frames(self.check_frames(frames), out)
 
     def correlate_frames(self, frames: np.ndarray, out: np.ndarray | None = None,
-                         accumulate: bool = False) -> np.ndarray:
+                         accumulate: bool = False,
+                         extremes: np.ndarray | None = None) -> np.ndarray:
         """Frames of the packet layout, any number: one call per ``max_npacket`` frames, each
-        adding into the output (the extension's accumulate: no temporary)."""
+        adding into the output (the extension's accumulate: no temporary); ``extremes``
+        (int64 ``[S]``): the parts at the quantiser's extremes added, counted in the pass."""
         if accumulate and out is None:
             raise ValueError("accumulate needs an out array to add to")
         f = np.ascontiguousarray(self.check_frames(frames[:self.geometry.max_npacket]))
         target = self._target(out, accumulate)
         step = self.geometry.max_npacket
-        self._run(f, target, "full", accumulate)
+        self._run(f, target, "full", accumulate, extremes=extremes)
         for p0 in range(step, frames.shape[0], step):
             self._run(np.ascontiguousarray(self.check_frames(frames[p0:p0 + step])), target,
-                      "full", True)
+                      "full", True, extremes=extremes)
         if out is not None and target is not out:
             out[...] = target
         return target
@@ -220,23 +226,29 @@ class NativeBackend(Backend):
         from the input into the tiles, no numpy transpose); our packet layout takes the frame
         paths (:meth:`correlate_frames`), also with its streams anywhere (a pcap recording's
         records: :meth:`SampleLayout.is_packets`), where the generic pass would read the
-        samples one by one."""
-        if layout == SampleLayout.packet(self.geometry):
-            return super().correlate_layout(data, layout, out, nframe, accumulate, extremes)
+        samples one by one. ``extremes``: counted in the extension's layout pass (every path:
+        from the tiles it builds)."""
+        g = self.geometry
         n = self.layout_spectra(data, layout, nframe, out, accumulate) // layout.nspectra
-        self.add_extremes(extremes, data, layout, n)
+        if extremes is not None and (extremes.dtype != np.int64 or extremes.shape != (
+                g.nstream,) or not extremes.flags.c_contiguous):
+            raise ValueError(f"extremes must be a contiguous int64 array of {g.nstream}")
+        if layout == SampleLayout.packet(g):
+            frames = as_frames(np.asarray(data).reshape(-1).view(np.int8)[:n * g.frame_bytes], g)
+            return self.correlate_frames(frames, out, accumulate, extremes)
         target = self._target(out, accumulate)
-        if layout.is_packets(self.geometry):
+        if layout.is_packets(g):
             buf = np.asarray(data).reshape(-1).view(np.uint8)
-            self._run(buf, target, "full", accumulate, layout, n)
+            self._run(buf, target, "full", accumulate, layout, n, extremes)
         else:
-            self._run_layout(data, layout, target, nframe, "full", accumulate)
+            self._run_layout(data, layout, target, nframe, "full", accumulate, extremes)
         if out is not None and target is not out:
             out[...] = target
         return target
 
     def _run_layout(self, data: np.ndarray, layout: SampleLayout, out: np.ndarray,
-                    nframe: int | None, mode: str, accumulate: bool = False) -> None:
+                    nframe: int | None, mode: str, accumulate: bool = False,
+                    extremes: np.ndarray | None = None) -> None:
         a = np.asarray(data)
         if not a.flags.c_contiguous:
             raise ValueError("layout data must be C-contiguous")
@@ -246,7 +258,8 @@ class NativeBackend(Backend):
             buf, out, layout.stream_offsets_i64, layout.nchan, n,
             layout.nspectra, layout.frame_bytes, layout.chan_stride, layout.time_stride,
             layout.block, layout.block_stride, layout.encoding, layout.im_offset,
-            layout.nibble_order, self.isa, self.nthreads, self.chunk_ksteps, mode, accumulate)
+            layout.nibble_order, self.isa, self.nthreads, self.chunk_ksteps, mode, accumulate,
+            extremes=extremes)
 
     def time_stages(self, data: np.ndarray,
                     layout: SampleLayout | None = None) -> dict[str, float]:

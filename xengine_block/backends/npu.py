@@ -7,11 +7,17 @@ own thread, overlapped with the kernel runs:
 - a ring of ``nring`` entries; an entry holds the input buffer objects (BOs) of one channel
   group, one per NPU stream block (one for S = ``npu_block``), in the DDR layout the plan reads
   (``hostio``: ``[P][npu_block][payload]``);
-- the caller's thread takes a free entry and fills it (``blockpairs.fill_inputs``), the *sync
-  thread* syncs its BOs to the device, the *launch thread* runs one kernel call per block pair
-  (``kernel(3, instr_bo, n_words, bo_A, bo_B, bo_out); run.wait()``), syncs the small output
-  back and hands it to the job, which places it in the packed triangle; the entry then returns
-  to the free list;
+- the caller's thread takes a free entry and fills it (``blockpairs.fill_inputs``, the stream
+  blocks on a few threads), the *sync thread* syncs its BOs to the device (keeping at most
+  ``QUEUED + 1`` entries ahead of the launches), the *launch thread* starts one kernel call per
+  block pair (``kernel(3, instr_bo, n_words, bo_A, bo_B, bo_out)``) into one of ``nout``
+  output BOs, keeps ``QUEUED`` runs queued on the device behind the running one, and collects
+  the oldest (polled to completion, its output synced back) for the *placement thread*, which
+  places it in the packed triangle in C with the GIL released: the NPU never waits for a
+  placement. An entry returns to the free list once its last run has completed;
+- diagonal block pairs run the build's second design (``design_diagonal.mlir``), which reads
+  its one input once (``plan.single_read_diagonal``: half the host-memory reads); builds
+  without it run the main design with A = B;
 - block pair (i, j) passes block i's BO as A and block j's as B; a diagonal pair passes the same
   BO twice, so S = 256 syncs its input once, not twice (``share_diagonal=False`` copies into a
   separate B BO instead, should XRT on some system refuse one BO in two arguments).
@@ -61,6 +67,7 @@ Everything pyxrt comes through ``xrt`` (default: ``import pyxrt``); tests pass
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import threading
@@ -86,12 +93,13 @@ from ..npu.design.artifacts import (
     geometry_tag,
     list_builds,
 )
-from ..npu.design.plan import build_plan
+from ..npu.design.plan import build_plan, reads_diagonal_once
 from ..npu.host import hostio
 from ..npu.host.blockpairs import (
     BlockPairExecutor,
     BlockPairJob,
     correlate_layout_calls,
+    fill_threads,
     frames_are_input,
 )
 from ..npu.model.perfmodel import HostSchedule, Prediction, predict
@@ -158,6 +166,30 @@ class _Entry:
 
 
 @dataclass
+class _Design:
+    """One loaded xclbin: its context, kernel and instruction BO."""
+
+    xclbin: Any
+    context: Any
+    kernel: Any
+    instr: Any
+    ninstr: int
+
+
+@dataclass
+class _Pending:
+    """A run launched and not yet collected, or (``run`` None) the point after a channel
+    group's last run where its input entry may be freed."""
+
+    job: BlockPairJob | None
+    entry: _Entry
+    run: Any = None
+    out: int = -1
+    group: int = 0
+    pair: tuple[int, int] = (0, 0)
+
+
+@dataclass
 class _HostBo:
     """Memory handed out by :meth:`NpuBackend.allocate_host`: the BO and its mapped bytes."""
 
@@ -169,6 +201,13 @@ class _HostBo:
 
 #: Default sleep between polls of a running kernel's state (``NpuBackend(poll_s=...)``).
 POLL_S = 0.0005
+#: Runs kept queued on the device behind the running one: the host's hiccups (a poll woken
+#: late, a sync holding pyxrt's lock) are absorbed as long as they are shorter than that many
+#: runs.
+QUEUED = 3
+#: Output buffers: one being placed, one written by the running call, one for each call queued
+#: behind it (``NpuBackend(nout=...)``).
+NOUT = QUEUED + 2
 
 
 def host_schedule(geometry: Geometry) -> HostSchedule:
@@ -176,9 +215,11 @@ def host_schedule(geometry: Geometry) -> HostSchedule:
     performance model (:mod:`xengine_block.npu.model.perfmodel`) counts it: one NPU call per block
     pair; the sync thread syncs one input buffer per stream block (diagonal pairs pass it as A
     and B; ci4 packed, as it arrives); the caller's thread copies frames into the buffers
-    unless they are the NPU input layout (zero copy); the launch thread polls every
-    :data:`POLL_S` and places each output in the triangle before the next run; pyxrt holds
-    the GIL through each sync (module docstring)."""
+    unless they are the NPU input layout (zero copy), one stream block per thread of a pool;
+    the launch thread polls every :data:`POLL_S`, keeps the next run queued behind the running
+    one and hands each output to the placement thread, which places it in C with the GIL
+    released; diagonal pairs run the design that reads their input once where the geometry
+    has it; pyxrt holds the GIL through each sync (module docstring)."""
     design = design_geometry(geometry)
     nblock = geometry.npu_nblock
     fill = () if frames_are_input(geometry) else (("copy", nblock * design.npu_in_bytes),)
@@ -186,13 +227,36 @@ def host_schedule(geometry: Geometry) -> HostSchedule:
                         sample_bits=geometry.sample_bits,
                         npu_calls=len(geometry.npu_block_pairs), diagonal_calls=nblock,
                         sync_bytes=nblock * design.npu_in_bytes, fill=fill,
-                        place="launch", poll_s=POLL_S, gil=True)
+                        fill_threads=fill_threads(geometry), place="thread", poll_s=POLL_S,
+                        gil=True, place_gil=False,
+                        diagonal_read_once=reads_diagonal_once(design))
 
 
 def predicted(geometry: Geometry = PUBLISHED, device: str = "xdna2") -> Prediction:
     """This backend's predicted rate for ``geometry`` on ``device`` (modelled, not measured):
     the plan it would build, driven as :func:`host_schedule` says."""
     return predict(build_plan(design_geometry(geometry)), device, host_schedule(geometry))
+
+
+#: Kernel tilings (N, M) on the same 4 x 8 array priced against ours: 256-, 128- and 64-stream
+#: blocks (S = 256 as 1, 3 or 10 block pairs).
+TILINGS = ((8, 4), (4, 2), (2, 1))
+
+
+def tilings(geometry: Geometry = PUBLISHED, device: str = "xdna2") -> list[dict]:
+    """:func:`predicted` of ``geometry`` split into each of :data:`TILINGS`' blocks: its rate,
+    bottleneck and the device's own bound (host terms left out), best first. Smaller blocks
+    do less of the square's work (3 pairs of 128 do 3/4 of it) but read each block once per
+    pair it is in, and their kernel calls are shorter."""
+    out = []
+    for n, m in TILINGS:
+        g = geometry.replace(tile_n=n, tile_m=m)
+        p = predicted(g, device)
+        device_terms = [v for k, v in p.terms.items() if k in p.main.per_call]
+        out.append({"tile_n": n, "tile_m": m, "npu_block": g.npu_block,
+                    "block_pairs": len(g.npu_block_pairs), "msps": p.msps,
+                    "bottleneck": p.bottleneck, "device_msps": min(device_terms)})
+    return sorted(out, key=lambda t: -t["msps"])
 
 
 def predicted_rate(geometry: Geometry = PUBLISHED, device: str = "xdna2") -> str:
@@ -229,6 +293,8 @@ class NpuBackend(Backend, BlockPairExecutor):
     timeout_s : longest wait for a free entry, a result or one NPU run before raising
         TimeoutError (:class:`NpuTimeout` for a run: the device is then considered hung).
     poll_s : sleep between polls of a running kernel's state (the GIL is free meanwhile).
+    nout : output buffers (at least 2): run k+1 is launched before run k's output is placed,
+        the placement running on a thread of its own.
     """
 
     name = "npu"
@@ -237,8 +303,11 @@ class NpuBackend(Backend, BlockPairExecutor):
     def __init__(self, geometry: Geometry, *, xrt: Any = None,
                  build_dir: str | os.PathLike | None = None, nring: int = 4,
                  share_diagonal: bool = True, device_index: int = 0,
-                 timeout_s: float = 60.0, poll_s: float = POLL_S) -> None:
+                 timeout_s: float = 60.0, poll_s: float = POLL_S, nout: int = NOUT) -> None:
         super().__init__(geometry)
+        if nout < 2:
+            raise ValueError(f"nout must be at least 2 (one run placed while the next runs), "
+                             f"got {nout}")
         self._xrt = import_pyxrt() if xrt is None else xrt
         art, why = find_artifacts(geometry, build_dir)
         if art is None:
@@ -267,17 +336,20 @@ class NpuBackend(Backend, BlockPairExecutor):
         self._to_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE
         self._from_device = x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE
         self._device = x.device(device_index)
-        self._xclbin = x.xclbin(str(art.xclbin))
-        self._device.register_xclbin(self._xclbin)
-        self._context = x.hw_context(self._device, self._xclbin.get_uuid())
-        self._kernel = x.kernel(self._context, KERNEL_NAME)
-        insts = np.fromfile(art.insts, dtype=np.uint32)
-        self._instr = self._bo(insts.nbytes, x.bo.cacheable, INSTR_GROUP)
-        self._map(self._instr, np.uint32, (insts.size,))[:] = insts
-        self._instr.sync(self._to_device)
-        self._ninstr = int(insts.size)
-        self._out = self._bo(geometry.npu_out_bytes, x.bo.host_only, OUT_GROUP)
-        self._out_view = self._map(self._out, np.int32, hostio.output_shape(geometry))
+        self._main = self._load_design(art.xclbin, art.insts)
+        self._kernel = self._main.kernel
+        #: The design of diagonal block pairs reading their input once, where the build has it
+        #: (``stats["diagonal_single_read_calls"]`` counts its runs).
+        self._diagonal = (self._load_design(art.diagonal_xclbin, art.diagonal_insts)
+                          if art.has_diagonal else None)
+        self.nout = nout
+        self._outs = [self._bo(geometry.npu_out_bytes, x.bo.host_only, OUT_GROUP)
+                      for _ in range(nout)]
+        self._out_views = [self._map(bo, np.int32, hostio.output_shape(geometry))
+                           for bo in self._outs]
+        self._free_outs: queue.Queue[int] = queue.Queue()
+        for k in range(nout):
+            self._free_outs.put(k)
         in_shape = hostio.input_shape(self.design)
         self._entries = []
         for _ in range(nring):
@@ -296,8 +368,15 @@ class NpuBackend(Backend, BlockPairExecutor):
         self._lock = threading.Lock()
         self._to_sync: queue.Queue = queue.Queue()
         self._to_launch: queue.Queue = queue.Queue()
+        self._to_place: queue.Queue = queue.Queue()
+        #: Entries synced and not yet taken by the launch thread, at most QUEUED + 1: the sync
+        #: thread keeps just ahead of the runs instead of holding pyxrt (the GIL) through a
+        #: backlog of syncs while the launch thread waits to poll, collect and launch.
+        self._ahead = threading.Semaphore(QUEUED + 1)
         self._threads = [threading.Thread(target=self._sync_loop, name="npu-sync", daemon=True),
                          threading.Thread(target=self._launch_loop, name="npu-launch",
+                                          daemon=True),
+                         threading.Thread(target=self._place_loop, name="npu-place",
                                           daemon=True)]
         for t in self._threads:
             t.start()
@@ -307,6 +386,24 @@ class NpuBackend(Backend, BlockPairExecutor):
     def availability(cls, geometry: Geometry | None = None, xrt: Any = None,
                      build_dir: str | os.PathLike | None = None) -> tuple[bool, str]:
         return probe(xrt, geometry, build_dir)
+
+    def _load_design(self, xclbin_path: os.PathLike, insts_path: os.PathLike) -> _Design:
+        """Register one xclbin, make its kernel and its synced instruction BO."""
+        x = self._xrt
+        xclbin = x.xclbin(str(xclbin_path))
+        self._device.register_xclbin(xclbin)
+        context = x.hw_context(self._device, xclbin.get_uuid())
+        kernel = x.kernel(context, KERNEL_NAME)
+        insts = np.fromfile(insts_path, dtype=np.uint32)
+        instr = x.bo(self._device, insts.nbytes, x.bo.cacheable, kernel.group_id(INSTR_GROUP))
+        self._map(instr, np.uint32, (insts.size,))[:] = insts
+        instr.sync(self._to_device)
+        return _Design(xclbin, context, kernel, instr, int(insts.size))
+
+    @property
+    def reads_diagonal_once(self) -> bool:
+        """True when diagonal block pairs run the design that reads their input once."""
+        return self._diagonal is not None
 
     # ------------------------------------------------------------------ buffers
     def _bo(self, nbytes: int, flags: Any, group: int) -> Any:
@@ -440,6 +537,7 @@ class NpuBackend(Backend, BlockPairExecutor):
         """Sync each filled entry's input BOs to the device, then queue it for launch."""
         while (item := self._to_sync.get()) is not None:
             job, entry, _ = item
+            self._ahead.acquire()
             try:
                 if not job.failed and not self.broken:
                     for bo in entry.bos:
@@ -450,32 +548,103 @@ class NpuBackend(Backend, BlockPairExecutor):
         self._to_launch.put(None)
 
     def _launch_loop(self) -> None:
-        """Run the kernel on every block pair of each synced entry; free the entry after."""
-        while (item := self._to_launch.get()) is not None:
+        """Launch every block pair's run of each synced entry, keeping the next run queued on
+        the device before collecting the previous one: collecting (wait, output sync) hands
+        the output to the placement thread, so the NPU never waits for a placement. An entry
+        is freed once its last run has completed."""
+        pending: collections.deque[_Pending] = collections.deque()
+        while True:
+            if pending:
+                try:
+                    item = self._to_launch.get_nowait()
+                except queue.Empty:
+                    self._collect(pending.popleft())
+                    continue
+            else:
+                item = self._to_launch.get()
+            if item is None:
+                break
+            self._ahead.release()
             job, entry, group = item
             try:
                 if self.broken:
                     raise NpuTimeout(self.broken)
                 if not job.failed:
-                    self._run_group(job, entry, group)
+                    self._launch_group(job, entry, group, pending)
             except Exception as exc:
                 job.fail(exc)
             finally:
-                if not entry.transient:
-                    self._free.put(entry)
+                pending.append(_Pending(job, entry))  # frees the entry once its runs are done
+        while pending:
+            self._collect(pending.popleft())
+        self._to_place.put(None)
 
-    def _run_group(self, job: BlockPairJob, entry: _Entry, group: int) -> None:
+    def _launch_group(self, job: BlockPairJob, entry: _Entry, group: int,
+                      pending: collections.deque[_Pending]) -> None:
         for i, j in job.pairs:
-            a, b = entry.bos[i], entry.bos[j]
-            if i == j and entry.spare is not None:
+            if job.failed or self.broken:
+                return
+            design, a, b = self._main, entry.bos[i], entry.bos[j]
+            if i == j and self._diagonal is not None:
+                design = self._diagonal  # reads A once; its b argument is not read
+                self.stats["diagonal_single_read_calls"] += 1
+            elif i == j and entry.spare is not None:
+                while any(p.run is not None for p in pending):  # a queued run may read the
+                    self._collect(pending.popleft())  # spare: let it finish before rewriting
                 entry.spare_view[...] = entry.views[i]
                 entry.spare.sync(self._to_device)
                 b = entry.spare
-            run = self._kernel(OPCODE, self._instr, self._ninstr, a, b, self._out)
-            self._wait_run(run, f"block pair ({i}, {j}), channel group {group}")
-            self._out.sync(self._from_device)
+            out = self._take_output(pending)
+            run = design.kernel(OPCODE, design.instr, design.ninstr, a, b, self._outs[out])
+            pending.append(_Pending(job, entry, run, out, group, (i, j)))
+            while sum(p.run is not None for p in pending) > min(QUEUED, self.nout - 2) + 1:
+                self._collect(pending.popleft())  # runs k+1.. queued: collect run k
+
+    def _take_output(self, pending: collections.deque[_Pending]) -> int:
+        """A free output buffer, collecting launched runs while none is free."""
+        while True:
+            try:
+                return self._free_outs.get_nowait()
+            except queue.Empty:
+                if not pending:
+                    try:
+                        return self._free_outs.get(timeout=self.timeout_s)
+                    except queue.Empty:
+                        raise TimeoutError(f"no NPU output buffer placed within "
+                                           f"{self.timeout_s} s") from None
+                self._collect(pending.popleft())
+
+    def _collect(self, p: _Pending) -> None:
+        """Wait for a launched run, sync its output back and queue it for placement; or free
+        an entry whose runs are all collected."""
+        if p.run is None:
+            if not p.entry.transient:
+                self._free.put(p.entry)
+            return
+        i, j = p.pair
+        try:
+            if self.broken:
+                raise NpuTimeout(self.broken)
+            self._wait_run(p.run, f"block pair ({i}, {j}), channel group {p.group}")
+            self._outs[p.out].sync(self._from_device)
             self.ncalls += 1
-            job.add(group, i, j, self._out_view)
+        except Exception as exc:
+            p.job.fail(exc)
+            self._free_outs.put(p.out)
+            return
+        self._to_place.put((p.job, p.group, i, j, p.out))
+
+    def _place_loop(self) -> None:
+        """Place each collected output in its job's triangle, then free the output buffer."""
+        while (item := self._to_place.get()) is not None:
+            job, group, i, j, out = item
+            try:
+                if not job.failed:
+                    job.add(group, i, j, self._out_views[out])
+            except Exception as exc:
+                job.fail(exc)
+            finally:
+                self._free_outs.put(out)
 
     def _wait_run(self, run: Any, what: str) -> None:
         """Poll ``run.state()`` until it completes, fails or ``timeout_s`` passes.

@@ -112,6 +112,11 @@ class HealthLogic(BlockLogic):
             flags |= found
         return flags
 
+    def latest_states(self) -> dict[tuple[int, str], str]:
+        """The latest state per ``(antenna number, pol)`` (``{}`` before the first dump): the
+        health provider a display marks bad inputs with (safe from any thread)."""
+        return self.monitor() if self.monitor is not None else {}
+
     @property
     def rfi_fraction(self) -> float:
         """The last dump's RFI-flagged fraction (0 before any)."""

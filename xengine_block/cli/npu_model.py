@@ -35,7 +35,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 @command("npu-model", "the NPU plan's predicted rate (modelled, not measured) as JSON", _args)
 def run(a: argparse.Namespace) -> int:
-    from ..backends.npu import predicted
+    from ..backends.npu import predicted, tilings
     from ..npu.design.plan import build_plan
     from ..npu.model import perfmodel, perftrace
 
@@ -57,6 +57,8 @@ def run(a: argparse.Namespace) -> int:
     result["predicted_not_measured"] = True
     result["design_changes"] = perfmodel.design_changes(pred)
     result["made_changes"] = perfmodel.made_changes(pred)
+    if a.design == "ours" and a.bits == 8:
+        result["tilings"] = tilings(g, a.device)
     if a.design == "published" and a.device == "xdna2":
         result["published_measured"] = perfmodel.published_comparison(pred)
         result["published_bottleneck"] = perfmodel.PUBLISHED_BOTTLENECK

@@ -177,5 +177,6 @@ def run(a: argparse.Namespace) -> int:
         except RfiUnavailable as exc:
             raise argtypes.UsageError("--rfi", str(exc)) from None
     results = reprocess(a.inputs, a.out, options, scheduler=a.scheduler, workers=a.workers)
+    a.out.mkdir(parents=True, exist_ok=True)  # (no task may have made it: nothing to do)
     (a.out / "summary.json").write_text(json.dumps(summary_json(results), indent=2) + "\n")
     return 0 if summarise(results) else 1

@@ -338,7 +338,7 @@ class MSWriter:
             self._check_space()
             if self.ndump == 0:
                 self._first_dump(jd, lst)
-            uvw = self._phaser.uvw(jd, lst)
+            uvw = self._phaser.uvw(jd, lst, duration_s / 86400.0)
             data = data * self._phaser.factors(uvw[:, 2], self.freq_hz)[:, :, None]
             order = list(POL_ORDER)
             data = np.conj(data[:, :, order]).astype(np.complex64)
@@ -365,9 +365,6 @@ class MSWriter:
             ms.flush()
             self._t_range = [self._t_range[0] if self.ndump else mjd_s - duration_s / 2,
                              mjd_s + duration_s / 2]
-            with self._tables.table(f"{self.path}::OBSERVATION", readonly=False,
-                                    ack=False) as obs:
-                obs.putcell("TIME_RANGE", 0, np.array(self._t_range))
         except Exception as exc:
             self.error = exc
             kept: int | None = self.ndump
@@ -396,6 +393,10 @@ class MSWriter:
             return
         ms, self._ms = self._ms, None
         try:
+            if self.ndump:  # the observation's time range, once (reopening it cost 9 ms a dump)
+                with self._tables.table(f"{self.path}::OBSERVATION", readonly=False,
+                                        ack=False) as obs:
+                    obs.putcell("TIME_RANGE", 0, np.array(self._t_range))
             ms.close()
         except Exception as exc:
             raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path,

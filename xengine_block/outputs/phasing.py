@@ -29,6 +29,8 @@ from .times import offline_iers
 
 log = logging.getLogger(__name__)
 
+#: Dumps whose apparent coordinates are computed in one call (:meth:`Phaser._apparent`).
+AHEAD = 64
 #: Speed of light, m/s (astropy's, as pyuvdata's phasing uses).
 C_M_S = 299792458.0
 
@@ -107,20 +109,45 @@ class Phaser:
         self.site, self.ra, self.dec = site, ra_rad, dec_rad
         self.ant_1, self.ant_2 = np.asarray(ant_1), np.asarray(ant_2)
         self._loc = _location(site)
+        #: Apparent RA, Dec and frame angle of the coming dumps' times, computed together.
+        self._ahead: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def uvw(self, jd: float, lst: float) -> np.ndarray:
-        """``[Nbls, 3]`` UVW at ``jd`` (the dump's midpoint) with the writer's ``lst``."""
+    def _apparent(self, jd: float, lst: float,
+                  step_days: float | None) -> tuple[float, float, float]:
+        """Apparent coordinates and frame angle at ``jd``: from those computed ahead for the
+        times ``jd + i step`` (one vectorised call for :data:`AHEAD` dumps: the per-call cost
+        of astropy and ERFA, tens of milliseconds, was most of an append), else computed now
+        with the next ones. The apparent coordinates do not depend on ``lst``."""
         from pyuvdata.utils import phasing as ph
 
+        if self._ahead is not None:
+            times, ra, dec, pa = self._ahead
+            # within 9 ms: a sidereal source's apparent place moves arcseconds a day, so by
+            # 1e-7 arcsec (the hour angle comes from the dump's own LST, not from here)
+            hit = np.nonzero(np.abs(times - jd) < 1e-7)[0]
+            if hit.size:
+                i = hit[0]
+                return float(ra[i]), float(dec[i]), float(pa[i])
         offline_iers()
-        n = self.ant_1.size
-        times, lsts = np.full(1, jd), np.full(1, lst)
-        app_ra, app_dec = ph.calc_app_coords(
+        n = AHEAD if step_days else 1
+        times = jd + np.arange(n) * (step_days or 0.0)
+        ra, dec = ph.calc_app_coords(
             lon_coord=self.ra, lat_coord=self.dec, coord_frame="icrs", coord_epoch=2000.0,
-            coord_type="sidereal", time_array=times, lst_array=lsts, telescope_loc=self._loc)
-        pa = ph.calc_frame_pos_angle(time_array=times, app_ra=app_ra, app_dec=app_dec,
+            coord_type="sidereal", time_array=times, lst_array=np.full(n, lst),
+            telescope_loc=self._loc)
+        pa = ph.calc_frame_pos_angle(time_array=times, app_ra=ra, app_dec=dec,
                                      telescope_loc=self._loc, ref_frame="icrs",
                                      ref_epoch="J2000")
+        self._ahead = (times, ra, dec, pa)
+        return float(ra[0]), float(dec[0]), float(pa[0])
+
+    def uvw(self, jd: float, lst: float, step_days: float | None = None) -> np.ndarray:
+        """``[Nbls, 3]`` UVW at ``jd`` (the dump's midpoint) with the writer's ``lst``;
+        ``step_days``: the dumps' spacing, to compute the coming dumps' coordinates now."""
+        from pyuvdata.utils import phasing as ph
+
+        n = self.ant_1.size
+        app_ra, app_dec, pa = (np.array([v]) for v in self._apparent(jd, lst, step_days))
         return ph.calc_uvw(
             app_ra=np.repeat(app_ra, n), app_dec=np.repeat(app_dec, n),
             frame_pa=np.repeat(pa, n), lst_array=np.full(n, lst), use_ant_pos=True,

@@ -108,9 +108,11 @@ def spectrum_ticks(fmt: FrameFormat, frame_id: int) -> int:
 
 
 def station_of(fmt: FrameFormat, frame_id: int, nstand: int) -> str | None:
-    """The LWA station a file is from, as LSL's station definitions name it: ADP ran at
-    LWA-SV only; NDP files of 64 stands are LWA-NA's, of 256 LWA-SV's (LWA-SV's ADP was
-    replaced by NDP; LWA1 records no TBF/TBX); else unknown."""
+    """The LWA station a file is taken to be from, as LSL's station definitions name it: ADP
+    ran at LWA-SV only; an NDP file of 64 stands is LWA-NA's (LSL's ``tbf-mini-test.dat`` and
+    ``tbx-test.dat``), of 256 LWA-SV's (the 256-stand station whose stands LSL numbers 1..256
+    in digitiser order; LWA1's it does not: an LWA1 file needs --array). Not a header
+    field: inferred from the frame id and stand count; else unknown."""
     if fmt is TBF and not frame_id & 0x04:
         return "LWASV"
     return {64: "LWANA", 256: "LWASV"}.get(nstand)

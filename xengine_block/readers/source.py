@@ -40,6 +40,10 @@ def frame_layout(rec: Recording) -> SampleLayout:
                                  f"pipeline source needs regular frames; xengine reprocess "
                                  f"reads it)")
     if len({r.chan0 for r in rec.runs}) > 1:  # MWAX: a frame holds every coarse channel
+        if ref.nchan != 1 or len({r.chan0 for r in rec.runs}) != len(rec.files):
+            raise RecordingError(f"{rec.files[0]}: its channels lie in frames of their own "
+                                 f"(LWA TBF/TBX): a pipeline source needs a time's channels "
+                                 f"in one frame or one file each; xengine reprocess reads it")
         block = ref.last_byte + 1
         nfile = len(rec.files)
         return ref.replace(nchan=nfile, chan_stride=block, frame_bytes=nfile * block)

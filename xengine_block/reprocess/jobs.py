@@ -627,8 +627,12 @@ def write_flagged(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, i
 
 
 def reprocess(inputs: list[Path], outdir: Path, options: ReprocessOptions, *,
-              scheduler: str | None = None, workers: int | None = None, progress=sys.stderr):
-    """Plan and run; returns the per-task results."""
+              scheduler: str | None = None, workers: int | None = None,
+              progress: Any = "stderr"):
+    """Plan and run; returns the per-task results. ``progress``: a stream for the progress
+    line, None for none, or ``"stderr"``: the ``sys.stderr`` of the call (not of the
+    import: a test's captured stream is closed by the next)."""
+    progress = sys.stderr if progress == "stderr" else progress
     outdir.mkdir(parents=True, exist_ok=True)
     fn = functools.partial(run_task, options=options)
     tasks = plan_tasks(inputs, outdir, options.format, options)

@@ -78,6 +78,7 @@ class RecordingCorrelator:
         self.count_extremes = count_extremes
         self.backend_name = backend
         self._backends: dict[tuple, Backend] = {}
+        self._used: set[str] = set()  # names of the backends made (kept past close)
         self.nstream = 2 * len(self.antennas)
         self.nchan = channels[1] - channels[0]
         self.nbaseline = self.nstream * (self.nstream + 1) // 2
@@ -88,11 +89,14 @@ class RecordingCorrelator:
         b = self._backends.get(key)
         if b is None:
             b = self._backends[key] = get_backend(self.backend_name, geometry_for(layout))
+            self._used.add(b.name)
         return b
 
     @property
     def backend_names(self) -> list[str]:
-        return sorted({b.name for b in self._backends.values()})
+        """The backends that correlated, also after :meth:`close` (a task's summary is made
+        after its writer closed the correlator)."""
+        return sorted(self._used)
 
     def correlate(self, t0: int, t1: int, out: np.ndarray | None = None) -> Correlated:
         """Spectra ``[t0, t1)``: exact sums, added by the backend in place in int32 where no

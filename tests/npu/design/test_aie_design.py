@@ -22,6 +22,7 @@ from xengine_block.npu.design import build
 from xengine_block.npu.design.artifacts import geometry_tag
 from xengine_block.npu.design.dataflow import KERNEL_FUNC, KERNEL_OBJECT, ZERO_FUNC, Dim
 from xengine_block.npu.design.mlir import FOREVER, design_calls, format_calls, walk
+from xengine_block.npu.design.plan import reads_diagonal_once, single_read_diagonal
 from xengine_block.npu.host.hostkernel import KERNEL_SOURCE
 
 BUILD_MODULE = [sys.executable, "-m", "xengine_block.npu.design.build"]
@@ -451,3 +452,47 @@ def test_the_design_entry_point_prints_the_plan_s_design():
                            "small", "--calls"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == format_calls(design_calls(PLANS["small"])).strip()
+
+
+def test_the_build_writes_and_validates_the_diagonal_design(tmp_path, monkeypatch):
+    """The build writes two designs: the plan and its diagonal variant reading the input once
+    (checked by the validator first), each compiled by its own aiecc run into its own xclbin;
+    the diagonal MLIR has no B shim task and each A shim flow fans out to a B memory tile."""
+    _standin(monkeypatch)
+    ran = []
+
+    def fake_run(cmd: list[str], cwd: Path) -> None:  # what aiecc and Peano would leave
+        ran.append(cmd)
+        for arg in cmd:
+            for key in ("--xclbin-name=", "--npu-insts-name="):
+                if arg.startswith(key):
+                    (cwd / arg[len(key):]).write_bytes(b"built")
+
+    checked = []
+    monkeypatch.setattr(build, "_run", fake_run)
+    monkeypatch.setattr(build, "validate_plan", lambda plan: checked.append(plan))
+    tc = build.Toolchain(Path("/peano/bin/clang++"), Path("/aie/include"), Path("/bin/aiecc"),
+                         Path("/bin/xclbinutil"), True, ())
+    g = small_test_geometry()
+    art = build.build(g, tmp_path, tc)
+    assert art.has_diagonal and art.xclbin.is_file()
+    plan = PLANS["small"]
+    diagonal = single_read_diagonal(plan)
+    assert checked == [diagonal]
+    main = (art.directory / "design.mlir").read_text()
+    text = (art.directory / "design_diagonal.mlir").read_text()
+    assert text.count("aiex.dma_configure_task(") == len(diagonal.tasks) == \
+        len(plan.tasks) - g.cols  # the B shim tasks are gone
+    assert text.count("aie.flow(") == main.count("aie.flow(") == \
+        sum(len(f.dests) for f in diagonal.flows)  # B shim flows replaced by A fan-outs
+    aiecc = [c for c in ran if c[0] == "/bin/aiecc"]
+    assert [c[-1] for c in aiecc] == ["design.mlir", "design_diagonal.mlir"]
+    assert "--xclbin-name=xcorr_diagonal.xclbin" in aiecc[1]
+
+
+def test_a_geometry_without_the_diagonal_variant_builds_one_design():
+    g = small_test_geometry(rows=2, cols=2, tile_n=2, tile_m=2)
+    assert not reads_diagonal_once(g)
+    assert [d[1] for d in build.designs(build_plan(g))] == ["design.mlir"]
+    assert [d[1] for d in build.designs(PLANS["published"])] == ["design.mlir",
+                                                                 "design_diagonal.mlir"]

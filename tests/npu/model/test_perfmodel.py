@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import random_frames
-from xengine_block.backends.npu import host_schedule, predicted, predicted_rate
+from xengine_block.backends.npu import host_schedule, predicted, predicted_rate, tilings
 from xengine_block.cli import main
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import PUBLISHED, small_test_geometry
@@ -130,7 +130,8 @@ def test_single_read_diagonal_is_exact_and_ignores_b(g):
     frames = random_frames(g, g.npacket, seed=11)
     a = hostio.npu_input(frames, g, 0, 0)
     out = np.zeros(plan.host_arg_map["out"].shape, np.int32)
-    PlanEmulator(plan).run({"a": a, "b": np.full_like(a, 77), "out": out})
+    garbage = np.random.default_rng(7).integers(-128, 128, a.shape, dtype=np.int8)
+    PlanEmulator(plan).run({"a": a, "b": garbage, "out": out})  # b: never read
     job = BlockPairJob(g, g.npacket)
     job.add(0, 0, 0, out)
     assert np.array_equal(job.triangle, reference_triangle(frames_to_natural(frames, g)))
@@ -209,7 +210,8 @@ def test_unpack_cycles_from_the_unpack_loop():
 def test_ci4_plan_predicted_from_its_bytes_and_its_unpack():
     g = PUBLISHED.replace(sample_bits=4)
     pred = predicted(g)
-    tr, tr8 = pred.main.traffic, perfmodel.plan_traffic(build_plan(PUBLISHED))
+    tr, tr8 = (perfmodel.plan_traffic(pred.base_plan),
+               perfmodel.plan_traffic(build_plan(PUBLISHED)))
     assert tr.unpacks and not tr8.unpacks
     assert (tr.n, tr.m, tr.t, tr.kernel_calls) == (tr8.n, tr8.m, tr8.t, tr8.kernel_calls)
     assert tr.input_bytes * 2 == tr8.input_bytes  # every hop to the compute tiles halves
@@ -218,7 +220,8 @@ def test_ci4_plan_predicted_from_its_bytes_and_its_unpack():
     assert pred.kernel_cycles == perfmodel.kernel_cycles(8, 4, 15)
     assert pred.main.core == pred.kernel_cycles + perfmodel.tile_unpack_cycles(8, 4, 15)
     out = pred.to_dict()
-    assert out["kernel"]["ci4_unpacked_on_tiles"] and out["input_bytes_per_npu_call"] == \
+    # the one block pair is diagonal: it runs the plan reading its input once, half the bytes
+    assert out["kernel"]["ci4_unpacked_on_tiles"] and 2 * out["input_bytes_per_npu_call"] == \
         tr.input_bytes
     assert pred.bottleneck == "compute"
     assert any("480 B" in c for c in pred.caveats())  # one channel of one ci4 packet per run
@@ -229,24 +232,60 @@ def test_ci4_on_tiles_is_made_and_priced_against_the_host_unpack():
     plan, sched = build_plan(g), host_schedule(g)
     base = perfmodel.predict(plan, XDNA2, sched)
     assert "ci4_on_tiles" not in [c["name"] for c in perfmodel.design_changes(base)]
-    (made,) = perfmodel.made_changes(base)
+    made = {c["name"]: c for c in perfmodel.made_changes(base)}["ci4_on_tiles"]
     old_plan, old_sched = perfmodel.ci4_unpacked_on_host(plan, sched)
     old = perfmodel.predict(old_plan, XDNA2, old_sched)
     assert not old_plan.geometry.ci4 and old_sched.sync_bytes == 2 * sched.sync_bytes
     assert dict(old_sched.fill)["ci4_unpack"] == PUBLISHED.npu_in_bytes // 2
     assert made["name"] == "ci4_on_tiles" and made["msps_without"] == old.msps
-    assert made["bottleneck_without"] == "host_fill" and made["gain"] > 2
+    assert made["bottleneck_without"] == "host_fill" and made["gain"] > 1.5
     assert made["msps"] == predicted(g).msps
-    assert perfmodel.made_changes(predicted(PUBLISHED)) == []
+    assert [c["name"] for c in perfmodel.made_changes(predicted(PUBLISHED))] == [
+        "place_beside_runs", "single_read_diagonal", "placement_off_gil"]
 
 
 def test_design_changes_only_list_gains():
-    changes = perfmodel.design_changes(predicted(PUBLISHED))
-    names = [c["name"] for c in changes]
-    assert "place_beside_runs" in names and "single_read_diagonal" in names
-    assert "ci4_on_tiles" not in names and all(c["gain"] > 1 for c in changes)
-    assert changes[-1]["name"] == "all" and changes[-1]["gain"] >= max(
-        c["gain"] for c in changes[:-1])
+    """At S = 256 the changes the model priced are made; each made one is priced by undoing it
+    alone (a gain > 1, and its bottleneck without it), and what is left (the native ring: the
+    GIL no longer binds once the placement leaves it) gains nothing, so nothing is listed.
+    Before them (the previous host loop), every one of them is listed with its gain."""
+    pred = predicted(PUBLISHED)
+    assert perfmodel.design_changes(pred) == []
+    made = {c["name"]: c for c in perfmodel.made_changes(pred)}
+    assert set(made) == {"place_beside_runs", "single_read_diagonal", "placement_off_gil"}
+    assert all(c["gain"] > 1.05 for c in made.values())
+    assert made["single_read_diagonal"]["bottleneck_without"] == "ddr"
+    assert made["placement_off_gil"]["bottleneck_without"] == "host_gil"
+    before = pred.schedule.replace(place="launch", diagonal_read_once=False, place_gil=True)
+    old = perfmodel.predict(pred.base_plan, XDNA2, before)
+    assert old.bottleneck == "ddr" and old.idle_fraction > 0.25
+    undone = {c.name: c for c in perfmodel.DESIGN_CHANGES}
+    for name in made:  # made ones priced on the old loop as options
+        gained = perfmodel.predict(pred.base_plan, XDNA2,
+                                   undone[name].options(pred.base_plan, before))
+        assert gained.msps >= old.msps * (1 - perfmodel.MIN_GAIN), name
+
+
+def test_ours_passes_the_published_design_as_the_model_predicts_it():
+    """The model still predicts the published design within 10 % of its measured 64 Msps and
+    109 calls/s, and ours at S = 256 at least 1.25 times it, compute-bound, with the NPU idle
+    about 5 % of the time."""
+    published = perfmodel.predict(build_plan(PUBLISHED), XDNA2)
+    for key in ("msps", "calls_per_s"):
+        assert abs(perfmodel.published_comparison(published)[key]["ratio"] - 1) < 0.1, key
+    ours = predicted(PUBLISHED)
+    assert ours.msps >= 1.25 * published.msps and ours.bottleneck == "compute"
+    assert ours.idle_fraction < 0.06
+
+
+def test_tilings_are_priced_and_the_256_block_is_best():
+    """128-stream block pairs do 3/4 of the square's work but read each block once per pair:
+    the model finds them (and 64-stream blocks) slower than one 256-stream block."""
+    found = tilings(PUBLISHED)
+    assert [t["npu_block"] for t in found][0] == 256
+    assert {t["npu_block"]: t["block_pairs"] for t in found} == {256: 1, 128: 3, 64: 10}
+    best = found[0]
+    assert all(t["device_msps"] < best["device_msps"] for t in found[1:])
 
 
 # ---------------------------------------------------------------------- trace
@@ -290,8 +329,8 @@ def test_trace_tracks_never_overlap(device):
 
 @pytest.mark.parametrize("single_read", [False, True], ids=["as built", "single read"])
 def test_trace_steady_state_is_the_model_period(published_plan, single_read):
-    pred = perfmodel.predict(published_plan, XDNA2, host_schedule(PUBLISHED), diagonal_plan=(
-        single_read_diagonal(published_plan) if single_read else None))
+    pred = perfmodel.predict(published_plan, XDNA2, host_schedule(PUBLISHED).replace(
+        diagonal_read_once=single_read))
     assert pred.main.limit == ("compute" if single_read else "ddr")
     spans = perftrace.schedule(pred, 40)
     core = published_plan.cores[0].tile
@@ -314,9 +353,11 @@ def test_cli_published_json_and_trace(tmp_path, capsys):
 def test_cli_ours_names_the_change_it_points_to(capsys):
     assert main(["npu-model", "--nstream", "512", "--bits", "8"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["design"] == "ours" and out["bits"] == 8 and out["bottleneck"] == "host_fill"
-    assert out["design_changes"][0]["name"] == "parallel_host_fill"
-    assert out["made_changes"] == []
+    assert out["design"] == "ours" and out["bits"] == 8 and out["bottleneck"] == "compute"
+    made = {c["name"]: c for c in out["made_changes"]}
+    assert made["parallel_host_fill"]["gain"] > 1.5
+    assert made["parallel_host_fill"]["bottleneck_without"] == "host_fill"
+    assert [t["npu_block"] for t in out["tilings"]][0] == 256
 
 
 def test_cli_ci4_reports_the_made_change(capsys):
@@ -324,8 +365,8 @@ def test_cli_ci4_reports_the_made_change(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["bits"] == 4 and out["bottleneck"] == "compute"
     assert out["kernel"]["ci4_unpacked_on_tiles"]
-    assert out["made_changes"][0]["name"] == "ci4_on_tiles"
-    assert out["made_changes"][0]["bottleneck_without"] == "host_fill"
+    made = {c["name"]: c for c in out["made_changes"]}
+    assert made["ci4_on_tiles"]["bottleneck_without"] == "host_fill"
     assert "ci4_on_tiles" not in [c["name"] for c in out["design_changes"]]
 
 

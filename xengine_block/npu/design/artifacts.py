@@ -29,6 +29,10 @@ BUILD_DIR_ENV = "XENGINE_XCLBIN_DIR"
 XCLBIN_NAME = "xcorr.xclbin"
 INSTS_NAME = "insts.bin"
 MANIFEST_NAME = "build.json"
+#: The second design of a build: diagonal block pairs reading their one input once.
+DIAGONAL_DESIGN_NAME = "design_diagonal.mlir"
+DIAGONAL_XCLBIN_NAME = "xcorr_diagonal.xclbin"
+DIAGONAL_INSTS_NAME = "insts_diagonal.bin"
 #: The xclbin's kernel name (aiecc's default) and how it is called through XRT (the published
 #: design's host code): ``kernel(OPCODE, instr_bo, n_instr_words, bo_a, bo_b, bo_out)``, the BOs
 #: allocated in the memory groups of arguments 1 (instructions), 3, 4 and 5.
@@ -118,6 +122,20 @@ class Artifacts:
     @property
     def insts(self) -> Path:
         return self.directory / INSTS_NAME
+
+    @property
+    def diagonal_xclbin(self) -> Path:
+        """The design for diagonal block pairs (A = B), reading its input once
+        (:func:`~.plan.single_read_diagonal`); absent where the geometry cannot have it."""
+        return self.directory / DIAGONAL_XCLBIN_NAME
+
+    @property
+    def diagonal_insts(self) -> Path:
+        return self.directory / DIAGONAL_INSTS_NAME
+
+    @property
+    def has_diagonal(self) -> bool:
+        return self.diagonal_xclbin.is_file() and self.diagonal_insts.is_file()
 
     @property
     def manifest(self) -> Path:

@@ -47,6 +47,9 @@ from .aiecc import (
     read_help,
 )
 from .artifacts import (
+    DIAGONAL_DESIGN_NAME,
+    DIAGONAL_INSTS_NAME,
+    DIAGONAL_XCLBIN_NAME,
     INSTS_NAME,
     KERNEL_NAME,
     NAMED_GEOMETRIES,
@@ -57,9 +60,10 @@ from .artifacts import (
     default_build_root,
     geometry_tag,
 )
-from .dataflow import KERNEL_OBJECT, KERNEL_SOURCE
+from .dataflow import KERNEL_OBJECT, KERNEL_SOURCE, NpuPlan
 from .mlir import INSTALL_HINT, to_mlir
-from .plan import build_plan
+from .plan import build_plan, reads_diagonal_once, single_read_diagonal
+from .validate import validate_plan
 
 PROG = "xengine_block.npu.design.build"  # the name in its messages (run as python -m)
 DESIGN_NAME = "design.mlir"
@@ -177,9 +181,11 @@ def kernel_command(tc: Toolchain, g: Geometry, art: Artifacts) -> list[str]:
             "-c", str(KERNEL_SOURCE), "-o", str(art.directory / KERNEL_OBJECT)]
 
 
-def aiecc_command(tc: Toolchain) -> list[str]:
-    """aiecc with ``design.mlir`` as its one input, run inside the build directory (the design
-    links ``xcorr.o`` from there through ``external_func(link_with=...)``).
+def aiecc_command(tc: Toolchain, design: str = DESIGN_NAME, xclbin: str = XCLBIN_NAME,
+                  insts: str = INSTS_NAME) -> list[str]:
+    """aiecc with ``design`` (``design.mlir``) as its one input, run inside the build directory
+    (the design links ``xcorr.o`` from there through ``external_func(link_with=...)``), writing
+    ``xclbin`` and ``insts``; the diagonal design is built the same way under its own names.
 
     Built for the generation ``aiecc --help`` showed; without aiecc (a dry run here) for the
     newest generation (``--get-xclbin``).
@@ -187,8 +193,20 @@ def aiecc_command(tc: Toolchain) -> list[str]:
     driver = tc.aiecc_driver or AieccDriver.GRAPH
     peano = str(tc.clang.parent.parent) if tc.clang is not None else None
     return [str(tc.aiecc or "<aiecc>"),
-            *aiecc_args(driver, DESIGN_NAME, xclbin=XCLBIN_NAME, insts=INSTS_NAME,
-                        peano=peano, help_text=tc.aiecc_help)]
+            *aiecc_args(driver, design, xclbin=xclbin, insts=insts, peano=peano,
+                        help_text=tc.aiecc_help)]
+
+
+def designs(plan: NpuPlan) -> list[tuple[NpuPlan, str, str, str]]:
+    """(plan, design file, xclbin, instructions) of each design a build makes: the plan, and
+    where the geometry allows it the plan of diagonal block pairs reading their input once
+    (:func:`~.plan.single_read_diagonal`), each checked by the validator first."""
+    out = [(plan, DESIGN_NAME, XCLBIN_NAME, INSTS_NAME)]
+    if reads_diagonal_once(plan.geometry):
+        diagonal = single_read_diagonal(plan)
+        validate_plan(diagonal)
+        out.append((diagonal, DIAGONAL_DESIGN_NAME, DIAGONAL_XCLBIN_NAME, DIAGONAL_INSTS_NAME))
+    return out
 
 
 def installed_mlir_aie() -> str | None:
@@ -212,18 +230,23 @@ def build(g: Geometry, root: Path, tc: Toolchain, dry_run: bool = False) -> Arti
     art = Artifacts(root / geometry_tag(g))
     plan = build_plan(g)
     print(f"== {geometry_tag(g)} -> {art.directory}", flush=True)
+    built = designs(plan)
     if dry_run:
-        print(f"+ write {art.directory / DESIGN_NAME} (mlir-aie design of the plan)")
+        for _, design, _, _ in built:
+            print(f"+ write {art.directory / design} (mlir-aie design of the plan)")
         print("+", " ".join(kernel_command(tc, g, art)))
         driver = tc.aiecc_driver.value if tc.aiecc_driver else "newest (aiecc not found)"
-        print(f"+ (cd {art.directory} &&", " ".join(aiecc_command(tc)) + ")",
-              f"  # aiecc driver: {driver}")
+        for _, design, xclbin, insts in built:
+            print(f"+ (cd {art.directory} &&", " ".join(aiecc_command(tc, design, xclbin, insts))
+                  + ")", f"  # aiecc driver: {driver}")
         return art
     art.directory.mkdir(parents=True, exist_ok=True)
-    (art.directory / DESIGN_NAME).write_text(to_mlir(plan) + "\n")
+    for design_plan, design, _, _ in built:
+        (art.directory / design).write_text(to_mlir(design_plan) + "\n")
     _run(kernel_command(tc, g, art), art.directory)
-    _run(aiecc_command(tc), art.directory)
-    for path in (art.xclbin, art.insts):
+    for _, design, xclbin, insts in built:
+        _run(aiecc_command(tc, design, xclbin, insts), art.directory)
+    for path in [art.directory / name for _, _, xclbin, insts in built for name in (xclbin, insts)]:
         if not path.is_file():
             raise SystemExit(f"{PROG}: aiecc finished but {path} is missing")
     art.write_manifest(g, kernel=KERNEL_NAME, mlir_aie_release=MLIR_AIE_RELEASE["wheel"],

@@ -25,11 +25,13 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from math import prod
 
 import numpy as np
 
+from ... import native_extension
 from ...geometry import Geometry
 from ...sample_layout import SampleLayout, gather
 from ...triangle import baseline_index
@@ -51,9 +53,25 @@ def holds_frames(buffer: np.ndarray, frames: np.ndarray) -> bool:
     return buffer.size > 0 and buffer.ctypes.data == frames.ctypes.data
 
 
+#: Threads the frame copy of one channel group is split over (by stream block and packets):
+#: numpy's copies release the GIL.
+FILL_THREADS = 4
+
+
+def fill_threads(g: Geometry) -> int:
+    """Threads :func:`fill_inputs` copies ``g``'s frames on."""
+    return max(1, min(FILL_THREADS, g.npu_nblock * g.npacket))
+
+
+@lru_cache(maxsize=1)
+def _fill_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(FILL_THREADS, thread_name_prefix="npu-fill")
+
+
 def fill_inputs(frames: np.ndarray, g: Geometry, group: int,
                 buffers: list[np.ndarray]) -> None:
-    """Write channel group ``group`` of ``frames`` into one input buffer per stream block.
+    """Write channel group ``group`` of ``frames`` into one input buffer per stream block,
+    the blocks on :func:`fill_threads` threads (S > 256: several blocks).
 
     ``buffers[b]`` is ``[P_buf, npu_block, payload]`` int8 with ``P_buf >= len(frames)``;
     packets past the frames are zeroed, which adds nothing to any product (a device build for P
@@ -63,11 +81,25 @@ def fill_inputs(frames: np.ndarray, g: Geometry, group: int,
     n = frames.shape[0]
     if len(buffers) != g.npu_nblock:
         raise ValueError(f"need {g.npu_nblock} input buffers, got {len(buffers)}")
-    for block, buf in enumerate(buffers):
+    for buf in buffers:
         if buf.shape[0] < n:
             raise ValueError(f"input buffer holds {buf.shape[0]} packets, got {n} frames")
+
+    def fill(block: int, p0: int, p1: int) -> None:
+        buf = buffers[block]
         if not (frames_are_input(g) and holds_frames(buf, frames)):
-            hostio.npu_input(frames, g, block, group, out=buf[:n])
+            hostio.npu_input(frames[p0:p1], g, block, group, out=buf[p0:p1])
+
+    parts = -(-fill_threads(g) // len(buffers))  # packet ranges per block
+    units = [(block, n * k // parts, n * (k + 1) // parts)
+             for block in range(len(buffers)) for k in range(parts)]
+    if len(units) == 1 or n == 0:
+        for unit in units:
+            fill(*unit)
+    else:
+        for done in [_fill_pool().submit(fill, *unit) for unit in units]:
+            done.result()
+    for buf in buffers:
         buf[n:] = 0
 
 
@@ -161,14 +193,14 @@ class BlockPairJob:
         self._error: BaseException | None = None
 
     def add(self, group: int, i: int, j: int, npu_out: np.ndarray) -> None:
-        """Take the output of call (group, i, j) (any array in the NPU output layout)."""
+        """Take the output of call (group, i, j) (any array in the NPU output layout): one
+        pass of the C extension (``place_pair``, the GIL released, so a placement thread does
+        not take turns with other Python work)."""
         g = self.geometry
         re_pos, im_pos, dst = pair_index(g, i, j)
-        _, _, per_chan = _output_positions(g)
-        flat = npu_out.reshape(g.nchan_pkt, per_chan)
         chans = slice(group * g.nchan_pkt, (group + 1) * g.nchan_pkt)
-        self.triangle[chans, dst, 0] = flat[:, re_pos]
-        self.triangle[chans, dst, 1] = flat[:, im_pos]
+        native_extension.native().place_pair(np.ascontiguousarray(npu_out, np.int32), re_pos,
+                                             im_pos, dst, self.triangle[chans])
         with self._lock:
             self._due -= 1
             if self._due == 0:

@@ -47,6 +47,7 @@ offset alignment.
 
 from __future__ import annotations
 
+import collections
 import enum
 import json
 import queue
@@ -72,14 +73,61 @@ from ..design.artifacts import (
     design_geometry,
     geometry_tag,
 )
-from ..design.plan import build_plan
+from ..design.plan import build_plan, reads_diagonal_once, single_read_diagonal
 from .emulate import EmulationError, PlanEmulator
 
 #: First word of a simulated instruction stream.
 INSTS_MAGIC = 0x58454E53  # "XENS"
+class FairLock:
+    """A re-entrant lock handed to its waiters in the order they asked, as Python's GIL is
+    handed over: a thread waiting for it asks the holder to drop it and gets it next, so a
+    thread calling pyxrt back to back cannot starve the others (a plain ``RLock`` lets the
+    releasing thread take it again at once)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._owner: int | None = None
+        self._depth = 0
+        self._queue: collections.deque[int] = collections.deque()
+
+    def acquire(self, blocking: bool = True) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return True
+            if self._owner is None and not self._queue:
+                self._owner, self._depth = me, 1
+                return True
+            if not blocking:
+                return False
+            self._queue.append(me)
+            while self._owner is not None or self._queue[0] != me:
+                self._cond.wait()
+            self._queue.popleft()
+            self._owner, self._depth = me, 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self._owner != threading.get_ident():
+                raise RuntimeError("FairLock released by a thread that does not hold it")
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cond.notify_all()
+
+    def __enter__(self) -> FairLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 #: Stands for Python's GIL as pyxrt holds it: one lock for the whole process, held for the
-#: whole of every run.wait / run.state / bo.sync / kernel(...) call.
-PYXRT_LOCK = threading.RLock()
+#: whole of every run.wait / run.state / bo.sync / kernel(...) call, handed over in turn.
+PYXRT_LOCK = FairLock()
 #: What a freed BO's memory reads as.
 POISON = 0xDB
 
@@ -115,6 +163,8 @@ class SimulatedXclbin:
             raise RuntimeError(f"{path} is not a simulated xclbin ({exc})") from exc
         self.path = path
         self.geometry = Geometry.from_dict(data["geometry"])
+        #: "main" (the geometry's plan) or "diagonal" (its single-read diagonal plan).
+        self.design = data.get("design", "main")
         self.kernel_name = data["kernel"]
         self.insts = np.asarray(data["insts"], dtype=np.uint32)
         self._uuid = data["uuid"]
@@ -132,6 +182,12 @@ class SimulatedDevice:
         self.xrt = xrt
         self.index = index
         self.xclbins: dict[str, SimulatedXclbin] = {}
+        #: One NPU array: runs of every kernel (every xclbin) execute one at a time, in the
+        #: order the kernels were called.
+        self.runs: queue.Queue[SimulatedRun | None] = queue.Queue()
+        threading.Thread(target=_device_loop, args=(self.runs,), name="simulated-npu",
+                         daemon=True).start()
+        weakref.finalize(self, self.runs.put, None)
 
     def register_xclbin(self, xclbin: SimulatedXclbin) -> None:
         self.xclbins[xclbin.get_uuid()] = xclbin
@@ -207,6 +263,9 @@ class SimulatedBo:
         with PYXRT_LOCK:  # pyxrt holds the GIL for the whole sync
             if xrt.sync_s_per_mib:
                 time.sleep(xrt.sync_s_per_mib * size / 2**20)
+            if not xrt.compute:  # timing only: the modelled cost, no bytes moved
+                xrt.count("syncs")
+                return
             if direction is SimulatedSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE:
                 self.dev[offset:end] = self.host[offset:end]
                 xrt.count("sync_to_device_bytes", size)
@@ -223,8 +282,9 @@ def _poison(memory: np.ndarray) -> None:
 
 
 @lru_cache(maxsize=8)
-def _emulator(g: Geometry) -> PlanEmulator:
-    return PlanEmulator(build_plan(g))
+def _emulator(g: Geometry, design: str = "main") -> PlanEmulator:
+    plan = build_plan(g)
+    return PlanEmulator(single_read_diagonal(plan) if design == "diagonal" else plan)
 
 
 class SimulatedRun:
@@ -233,26 +293,39 @@ class SimulatedRun:
     def __init__(self, kernel: SimulatedKernel, a: SimulatedBo, b: SimulatedBo,
                  out: SimulatedBo) -> None:
         self.kernel, self.a, self.b, self.out = kernel, a, b, out
+        self.queued_at = time.perf_counter()
         self._state = SimulatedCmdState.ERT_CMD_STATE_SUBMITTED
         self._done = threading.Event()
         self.error: Exception | None = None
 
-    def _execute(self) -> None:
-        """On the device thread: the modelled run time, then the emulator on device copies."""
+    def _execute(self, previous_end: float) -> float:
+        """On the device thread: the modelled run time, then the emulator on device copies.
+
+        The run starts when it was queued or when the previous run ended, whichever is later
+        (device time, not when this thread got round to it: a run queued behind another
+        starts as that one ends), and ends ``kernel_s`` later (or when the emulator is done,
+        if later); returns its end."""
         xrt = self.kernel.context.device.xrt
         if xrt.hang:
-            return  # a hung NPU: the run never completes
-        if xrt.kernel_s:
-            time.sleep(xrt.kernel_s)
+            return previous_end  # a hung NPU: the run never completes
+        start = max(self.queued_at, previous_end)
+        kernel_s = xrt.kernel_s_of.get(self.kernel.design, xrt.kernel_s)
+        if kernel_s:
+            time.sleep(max(0.0, start + kernel_s - time.perf_counter()))
         try:
-            _emulator(self.kernel.geometry).run({"a": self.a.dev.view(np.int8),
-                                                 "b": self.b.dev.view(np.int8),
-                                                 "out": self.out.dev.view(np.int32)})
+            if xrt.compute:
+                _emulator(self.kernel.geometry, self.kernel.design).run(
+                    {"a": self.a.dev.view(np.int8), "b": self.b.dev.view(np.int8),
+                     "out": self.out.dev.view(np.int32)})
             self._state = SimulatedCmdState.ERT_CMD_STATE_COMPLETED
         except EmulationError as exc:
             self.error, self._state = exc, SimulatedCmdState.ERT_CMD_STATE_ERROR
         xrt.count("runs")
+        xrt.count(f"{self.kernel.design}_runs")
+        end = max(start + kernel_s, time.perf_counter() if xrt.compute else 0.0)
+        xrt.busy(start, end)
         self._done.set()
+        return end
 
     def state(self) -> SimulatedCmdState:
         with PYXRT_LOCK:
@@ -280,8 +353,9 @@ class SimulatedHang(RuntimeError):
 
 def _device_loop(runs: queue.Queue) -> None:
     """One NPU array: runs execute one at a time, in the order the kernel was called."""
+    end = 0.0
     while (run := runs.get()) is not None:
-        run._execute()
+        end = run._execute(end)
 
 
 class SimulatedKernel:
@@ -292,11 +366,8 @@ class SimulatedKernel:
             raise RuntimeError(f"simulated XRT: no kernel {name!r} in the xclbin")
         self.context = context
         self.geometry = context.xclbin.geometry
+        self.design = context.xclbin.design
         self._nbytes = {a.name: a.nbytes for a in build_plan(self.geometry).host_args}
-        self._runs: queue.Queue[SimulatedRun | None] = queue.Queue()
-        threading.Thread(target=_device_loop, args=(self._runs,), name="simulated-npu",
-                         daemon=True).start()
-        weakref.finalize(self, self._runs.put, None)
 
     def group_id(self, arg: int) -> int:
         """Memory group of kernel argument ``arg`` (offset so a raw index is not mistaken)."""
@@ -322,7 +393,8 @@ class SimulatedKernel:
                 raise RuntimeError("simulated XRT: instructions must be a cacheable BO of "
                                    "group_id(1)")
             words = instr.dev.view(np.uint32)[:ninstr]
-            if not np.array_equal(words, self.context.xclbin.insts):
+            if self.context.device.xrt.compute and not np.array_equal(
+                    words, self.context.xclbin.insts):
                 raise RuntimeError("simulated XRT: the instruction BO (device copy) does not "
                                    "hold the build's instruction stream")
             # NPU host_only BOs share one host memory; a BO may serve as A on one call and B
@@ -332,7 +404,7 @@ class SimulatedKernel:
                                self._check_data(b, B_GROUP, "b", inputs),
                                self._check_data(out, OUT_GROUP, "out",
                                                 {self.group_id(OUT_GROUP)}))
-            self._runs.put(run)  # the device starts now, not at wait()
+            self.context.device.runs.put(run)  # the device starts now, not at wait()
             return run
 
 
@@ -351,11 +423,19 @@ class SimulatedXrt:
 
     def __init__(self, ndevices: int = 1, *, kernel_s: float = 0.0,
                  sync_s_per_mib: float = 0.0, hang: bool = False,
-                 hang_guard_s: float = 5.0) -> None:
+                 hang_guard_s: float = 5.0, compute: bool = True,
+                 kernel_s_of: dict[str, float] | None = None) -> None:
         self.ndevices = ndevices
-        #: Modelled device time of one run and host time of a sync (benchmarks).
+        #: Modelled device time of one run and host time of a sync (benchmarks);
+        #: ``kernel_s_of``: per design ("main", "diagonal"), where it differs from kernel_s.
         self.kernel_s = kernel_s
+        self.kernel_s_of = dict(kernel_s_of or {})
         self.sync_s_per_mib = sync_s_per_mib
+        #: False: a timing-only device for benchmarks (runs and syncs take their modelled
+        #: time, but no bytes move and nothing is computed: outputs are meaningless).
+        self.compute = compute
+        #: (start, end) of each run on the device, perf_counter seconds (the NPU's busy time).
+        self.busy_intervals: list[tuple[float, float]] = []
         #: Every run hangs (never completes): what a stuck NPU looks like to the host.
         self.hang = hang
         #: How long a timeout-less ``run.wait()`` on a hung run may block before the simulation
@@ -371,6 +451,21 @@ class SimulatedXrt:
         with self._lock:
             self.counters[name] += n
 
+    def busy(self, start: float, end: float) -> None:
+        with self._lock:
+            self.busy_intervals.append((start, end))
+
+    def idle_fraction(self, since: float = 0.0) -> float:
+        """Share of the time from the first run started after ``since`` (perf_counter) to the
+        last run's end that the device had no run executing: the time the NPU waited for
+        the host."""
+        with self._lock:
+            runs = [(s, e) for s, e in self.busy_intervals if s >= since]
+        if not runs:
+            raise ValueError("no run on the device in that window")
+        span = max(e for _, e in runs) - min(s for s, _ in runs)
+        return 1 - sum(e - s for s, e in runs) / span if span > 0 else 0.0
+
 
 def simulated_insts(g: Geometry) -> np.ndarray:
     """A stand-in instruction stream: magic, P, then a few words naming the design."""
@@ -379,15 +474,22 @@ def simulated_insts(g: Geometry) -> np.ndarray:
                      d.tile_t, d.rows, d.cols], dtype=np.uint32)
 
 
-def write_simulated_build(root: str | Path, g: Geometry) -> Artifacts:
-    """Write ``root/<tag>/`` as the build would, with a simulated xclbin (JSON) and insts."""
+def write_simulated_build(root: str | Path, g: Geometry, diagonal: bool = True) -> Artifacts:
+    """Write ``root/<tag>/`` as the build would, with simulated xclbins (JSON) and insts: the
+    main design and, where the geometry has one (and ``diagonal``), the single-read design of
+    diagonal block pairs."""
     art = Artifacts(Path(root) / geometry_tag(g))
     art.directory.mkdir(parents=True, exist_ok=True)
-    insts = simulated_insts(g)
-    art.xclbin.write_text(json.dumps({
-        "simulated_xclbin": 1, "geometry": design_geometry(g).to_dict(),
-        "kernel": KERNEL_NAME, "uuid": str(uuid.uuid4()), "insts": insts.tolist()}))
-    insts.tofile(art.insts)
+    designs = [("main", art.xclbin, art.insts, 0)]
+    if diagonal and reads_diagonal_once(design_geometry(g)):
+        designs.append(("diagonal", art.diagonal_xclbin, art.diagonal_insts, 1))
+    for design, xclbin, insts_path, tweak in designs:
+        insts = simulated_insts(g)
+        insts[-1] += tweak << 16  # each design's instruction stream is its own
+        xclbin.write_text(json.dumps({
+            "simulated_xclbin": 1, "geometry": design_geometry(g).to_dict(), "design": design,
+            "kernel": KERNEL_NAME, "uuid": str(uuid.uuid4()), "insts": insts.tolist()}))
+        insts.tofile(insts_path)
     art.write_manifest(g, simulated=True)
     return art
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from ...triangle import full_int8_tops, triangle_int8_tops
 from ..design.dataflow import ELEM_BYTES, MM2S, S2MM, DmaChain, NpuPlan, Port
-from ..design.plan import build_plan, single_read_diagonal
+from ..design.plan import build_plan, reads_diagonal_once, single_read_diagonal
 
 HARDWARE = "hardware"  # a manual, the device model, or the published post's hardware facts
 MEASURED = "measured"  # measured on hardware (the published benchmarks and trace, XRT issues)
@@ -418,9 +418,11 @@ class HostSchedule:
     placed in the triangle ("launch": on the launch thread, between runs; "thread": on a
     thread of its own, beside the runs; None: nowhere); ``poll_s``: the launch thread polls
     for completion this often (0: a blocking wait); ``gil``: the loop is Python over pyxrt,
-    whose syncs hold the interpreter lock, so the syncs and the placements take turns (they
-    add up) wherever they run. ``nstream`` and ``sample_bits``: the array's S and its samples
-    on the wire.
+    whose syncs hold the interpreter lock, so the syncs and, where ``place_gil`` (a placement
+    in Python), the placements take turns (they add up) wherever they run.
+    ``diagonal_read_once``: the diagonal calls run the plan that reads their one input once
+    (:func:`~xengine_block.npu.design.plan.single_read_diagonal`). ``nstream`` and
+    ``sample_bits``: the array's S and its samples on the wire.
     """
 
     name: str
@@ -434,6 +436,8 @@ class HostSchedule:
     place: str | None = None
     poll_s: float = 0.0
     gil: bool = False
+    place_gil: bool = True
+    diagonal_read_once: bool = False
 
     def replace(self, **changes: object) -> HostSchedule:
         return dataclasses.replace(self, **changes)
@@ -557,6 +561,11 @@ class Prediction:
         return self.main.plan
 
     @property
+    def base_plan(self) -> NpuPlan:
+        """The plan the schedule drives (its diagonal calls may run a variant of it)."""
+        return self.timings[0][0].plan
+
+    @property
     def kernel_cycles(self) -> int:
         """Cycles of one kernel call (the published figure's event0 to event1)."""
         return self.main.kernel
@@ -671,16 +680,16 @@ def _samples(plan: NpuPlan) -> int:
     return g.nchan_pkt * g.npacket * g.nspectra_pkt
 
 
-def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None = None,
-            *, diagonal_plan: NpuPlan | None = None) -> Prediction:
+def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None = None
+            ) -> Prediction:
     """The predicted rate of ``plan`` on ``device`` driven as ``schedule`` (default: the
-    published host).
-
-    ``diagonal_plan``: a plan for the schedule's diagonal calls (A = B), e.g.
-    :func:`~xengine_block.npu.design.plan.single_read_diagonal`.
-    """
+    published host); the schedule's diagonal calls run
+    :func:`~xengine_block.npu.design.plan.single_read_diagonal` of ``plan`` where it says
+    ``diagonal_read_once``."""
     dev = DEVICES[device] if isinstance(device, str) else device
     sched = schedule or published_schedule(plan)
+    diagonal_plan = (single_read_diagonal(plan) if sched.diagonal_read_once
+                     and sched.diagonal_calls and reads_diagonal_once(plan.geometry) else None)
     main = plan_timing(plan, dev)
     partitions = dev.columns // main.traffic.columns
     diagonal = sched.diagonal_calls if diagonal_plan is not None else 0
@@ -710,7 +719,7 @@ def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None =
         if sched.place == "thread":
             group["host_place"] = place
         if sched.gil:
-            group["host_gil"] = group["host_sync"] + place
+            group["host_gil"] = group["host_sync"] + (place if sched.place_gil else 0.0)
     if dev.external_bytes_per_s is not None:
         wire = sched.nstream * samples * 2 * sched.sample_bits // 8
         group["external_io"] = wire / dev.external_bytes_per_s
@@ -721,9 +730,6 @@ def predict(plan: NpuPlan, device: Device | str, schedule: HostSchedule | None =
 
 
 # ---------------------------------------------------------------------- design changes
-#: Threads the "host passes on several threads" change gives the fill passes (the Ryzen AI 7
-#: 350 has 8 cores; the sync and launch threads keep one each).
-FILL_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -738,28 +744,32 @@ class DesignChange:
     made: bool = False
 
     def applies(self, sched: HostSchedule, dev: Device) -> bool:
+        """Whether the change concerns ``sched`` on ``dev`` (made or not)."""
         host = dev.host is not None
-        return {"place_beside_runs": host and sched.place == "launch",
+        return {"place_beside_runs": host and sched.place is not None,
                 "single_read_diagonal": sched.diagonal_calls > 0,
                 "ci4_on_tiles": sched.sample_bits == 4,
-                "parallel_host_fill": host and bool(sched.fill),
+                "parallel_host_fill": host and bool(sched.fill) and sched.npu_calls > 1,
+                "placement_off_gil": host and sched.gil and sched.place is not None,
                 "native_ring": host and sched.gil}[self.name]
 
-    def options(self, plan: NpuPlan, sched: HostSchedule) -> tuple[HostSchedule, dict]:
-        """The schedule and :func:`predict` keywords with this change made."""
-        if self.name == "place_beside_runs":
-            return sched.replace(place="thread"), {}
-        if self.name == "single_read_diagonal":
-            return sched, {"diagonal_plan": single_read_diagonal(plan)}
-        if self.name == "native_ring":
-            return sched.replace(gil=False), {}
-        return sched.replace(fill_threads=FILL_THREADS), {}
+    def options(self, plan: NpuPlan, sched: HostSchedule) -> HostSchedule:
+        """The schedule with this change made (changes not made yet)."""
+        return {"place_beside_runs": lambda: sched.replace(place="thread"),
+                "single_read_diagonal": lambda: sched.replace(diagonal_read_once=True),
+                "placement_off_gil": lambda: sched.replace(place_gil=False),
+                "native_ring": lambda: sched.replace(gil=False),
+                }[self.name]()
 
     def undone(self, plan: NpuPlan, sched: HostSchedule) -> tuple[NpuPlan, HostSchedule]:
         """The plan and schedule without this made change."""
         if self.name == "ci4_on_tiles":
             return ci4_unpacked_on_host(plan, sched)
-        raise ValueError(f"{self.name} is not made")
+        return plan, {"place_beside_runs": lambda: sched.replace(place="launch"),
+                      "single_read_diagonal": lambda: sched.replace(diagonal_read_once=False),
+                      "placement_off_gil": lambda: sched.replace(place_gil=True),
+                      "parallel_host_fill": lambda: sched.replace(fill_threads=1),
+                      }[self.name]()
 
 
 def ci4_unpacked_on_host(plan: NpuPlan, sched: HostSchedule) -> tuple[NpuPlan, HostSchedule]:
@@ -781,29 +791,40 @@ def ci4_unpacked_on_host(plan: NpuPlan, sched: HostSchedule) -> tuple[NpuPlan, H
 
 DESIGN_CHANGES = (
     DesignChange("place_beside_runs",
-                 "launch run k+1 before placing run k's output (two output buffers), placing "
+                 "launch run k+1 before placing run k's output (several output buffers), placing "
                  "on a thread of its own: the NPU no longer waits for the triangle placement",
-                 "not made (backends/npu.py launch loop)"),
+                 "made: the npu backend's launch thread (nout output BOs, a placement thread); "
+                 "measured on the simulated device (benchmarks/bench_npu_host.py)",
+                 made=True),
     DesignChange("single_read_diagonal",
                  "diagonal block pairs read their one input once: each shim A read fans out to "
                  "the B memory tile as well (plan.single_read_diagonal), halving host-memory "
                  "reads on those calls",
-                 "in the plan, bit-exact in the emulator; not yet built into an xclbin nor "
-                 "chosen per pair by the NPU backend"),
+                 "made: the build writes it as a second design (design_diagonal.mlir, validated) "
+                 "and the npu backend runs it on every diagonal pair; bit-exact in the emulator "
+                 "(b full of garbage) and on the simulated device; not yet run on an NPU",
+                 made=True),
     DesignChange("ci4_on_tiles",
                  "send ci4 as ci4 (half the bytes synced and read) and unpack it on the compute "
                  "tiles before the MAC loop, instead of on the host",
                  "made: the ci4 plan (plan.py), the kernel's ci4 entry points (xcorr.cc), "
                  "bit-exact in the emulator and on the simulated device; not yet run on an NPU",
                  made=True),
+    DesignChange("placement_off_gil",
+                 "place each output in one pass of the C extension with the GIL released, so "
+                 "the placements no longer take turns with pyxrt's syncs",
+                 "made: BlockPairJob.add through _native.place_pair (kernels/cpu/host_passes.c)",
+                 made=True),
     DesignChange("native_ring",
                  "run the syncs, launches and waits in the native ring (C++ threads over XRT), "
                  "so an input sync no longer takes turns with Python work",
-                 "built and tested over a fake device (npu/host/nativering.py); not wired into the "
-                 "npu backend"),
+                 "built and tested over a fake device (npu/host/nativering.py); not wired into "
+                 "the npu backend: listed where the model finds the GIL binding"),
     DesignChange("parallel_host_fill",
-                 f"split the host's frame copy over {FILL_THREADS} threads",
-                 "not made (blockpairs.fill_inputs)"),
+                 "split the host's frame copy over threads, one per stream block "
+                 "(blockpairs.FILL_THREADS at most)",
+                 "made: blockpairs.fill_inputs copies the stream blocks on a thread pool",
+                 made=True),
 )
 
 
@@ -817,13 +838,12 @@ def design_changes(base: Prediction) -> list[dict]:
     :data:`MIN_GAIN`), each with its predicted rate and gain, largest first; then, where it adds
     to them, every applicable change that does not lower the rate, together (a change can
     matter only once another has moved the bottleneck)."""
-    plan, dev, schedule = base.plan, base.device, base.schedule
+    plan, dev, schedule = base.base_plan, base.device, base.schedule
     found, together = [], []
     for change in DESIGN_CHANGES:
         if change.made or not change.applies(schedule, dev):
             continue
-        sched, opts = change.options(plan, schedule)
-        pred = predict(plan, dev, sched, **opts)
+        pred = predict(plan, dev, change.options(plan, schedule))
         if pred.msps >= base.msps * (1 - MIN_GAIN):
             together.append(change)
         if pred.msps > base.msps * (1 + MIN_GAIN):
@@ -831,11 +851,10 @@ def design_changes(base: Prediction) -> list[dict]:
                           "msps": pred.msps, "gain": pred.msps / base.msps,
                           "bottleneck": pred.bottleneck, "caveats": pred.caveats()})
     found.sort(key=lambda c: -c["gain"])
-    sched, opts = schedule, {}
+    sched = schedule
     for change in together:
-        sched, more = change.options(plan, sched)
-        opts.update(more)
-    pred = predict(plan, dev, sched, **opts)
+        sched = change.options(plan, sched)
+    pred = predict(plan, dev, sched)
     best = max((c["msps"] for c in found), default=base.msps)
     if len(together) > 1 and pred.msps > best * (1 + MIN_GAIN):
         found.append({"name": "all", "what": "these changes together: "
@@ -849,7 +868,7 @@ def made_changes(base: Prediction) -> list[dict]:
     """The made :data:`DESIGN_CHANGES` that apply to ``base``'s plan and schedule, each with
     ``base``'s rate and the rate, gain and bottleneck of the design without the change
     (:meth:`DesignChange.undone`)."""
-    plan, dev, schedule = base.plan, base.device, base.schedule
+    plan, dev, schedule = base.base_plan, base.device, base.schedule
     made = []
     for change in DESIGN_CHANGES:
         if not (change.made and change.applies(schedule, dev)):
