@@ -264,7 +264,11 @@ def display_rows(d: dict) -> list[Row]:
             (f"chain with the display and {d.get('clients', DASH)} polling clients over "
              "without", f"{num(d.get('ratio'))} (>= 0.95: "
                         f"{'yes' if d.get('meets_0_95') else 'NO'})"),
-            ("each round's ratio", ", ".join(num(r) for r in d.get("ratios") or []) or DASH),
+            ("each round's ratio (median)", (", ".join(num(r) for r in d.get("ratios") or [])
+                                             or DASH) + f" ({num(d.get('median_ratio'))})"),
+            ("API busy / clients' CPU, seconds per run with the display",
+             f"{num(on.get('server_busy_s'))} / {num(on.get('clients_cpu_s'))} of "
+             f"{num(on.get('run_s'))} s"),
             ("chain rate without / with, Msps", f"{num(off.get('msps'))} / "
                                                 f"{num(on.get('msps'))}"),
             ("dumps the display lost / requests answered",

@@ -16,6 +16,7 @@ that long and nothing else: the pipeline never waits on the server (:mod:`.live`
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -177,9 +178,18 @@ class _Server(ThreadingHTTPServer):
     slots: threading.BoundedSemaphore
 
 
+#: The interpreter's thread switch interval while a display serves (seconds; CPython's default
+#: is 5 ms): a pipeline block thread that wants the GIL while the server's thread computes an
+#: answer waits at most this long. On a loaded 2-core machine, three polling browsers cost the
+#: chain at S = 256 a median 14 % of its rate with the default and 4 % with 1 ms, in one pair
+#: of runs of benchmarks/bench_display.py each (noisy: docs/performance.md has the latest).
+SWITCH_INTERVAL_S = 0.001
+
+
 class DisplayServer:
     """The display over ``store`` at ``address:port`` (port 0: a free one, :attr:`url` says
-    which), serving in a daemon thread until :meth:`close`."""
+    which), serving in a daemon thread until :meth:`close`. While it serves, the interpreter's
+    switch interval is at most :data:`SWITCH_INTERVAL_S` (restored by :meth:`close`)."""
 
     def __init__(self, store: DumpStore, address: str = "127.0.0.1", port: int = 0, *,
                  marks: HealthMarks | None = None) -> None:
@@ -194,9 +204,12 @@ class DisplayServer:
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2}, name="display",
                                         daemon=True)
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL_S))
         self._thread.start()
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+        sys.setswitchinterval(self._switch)
