@@ -88,6 +88,7 @@ def assert_source_where_the_sky_puts_it(ms: Path, work: Path) -> None:
     assert peak.separation(mirror).deg > beam
 
 
+@pytest.mark.filterwarnings("ignore:'datfix' made the change")  # astropy on WSClean's header
 def test_wsclean_images_the_source_where_the_sky_puts_it_zenith(run, tmp_path):
     """fx.py's Measurement Set, phased to the zenith of its first dump."""
     with tables.table(f"{run['ms']}::FIELD", ack=False) as field:
@@ -95,6 +96,7 @@ def test_wsclean_images_the_source_where_the_sky_puts_it_zenith(run, tmp_path):
     assert_source_where_the_sky_puts_it(run["ms"], tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore:'datfix' made the change")  # astropy on WSClean's header
 def test_wsclean_images_the_source_phased_to_ra_dec(run, tmp_path):
     """``xengine convert --phase-centre RA,DEC`` of the run's UVH5: a centre 10 degrees from
     the source, which the image still puts where the sky does."""
