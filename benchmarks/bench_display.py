@@ -37,6 +37,7 @@ import urllib.request
 from typing import Any
 
 import numpy as np
+from dump_clock import DumpClock
 from results_file import add_option, emit
 
 from xengine_block.array import default_array
@@ -129,26 +130,11 @@ def run(g: Geometry, data: list, ndump: int, display: bool, clients: int, poll_s
                                        args=(server.url, clients, poll_s, stop, counts, ready))
             clients_proc.start()
             ready.wait(60)  # started (imports done) before the chain is
-        stamps: list[float] = []
-        done = threading.Event()
-
-        def watch() -> None:  # the capture's start, then each dump as it is on disk
-            capture.receiving.wait(120)
-            stamps.append(time.perf_counter())
-            seen = 0
-            while seen < ndump and not done.is_set():
-                n = chain.writer.dumps_written
-                if n > seen:
-                    stamps.extend([time.perf_counter()] * (n - seen))
-                    seen = n
-                time.sleep(0.001)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
+        clock = DumpClock(capture, chain.writer, ndump).begin()
         with frozen_heap():
             pipeline.run()
-        done.set()
-        watcher.join(5)
+        clock.finish()
+        stamps = ([clock.start] if clock.start is not None else []) + clock.stamps
         stop.set()
         if clients_proc is not None:
             clients_proc.join(30)

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from dump_clock import DumpClock
 from results_file import add_option, emit
 
 from xengine_block.array import default_array
@@ -223,8 +224,6 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
     source, replay = _transport(kind, g, nframe, rate_gbps, batch)
     prefill = kind == "inproc"  # every packet there before the chain starts: its own pace
     ndump = nframe // g.npacket
-    stamps: list[float] = []
-    start: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, Pipeline() as pipeline:
         capture = CaptureBlock(source, g, default_array(g.nstream // 2), **SKY,
                                start_timestamp=0, idle_timeout=2.0 if kind == "udp" else None,
@@ -234,32 +233,21 @@ def chain_run(g: Geometry, kind: str, nframe: int, backend: str, rate_gbps: floa
         sender = threading.Thread(target=replay.send, args=(nframe, capture.receiving),
                                   daemon=True) if not prefill else None
 
-        def watch() -> None:  # the moment the capture starts, and each dump is on disk
-            capture.receiving.wait(120)
-            start.append(time.perf_counter())
-            seen = 0
-            while seen < ndump and not pipeline_done.is_set():
-                n = chain.writer.dumps_written
-                if n > seen:
-                    stamps.extend([time.perf_counter()] * (n - seen))
-                    seen = n
-                time.sleep(0.001)
-
-        pipeline_done = threading.Event()
-        watcher = threading.Thread(target=watch, daemon=True)
+        clock = DumpClock(capture, chain.writer, ndump)  # the capture's start, each dump
         if sender:
             sender.start()
-        watcher.start()
+        clock.begin()
         cpu = CpuByRole({"capture": capture, "xengine": chain.xengine,
                          "integrate": chain.integrate, "writer": chain.writer},
-                        exclude=replay.tids | {str(watcher.native_id)})
+                        exclude=replay.tids | {str(clock.thread.native_id)})
         with frozen_heap():  # as the service runs it (xengine correlate)
             pipeline.run()
         cpu_s = cpu.stop()
-        pipeline_done.set()
+        clock.finish()
         if sender:
             sender.join(timeout=60)
-        watcher.join(timeout=5)
+        stamps = clock.stamps
+        start = [clock.start] if clock.start is not None else []
         counters = capture.capture_counters()
         written = chain.writer.dumps_written
         blocks = {b.name: {k: round(v, 3) for k, v in b.perf.items()} for b in pipeline.blocks}
