@@ -600,17 +600,18 @@ static int check_index(const Py_buffer *ix, Py_ssize_t nbl)
 }
 
 PyDoc_STRVAR(uvh5_rows_doc,
-"uvh5_rows(tri, index, flip, vis): vis[b, c, p] = tri[c, index[b, p]], the imaginary part\n"
-"negated where flip[b, p] (tri [C, nbaseline, 2] int32, int64 or float64; index int64 and\n"
-"flip uint8 [nbls, npol]; vis [nbls, C, npol, 2] int32 (from integer tri) or float64):\n"
-"the UVH5 writer's row pass. Releases the GIL.");
+"uvh5_rows(tri, index, flip, vis[, order]): vis[b, c, p] = tri[c, index[b, p]], the imaginary\n"
+"part negated where flip[b, p] (tri [C, nbaseline, 2] int32, int64 or float64; index int64 and\n"
+"flip uint8 [nbls, npol]; vis [nbls, C, npol, 2] int32 (from integer tri) or float64): the\n"
+"UVH5 writer's row pass, rows made in the order of order (int64 [nbls], a permutation of the\n"
+"rows; the same values in any order; None or absent: file order). Releases the GIL.");
 
 static PyObject *py_uvh5_rows(PyObject *self, PyObject *args)
 {
-    Py_buffer b[4] = {{0}};  /* tri, index, flip, vis */
+    Py_buffer b[5] = {{0}};  /* tri, index, flip, vis, order */
     (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&", buf_in, &b[0], buf_in, &b[1], buf_in, &b[2],
-                          buf_out, &b[3]))
+    if (!PyArg_ParseTuple(args, "O&O&O&O&|O&", buf_in, &b[0], buf_in, &b[1], buf_in, &b[2],
+                          buf_out, &b[3], buf_opt, &b[4]))
         return NULL;
     PyObject *result = NULL;
     const int tt = num_type(&b[0]), vt = num_type(&b[3]);
@@ -618,19 +619,24 @@ static PyObject *py_uvh5_rows(PyObject *self, PyObject *args)
     const Py_ssize_t nbls = b[1].ndim == 2 ? b[1].shape[0] : 0, P = nbls ? b[1].shape[1] : 0;
     const buffer_spec flip = {"flip", 'u', 1, 2, {nbls, P}};
     const buffer_spec vis = {"vis", 0, 0, 4, {nbls, C, P, 2}};
+    const buffer_spec order = {"order", 'i', 8, 1, {nbls}};
     if (b[0].ndim != 3 || b[0].shape[2] != 2 || tt < 0)
         PyErr_SetString(PyExc_ValueError, "tri must be int32, int64 or float64 [C, nbaseline, 2]");
-    else if (check_index(&b[1], nbl) || check_buffer(&b[2], &flip) || check_buffer(&b[3], &vis))
+    else if (check_index(&b[1], nbl) || check_buffer(&b[2], &flip) || check_buffer(&b[3], &vis)
+             || (b[4].obj && check_buffer(&b[4], &order)))
         ;
     else if (!(vt == XE_F64 || (vt == XE_I32 && tt != XE_F64)))
         PyErr_SetString(PyExc_ValueError, "vis must be int32 (from an integer tri) or float64");
+    else if (b[4].obj && !indices_below(&b[4], nbls))
+        PyErr_Format(PyExc_ValueError, "order: a row outside the %zd rows", nbls);
     else {
         Py_BEGIN_ALLOW_THREADS
-        xe_uvh5_rows(b[0].buf, tt, C, nbl, b[1].buf, b[2].buf, nbls, P, b[3].buf, vt);
+        xe_uvh5_rows(b[0].buf, tt, C, nbl, b[1].buf, b[2].buf, b[4].obj ? b[4].buf : NULL, nbls,
+                     P, b[3].buf, vt);
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
-    release(b, 4);
+    release(b, 5);
     return result;
 }
 

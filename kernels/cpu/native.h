@@ -120,7 +120,8 @@ void xe_place_pair(const int32_t *restrict out, long per_chan, long nchan,
 /* uvh5_rows.c: the UVH5 writer's rows (xengine_block/outputs/uvh5.py, DumpRows). */
 enum xe_num_type { XE_I32 = 0, XE_I64, XE_F64 };
 void xe_uvh5_rows(const void *tri, int tri_type, int64_t C, int64_t nbl, const int64_t *index,
-                  const uint8_t *flip, int64_t nbls, int64_t P, void *vis, int vis_type);
+                  const uint8_t *flip, const int64_t *order, int64_t nbls, int64_t P, void *vis,
+                  int vis_type);
 void xe_uvh5_counts(const int64_t *valid, int per_chan, int64_t C, int64_t nbl,
                     const int64_t *index, int64_t nbls, int64_t P, double nspectra,
                     uint8_t *flags, float *nsamples);

@@ -4,9 +4,15 @@
  * vis[b][c][p] = tri[c][index[b][p]], its imaginary part negated where flip[b][p]; and the
  * rows' flags and nsamples from the valid spectra per baseline. A copy and a negation: exact
  * for every value the writer stores (int32 below its bound, float64 below 2^53).
- * Plain C on purpose: the gather defeats SIMD; the loop order (rows written in order, each
- * reading two rows of the triangle per channel) and restrict pointers (the extension is built
- * with -fno-strict-aliasing, which reloaded the indices after every store) carry its speed. */
+ * Plain C on purpose: the gather defeats SIMD; the loop order and restrict pointers (the
+ * extension is built with -fno-strict-aliasing, which reloaded the indices after every store)
+ * carry its speed. Rows are made in the caller's order (order[n]: the row made n-th; NULL:
+ * file order), each row whole (every channel), so that it is written as whole lines; the
+ * writer's order is the triangle's (its rows by their first triangle index), in which the
+ * rows made one after another read the next pairs of the same lines of the triangle (two
+ * lines per channel, each line serving four rows in turn): in file order each row read two
+ * lines of each channel that the rows after it did not, and the pass took twice as long
+ * (6.6 against 3.0 ms a dump of 256 antennas x 24 channels). */
 #include "native.h"
 
 /* -x in x's type: integers through int64 and back (wrapping modulo 2^32 for int32, as the
@@ -20,10 +26,12 @@
 #define ROWS_FN(NAME, TT, TV, NPOL_ARG, NPOL)                                                \
     static __attribute__((noinline)) void NAME(                                              \
         const TT *restrict tri, int64_t C, int64_t nbl, const int64_t *restrict index,       \
-        const uint8_t *restrict flip, int64_t nbls, int64_t NPOL_ARG, TV *restrict vis)      \
+        const uint8_t *restrict flip, const int64_t *restrict order, int64_t nbls,           \
+        int64_t NPOL_ARG, TV *restrict vis)                                                  \
     {                                                                                        \
         (void)NPOL_ARG;                                                                      \
-        for (int64_t b = 0; b < nbls; b++) {                                                 \
+        for (int64_t n = 0; n < nbls; n++) {                                                 \
+            const int64_t b = order ? order[n] : n;                                          \
             const int64_t *restrict k = index + b * (NPOL);                                  \
             const uint8_t *restrict f = flip + b * (NPOL);                                   \
             TV *restrict o = vis + b * C * (NPOL) * 2;                                       \
@@ -47,10 +55,11 @@ ROWS_FN(rows_i64_f64, int64_t, double, npol, npol)
 ROWS_FN(rows_f64_f64, double, double, npol, npol)
 
 typedef void (*rows_fn)(const void *, int64_t, int64_t, const int64_t *, const uint8_t *,
-                        int64_t, int64_t, void *);
+                        const int64_t *, int64_t, int64_t, void *);
 
 void xe_uvh5_rows(const void *tri, int tri_type, int64_t C, int64_t nbl, const int64_t *index,
-                  const uint8_t *flip, int64_t nbls, int64_t P, void *vis, int vis_type)
+                  const uint8_t *flip, const int64_t *order, int64_t nbls, int64_t P, void *vis,
+                  int vis_type)
 {
     /* [vis int32, vis float64][tri int32, int64, float64][P == 4]; NULL: not supported (the
      * caller checks the types first) */
@@ -63,7 +72,7 @@ void xe_uvh5_rows(const void *tri, int tri_type, int64_t C, int64_t nbl, const i
     };
     const rows_fn fn = table[vis_type == XE_F64][tri_type][P == 4];
     if (fn)
-        fn(tri, C, nbl, index, flip, nbls, P, vis);
+        fn(tri, C, nbl, index, flip, order, nbls, P, vis);
 }
 
 void xe_uvh5_counts(const int64_t *valid, int per_chan, int64_t C, int64_t nbl,

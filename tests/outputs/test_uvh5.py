@@ -615,7 +615,8 @@ def test_row_pass_equals_numpy(tri_dtype, vis_spectra):
     """The C extension's row pass gives numpy's rows bit for bit: int32 rows from int32 and
     int64 triangles with values out to the int32 bound (-2^31 negated wraps as int32 does),
     float64 rows (integrations past the int32 bound) from int64 and float64 ones, every flip;
-    any number of polarisations; bad input refused by name."""
+    any number of polarisations; rows made in the writer's order (the triangle's) or in file
+    order alike; bad input refused by name."""
     from xengine_block.native_extension import native
     nant, nchan = 5, 3
     rows = DumpRows(baseline_map(np.arange(nant)), nchan, visdata_dtype(vis_spectra))
@@ -628,6 +629,7 @@ def test_row_pass_equals_numpy(tri_dtype, vis_spectra):
     tri[0, rows.index[rows.flip.astype(bool)][0], 1] = -top + (0 if wide else 1)
     want = rows_by_numpy(tri, rows.index, rows.flip.astype(bool))
     assert rows.flip.any() and not rows.flip.all()
+    assert not np.array_equal(rows.order, np.arange(rows.order.size))  # not file order
     rows.fill(tri, np.zeros((1, nbl), np.int64), 960, counts=False)
     assert np.array_equal(rows._pairs, want)
     out = np.zeros((rows.index.shape[0], nchan, 3, 2), rows._pairs.dtype)
@@ -642,6 +644,10 @@ def test_row_pass_equals_numpy(tri_dtype, vis_spectra):
         native().uvh5_rows(tri.astype(np.float32), rows.index, rows.flip, rows._pairs)
     with pytest.raises(ValueError, match="vis must be"):
         native().uvh5_rows(tri, rows.index, rows.flip, out)
+    bad_order = rows.order.copy()
+    bad_order[-1] = rows.index.shape[0]
+    with pytest.raises(ValueError, match=f"order: a row outside the {rows.index.shape[0]} rows"):
+        native().uvh5_rows(tri, rows.index, rows.flip, rows._pairs, bad_order)
 
 
 @pytest.mark.parametrize("per_chan", [False, True], ids=["one-row", "per-channel"])

@@ -74,6 +74,10 @@ class DumpRows:
         shape = (bmap.nbls, nfreq, bmap.index.shape[1])
         self.index = np.ascontiguousarray(bmap.index, np.int64)
         self.flip = (bmap.conj != conjugate).astype(np.uint8)
+        #: The order the row pass makes the rows in: the triangle's (by their first triangle
+        #: index), whose rows one after another read on along the same lines of the
+        #: triangle (``kernels/cpu/uvh5_rows.c``; the values are the same in any order).
+        self.order = np.argsort(self.index[:, 0], kind="stable").astype(np.int64)
         # Ring memory (faulted in once per process, reused by the next file's writer once
         # this one is gone), not np.empty: the first dump of every file faulted its
         # megabytes in again.
@@ -97,7 +101,7 @@ class DumpRows:
         tri = np.ascontiguousarray(tri)
         if tri.dtype not in (np.int32, np.int64, np.float64):
             tri = tri.astype(np.float64 if tri.dtype.kind == "f" else np.int64)
-        ext.uvh5_rows(tri, self.index, self.flip, self._pairs)
+        ext.uvh5_rows(tri, self.index, self.flip, self._pairs, self.order)
         if counts:
             ext.uvh5_counts(np.ascontiguousarray(valid, np.int64), self.index, float(nspectra),
                             self.flags, self.nsamples)
