@@ -54,6 +54,7 @@ from __future__ import annotations
 import atexit
 import errno
 import functools
+import math
 import os
 import weakref
 import zlib
@@ -146,8 +147,10 @@ def data_chunk_rows(nbls: int, row_bytes: int) -> int:
     than a factor of 4 in size, a divisor of ``nbls``, so that every dump is whole chunks of
     its own (:func:`_append_chunks`)."""
     most = max(1, min(nbls, DATA_CHUNK_BYTES // max(1, row_bytes)))
-    whole = nbls // min(k for k in range(1, nbls + 1) if nbls % k == 0 and nbls // k <= most) \
-        if nbls else 1
+    # the largest divisor of nbls within `most`: divisors come in pairs (k, nbls // k), k up
+    # to the square root (a loop over every k up to nbls was 2 ms of a writer at S = 512)
+    whole = max((d for k in range(1, math.isqrt(nbls) + 1) if nbls % k == 0
+                 for d in (k, nbls // k) if d <= most), default=1)
     return whole if whole * 4 >= most else most
 
 
