@@ -10,7 +10,6 @@ up to the float rounding of a time read back from the UVH5 file.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -62,9 +61,10 @@ def convert(inputs: Sequence[Path], output: Path, phase_centre: PhaseCentre | st
 
 
 def uvh5_to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite: bool = False,
-               progress: Callable[[int], None] | None = None) -> Path:
+               progress: Callable[[int], None] | None = None, kill_safe: bool = True) -> Path:
     """``inputs`` (UVH5, whatever their names) as the Measurement Set ``output``, a dump at a
-    time through :class:`~xengine_block.outputs.ms.MSWriter`."""
+    time through :class:`~xengine_block.outputs.ms.MSWriter` (``kill_safe`` as its: False
+    for an output under a temporary name that a rerun replaces)."""
     import pyuvdata
 
     from .ms import MSWriter
@@ -84,7 +84,7 @@ def uvh5_to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite:
             if first is None:
                 first = (list(meta.telescope.antenna_names), freqs)
                 writer = MSWriter(output, _site(meta), freqs, width, 1, float_visdata=True,
-                                  overwrite=overwrite, phase_centre=pc,
+                                  overwrite=overwrite, phase_centre=pc, kill_safe=kill_safe,
                                   history=f"xengine convert of {path.name}")
             elif list(meta.telescope.antenna_names) != first[0] or not np.array_equal(
                     freqs, first[1]):
@@ -117,9 +117,7 @@ def uvh5_to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite:
         writer.close()
     except BaseException:
         if writer is not None:
-            writer.abandon()
-            if writer.ndump == 0:
-                shutil.rmtree(output, ignore_errors=True)
+            writer.abandon()  # removes the output if no dump was complete
         raise
     return output
 

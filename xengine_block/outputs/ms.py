@@ -23,15 +23,19 @@ What is written:
   ``V = sum I exp(-2 pi i (ul + vm + w(n - 1)))`` either way); what the choice fixes is which
   antenna's gain CASA conjugates.
 
-Streaming and crash safety: each dump adds its rows, writes them and flushes the table
-(casacore writes the storage managers' files, then the table's ``table.dat`` through a
-temporary file renamed over the old one). A writer killed between dumps leaves a table of
-every dump flushed (``tests/outputs/test_ms.py`` kills writers and reads what they leave);
-killed while casacore flushes, the storage managers' headers may count more rows than
-``table.dat`` and casacore then refuses to open the table (docs/design.md). A full disk is
-caught before a dump touches the table (:meth:`MSWriter._check_space`). A write that fails
-raises :class:`~xengine_block.outputs.errors.OutputWriteError`; the dumps flushed before stay,
-and a table without a complete dump is removed.
+Streaming and crash safety: each dump adds its rows, writes them and flushes the table.
+casacore's flush is not atomic (storage managers' headers rewritten in place, then
+``table.dat`` renamed into place): a kill inside it leaves a table casacore refuses. So the
+writer keeps two copies while it runs (``NAME.ms.writing/a`` and ``/b``) and ``NAME.ms`` is
+a symbolic link to the one that holds every complete dump: each dump goes into the copy not
+shown, flushed, the link is replaced in one rename, and the other copy takes the same dump.
+The tiled data files are hard links shared by the copies (written with the same bytes by
+both), so the visibilities are on disk once. At close the copy is renamed to ``NAME.ms``.
+docs/design.md ("Measurement Set conventions") has the whole argument;
+``tests/outputs/test_ms.py`` kills writers at random moments and reads what they leave. A
+full disk is caught before a dump touches the table (:meth:`MSWriter._check_space`). A
+write that fails raises :class:`~xengine_block.outputs.errors.OutputWriteError`; the dumps
+complete before stay, and an output without a complete dump is removed.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ _UVH5_CODE = {9: -5, 10: -7, 11: -8, 12: -6}
 POL_ORDER = tuple([p for p, _, _ in POLARIZATIONS].index(_UVH5_CODE[c]) for c in CORR_TYPES)
 #: Frame of FIELD, SOURCE and UVW directions: the phase centre is given in ICRS.
 DIRECTION_FRAME = "ICRS"
+#: Suffix of the directory that holds a kill-safe writer's two copies while it runs.
+WRITING_SUFFIX = ".writing"
 
 
 def casacore_tables():
@@ -108,7 +114,13 @@ class MSWriter:
 
     path : output directory (a Measurement Set is a directory of tables); refused if it exists
         unless ``overwrite`` (then only if it is a table: anything else is never removed).
+        While a kill-safe writer runs, ``path`` is a symbolic link to the copy that holds every
+        complete dump, in ``path`` + :data:`WRITING_SUFFIX` (module docstring); closed, it is
+        the table itself.
     site, freq_hz, channel_width_hz, max_spectra, sample_bits, float_visdata : as UVH5Writer's.
+    kill_safe : False writes one table in place (no copy, no link): a kill while casacore
+        flushes may leave it unreadable. For outputs written under a temporary name that a
+        rerun replaces (reprocessing's).
     phase_centre : :class:`~xengine_block.outputs.phasing.PhaseCentre` or its text
         (``zenith``, ``RA,DEC``).
     """
@@ -140,29 +152,38 @@ class MSWriter:
         self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
         self._phaser: Phaser | None = None
         self._t_range = [0.0, 0.0]
-        if self.path.exists() or self.path.is_symlink():
-            if not overwrite:
-                raise FileExistsError(f"{self.path} exists; refusing to overwrite it "
-                                      f"(pass overwrite=True to replace it)")
-            if not (self.path / "table.dat").is_file():
-                raise FileExistsError(f"{self.path} exists and is no table; refusing to "
-                                      f"remove it")
-            shutil.rmtree(self.path)
-        self._ms = None
+        self.kill_safe = kill_safe
+        self._work = self.path.with_name(self.path.name + WRITING_SUFFIX)
+        _clear(self.path, self._work, overwrite)
+        #: The table directories written, and their open tables: two copies (kill-safe) that
+        #: take each dump in turn, or the output itself.
+        self._copies = ([self._work / "a", self._work / "b"] if kill_safe else [self.path])
+        self._tabs: list = []
+        self._shown = 0  # the copy ``path`` links to
         try:
-            self._create()
+            for copy in self._copies:
+                self._create(copy)
+            if kill_safe:
+                _share_tiles(*self._copies)
+            self._tabs = [self._tables.table(str(c), readonly=False, ack=False)
+                          for c in self._copies]
+            if kill_safe:
+                self._show(0)
         except Exception as exc:
             self._drop()
             raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path, None) from exc
 
     # ------------------------------------------------------------------ layout
-    def _create(self) -> None:
+    def _create(self, path: Path) -> None:
+        """An empty Measurement Set at ``path``: MAIN's columns and the subtables that do not
+        depend on the first dump (closed when made)."""
         t, s = self._tables, self.site
         nchan = self.freq_hz.size
         desc = _main_desc(t, nchan)
-        self._ms = t.default_ms(str(self.path), desc, t.makedminfo(desc))
-        self._ms.putkeyword("xengine_block_conjugation", "ant1-ant2 (CASA)")
-        ms = str(self.path)
+        path.parent.mkdir(exist_ok=True)
+        main = t.default_ms(str(path), desc, t.makedminfo(desc))
+        main.putkeyword("xengine_block_conjugation", "ant1-ant2 (CASA)")
+        ms = str(path)
         # ANTENNA: row = antenna number (MS antenna ids index this table)
         numbers = np.asarray(s.antenna_numbers, np.int64)
         nrow = int(numbers.max()) + 1 if numbers.size else 0
@@ -244,12 +265,11 @@ class MSWriter:
         src = t.table(f"{ms}/SOURCE", source_desc, dminfo=t.makedminfo(source_desc),
                       readonly=False, ack=False)
         src.close()
-        self._ms.putkeyword("SOURCE", f"Table: {ms}/SOURCE")
-        self._ms.flush(recursive=True)
+        main.putkeyword("SOURCE", f"Table: {ms}/SOURCE")
+        main.close()
 
-    def _first_dump(self, jd: float, lst: float) -> None:
-        """Phase centre, FIELD, SOURCE, OBSERVATION and HISTORY once the first time is known."""
-        t, ms = self._tables, str(self.path)
+    def _first_dump(self, jd: float) -> None:
+        """The phase centre (and its phaser) once the first time is known."""
         pc = self.phase_centre
         if pc.zenith:
             ra, dec = zenith_icrs(self.site, jd)
@@ -262,7 +282,14 @@ class MSWriter:
                 log.warning("%s: phase centre %s is below the horizon (altitude %.1f deg) at "
                             "the first dump; phased there all the same", self.path, pc, alt)
         self.phase_ra, self.phase_dec = ra, dec
+        self._field_name = name
         self._phaser = Phaser(self.site, self.bmap.ant_1, self.bmap.ant_2, ra, dec)
+
+    def _describe(self, path: Path, jd: float) -> None:
+        """FIELD, SOURCE, OBSERVATION and HISTORY of the copy at ``path``, with the first
+        dump (the phase centre and first time known)."""
+        t, ms = self._tables, str(path)
+        ra, dec, name = self.phase_ra, self.phase_dec, self._field_name
         direction = np.array([[ra, dec]])
         mjd_s = jd_mjd_seconds(jd)
         with t.table(f"{ms}::FIELD", readonly=False, ack=False) as field:
@@ -307,7 +334,7 @@ class MSWriter:
         if self.error is not None:
             raise OutputWriteError.caused_by(_os_error(self.error, self.path), self.path,
                                              self.ndump or None) from self.error
-        if self._ms is None:
+        if not self._tabs:
             raise ValueError(f"{self.path} is closed")
         valid, extra = checked_dump(tri, valid, self.freq_hz.size, flags)
         rows = self._rows
@@ -328,16 +355,16 @@ class MSWriter:
         if self.error is not None:
             raise OutputWriteError.caused_by(_os_error(self.error, self.path), self.path,
                                              self.ndump or None) from self.error
-        if self._ms is None:
+        if not self._tabs:
             raise ValueError(f"{self.path} is closed")
         b = self.bmap
-        mid = mid_unix
-        jd = unix_to_jd(mid)
+        jd = unix_to_jd(mid_unix)
         lst = self._lst(jd)
+        n0 = self.ndump * b.nbls
         try:
             self._check_space()
             if self.ndump == 0:
-                self._first_dump(jd, lst)
+                self._first_dump(jd)
             uvw = self._phaser.uvw(jd, lst, duration_s / 86400.0)
             data = data * self._phaser.factors(uvw[:, 2], self.freq_hz)[:, :, None]
             order = list(POL_ORDER)
@@ -346,25 +373,21 @@ class MSWriter:
             weights = np.asarray(nsamples, np.float32)[:, :, order]
             wmean = weights.mean(axis=1) if weights.shape[1] else np.zeros((b.nbls, 4))
             sigma = np.where(wmean > 0, 1.0 / np.sqrt(np.where(wmean > 0, wmean, 1.0)), 0.0)
-            n0 = self.ndump * b.nbls
-            ms = self._ms
-            ms.addrows(b.nbls)
-            mjd_s = unix_to_mjd_seconds(mid)
-            for col, value in (
-                    ("DATA", data), ("FLAG", flags), ("WEIGHT_SPECTRUM", weights),
-                    ("WEIGHT", wmean.astype(np.float32)), ("SIGMA", sigma.astype(np.float32)),
-                    ("UVW", -uvw),
-                    ("ANTENNA1", b.ant_1.astype(np.int32)),
-                    ("ANTENNA2", b.ant_2.astype(np.int32)),
-                    ("TIME", np.full(b.nbls, mjd_s)), ("TIME_CENTROID", np.full(b.nbls, mjd_s)),
-                    ("INTERVAL", np.full(b.nbls, duration_s)),
-                    ("EXPOSURE", np.full(b.nbls, duration_s)),
-                    ("FLAG_ROW", flags.reshape(b.nbls, -1).all(axis=1)),
-                    ("SCAN_NUMBER", np.ones(b.nbls, np.int32))):
-                ms.putcol(col, value, startrow=n0, nrow=b.nbls)
-            ms.flush()
-            self._t_range = [self._t_range[0] if self.ndump else mjd_s - duration_s / 2,
-                             mjd_s + duration_s / 2]
+            mjd_s = unix_to_mjd_seconds(mid_unix)
+            columns = (
+                ("DATA", data), ("FLAG", flags), ("WEIGHT_SPECTRUM", weights),
+                ("WEIGHT", wmean.astype(np.float32)), ("SIGMA", sigma.astype(np.float32)),
+                ("UVW", -uvw),
+                ("ANTENNA1", b.ant_1.astype(np.int32)), ("ANTENNA2", b.ant_2.astype(np.int32)),
+                ("TIME", np.full(b.nbls, mjd_s)), ("TIME_CENTROID", np.full(b.nbls, mjd_s)),
+                ("INTERVAL", np.full(b.nbls, duration_s)),
+                ("EXPOSURE", np.full(b.nbls, duration_s)),
+                ("FLAG_ROW", flags.reshape(b.nbls, -1).all(axis=1)),
+                ("SCAN_NUMBER", np.ones(b.nbls, np.int32)))
+            # Kill-safe: the copy ``path`` does not show takes the dump first and is shown
+            # (the link replaced in one rename); the other then takes the same dump.
+            first = 1 - self._shown if self.kill_safe else 0
+            self._put(first, n0, columns, jd)
         except Exception as exc:
             self.error = exc
             kept: int | None = self.ndump
@@ -372,7 +395,53 @@ class MSWriter:
                 self._drop()
                 kept = None
             raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path, kept) from exc
+        self._t_range = [self._t_range[0] if self.ndump else mjd_s - duration_s / 2,
+                         mjd_s + duration_s / 2]
         self.ndump += 1
+        if self.kill_safe:
+            self._show(first)
+            try:
+                self._put(1 - first, n0, columns, jd)
+            except Exception as exc:
+                self._lost_copy(first, n0, columns, exc)
+                raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path,
+                                                 self.ndump) from exc
+
+    def _put(self, k: int, n0: int, columns: tuple, jd: float) -> None:
+        """One dump's rows into copy ``k`` (its first-dump subtables too), flushed."""
+        if n0 == 0:
+            self._describe(self._copies[k], jd)
+        ms = self._tabs[k]
+        if ms.nrows() < n0 + self.bmap.nbls:
+            ms.addrows(n0 + self.bmap.nbls - ms.nrows())
+        for col, value in columns:
+            ms.putcol(col, value, startrow=n0, nrow=self.bmap.nbls)
+        ms.flush()
+
+    def _lost_copy(self, shown: int, n0: int, columns: tuple, exc: Exception) -> None:
+        """The copy behind failed to take the dump the shown copy has: it is closed (what its
+        flush writes into the tile files both share may be part of that dump's rows), the
+        shown copy's rows of that dump are written again over it, and the writer stops (the
+        output keeps every dump so far)."""
+        self.error = exc
+        behind, self._tabs[1 - shown] = self._tabs[1 - shown], None
+        try:
+            behind.close()
+        except Exception:  # noqa: S110 (the error is the one being reported)
+            pass
+        ms = self._tabs[shown]
+        for col, value in columns:
+            ms.putcol(col, value, startrow=n0, nrow=self.bmap.nbls)
+        ms.flush()
+
+    def _show(self, k: int) -> None:
+        """Point ``path`` at copy ``k``: a new link renamed over the old, so a reader (or a
+        kill) sees the one copy or the other, each a whole table."""
+        link = self.path.with_name(f".{self.path.name}.link")
+        link.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(self._copies[k], self.path.parent), link)
+        os.replace(link, self.path)
+        self._shown = k
 
     def _check_space(self) -> None:
         """ENOSPC before the table is touched when the filesystem has not room for twice a
@@ -388,41 +457,111 @@ class MSWriter:
                                         f"free for the next dump)")
 
     def close(self) -> None:
-        """Finish the table (flushed already after every dump)."""
-        if self._ms is None:
+        """Finish the table (flushed already after every dump): the observation's time range
+        written, and, kill-safe, the copy with every dump renamed to ``path`` and the other
+        removed. After a failure: the output as it was shown, every complete dump."""
+        if not self._tabs:
             return
-        ms, self._ms = self._ms, None
+        tabs, self._tabs = self._tabs, []
+        keep = self._shown if self.kill_safe else 0
         try:
-            if self.ndump:  # the observation's time range, once (reopening it cost 9 ms a dump)
-                with self._tables.table(f"{self.path}::OBSERVATION", readonly=False,
+            if self.error is None and self.kill_safe:
+                keep = 1 - self._shown  # the copy not shown takes the time range, then shown
+            if self.error is None and self.ndump:  # once (reopening it cost 9 ms a dump)
+                with self._tables.table(f"{self._copies[keep]}::OBSERVATION", readonly=False,
                                         ack=False) as obs:
                     obs.putcell("TIME_RANGE", 0, np.array(self._t_range))
-            ms.close()
+            for k in sorted(range(len(tabs)), key=lambda k: k == keep):
+                if tabs[k] is not None:
+                    tabs[k].close()
+            if self.kill_safe:
+                self._show(keep)
+                self._finish(keep)
         except Exception as exc:
             raise OutputWriteError.caused_by(_os_error(exc, self.path), self.path,
                                              self.ndump) from exc
-        if self.ndump == 0 and self.error is None:
-            pass  # an MS without rows is still an MS (a run stopped before its first dump)
+
+    def _finish(self, keep: int) -> None:
+        """``path`` becomes copy ``keep`` itself (the link removed, the copy renamed in its
+        place), and the working directory goes. A kill between the two steps leaves the
+        finished table in the working directory."""
+        self.path.unlink()
+        os.rename(self._copies[keep], self.path)
+        shutil.rmtree(self._work)
 
     def abandon(self) -> None:
-        """Close without writing more (after a failure)."""
-        ms, self._ms = self._ms, None
-        if ms is not None:
-            try:
-                ms.close()
-            except Exception:  # noqa: S110 (the first error was reported already)
-                pass
+        """Close without writing more (after a failure): as :meth:`close` after a failure, or
+        nothing left when no dump was complete."""
+        if self.ndump == 0:
+            self._drop()
+            return
+        if self.error is None:
+            self.error = RuntimeError("abandoned")
+        try:
+            self.close()
+        except OutputWriteError:  # noqa: S110 (the first error was reported already)
+            pass
 
     def _drop(self) -> None:
-        """Remove a table none of whose dumps was complete."""
-        self.abandon()
-        shutil.rmtree(self.path, ignore_errors=True)
+        """Remove an output none of whose dumps was complete."""
+        tabs, self._tabs = self._tabs, []
+        for tab in tabs:
+            try:
+                if tab is not None:
+                    tab.close()
+            except Exception:  # noqa: S110 (the first error was reported already)
+                pass
+        if self.path.is_symlink():
+            self.path.unlink()
+        shutil.rmtree(self._work if self.kill_safe else self.path, ignore_errors=True)
 
     def __enter__(self) -> MSWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _clear(path: Path, work: Path, overwrite: bool) -> None:
+    """Make room for a new output at ``path``: refused if anything is there (or a killed
+    writer's working directory ``work``) unless ``overwrite``, and then removed only if it is
+    a table (or a link to one) and ``work`` only if it holds tables."""
+    there = [p for p in (path, work) if p.exists() or p.is_symlink()]
+    if not there:
+        return
+    if not overwrite:
+        raise FileExistsError(f"{there[0]} exists; refusing to overwrite it "
+                              f"(pass overwrite=True to replace it)")
+    if path.exists() and not (path / "table.dat").is_file():
+        raise FileExistsError(f"{path} exists and is no table; refusing to remove it")
+    if work.exists() and not all((c / "table.dat").is_file() for c in work.iterdir()):
+        raise FileExistsError(f"{work} holds something else than tables; refusing to "
+                              f"remove it")
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _share_tiles(a: Path, b: Path) -> None:
+    """Make copy ``b``'s tiled data files (``table.f*_TSM*``: DATA, FLAG, WEIGHT_SPECTRUM,
+    UVW, WEIGHT, SIGMA) hard links of ``a``'s, both still empty: the two copies take the
+    same dumps, so each writes into them the bytes the other wrote, and the data is on disk
+    once. A copy only writes rows past those the other shows, or rewrites shown ones with the
+    same bytes."""
+    for tiles in sorted(a.glob("table.f*_TSM*")):
+        other = b / tiles.name
+        if tiles.stat().st_size or not other.is_file() or other.stat().st_size:
+            raise RuntimeError(f"{tiles} and {other}: the new copies' tile files differ")
+        tmp = b / f".{tiles.name}.link"
+        try:
+            os.link(tiles, tmp)
+        except OSError as exc:  # a filesystem without hard links: each copy keeps its own
+            log.info("%s: no hard links here (%s); the copies' data is on disk twice",
+                     b.parent, exc.strerror)
+            return
+        os.replace(tmp, other)
 
 
 def jd_mjd_seconds(jd: float) -> float:

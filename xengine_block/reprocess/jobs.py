@@ -418,7 +418,7 @@ def write_measurement_set(task: Task, options: ReprocessOptions) -> Path:
     final = task.partial if only_ms else task.output.with_suffix(".ms")
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    uvh5_to_ms([task.partial], tmp, pc)
+    uvh5_to_ms([task.partial], tmp, pc, kill_safe=False)  # a rerun replaces ``tmp``
     if only_ms:
         task.partial.unlink()
     elif final.exists():
