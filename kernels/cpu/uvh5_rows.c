@@ -11,8 +11,9 @@
  * writer's order is the triangle's (its rows by their first triangle index), in which the
  * rows made one after another read the next pairs of the same lines of the triangle (two
  * lines per channel, each line serving four rows in turn): in file order each row read two
- * lines of each channel that the rows after it did not, and the pass took twice as long
- * (6.6 against 3.0 ms a dump of 256 antennas x 24 channels). */
+ * lines of each channel that the rows after it did not, and the pass took about twice as
+ * long (a dump of 256 antennas x 24 channels: 7.0 against 3.0 ms with the triangle in cache,
+ * 8.3 against 5.0 ms as reprocessing writes it). */
 #include "native.h"
 
 /* -x in x's type: integers through int64 and back (wrapping modulo 2^32 for int32, as the
