@@ -181,7 +181,11 @@ class MSWriter:
         nchan = self.freq_hz.size
         desc = _main_desc(t, nchan)
         path.parent.mkdir(exist_ok=True)
-        main = t.default_ms(str(path), desc, t.makedminfo(desc))
+        dminfo = t.makedminfo(desc)
+        for manager in dminfo.values():
+            if manager["TYPE"] == "StandardStMan":  # ANTENNA1/2, FLAG_ROW, TIME(_CENTROID)
+                manager["SPEC"] = {"BUCKETSIZE": ssm_bucket_bytes(self.bmap.nbls)}
+        main = t.default_ms(str(path), desc, dminfo)
         main.putkeyword("xengine_block_conjugation", "ant1-ant2 (CASA)")
         ms = str(path)
         # ANTENNA: row = antenna number (MS antenna ids index this table)
@@ -520,6 +524,14 @@ class MSWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def ssm_bucket_bytes(nbls: int) -> int:
+    """MAIN's StandardStMan bucket: about a dump's rows (25 bytes each), 32 KiB to 4 MiB.
+    casacore's default for these columns is 772 bytes, an index entry per 30 rows that the
+    manager keeps in memory and rewrites at every flush: a long run's appends then slow down
+    and its memory grows with the rows written."""
+    return int(min(max(1 << (25 * nbls - 1).bit_length(), 1 << 15), 1 << 22))
 
 
 def _clear(path: Path, work: Path, overwrite: bool) -> None:
