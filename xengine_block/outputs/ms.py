@@ -415,9 +415,11 @@ class MSWriter:
         """One dump's rows into copy ``k`` (its first-dump subtables too), flushed."""
         if n0 == 0:
             self._describe(self._copies[k], jd)
-        ms = self._tabs[k]
-        if ms.nrows() < n0 + self.bmap.nbls:
-            ms.addrows(n0 + self.bmap.nbls - ms.nrows())
+        self._tabs[k].addrows(self.bmap.nbls)
+        self._write_rows(self._tabs[k], n0, columns)
+
+    def _write_rows(self, ms, n0: int, columns: tuple) -> None:
+        """The dump's columns into rows ``n0`` on of the open table ``ms``, flushed."""
         for col, value in columns:
             ms.putcol(col, value, startrow=n0, nrow=self.bmap.nbls)
         ms.flush()
@@ -433,10 +435,7 @@ class MSWriter:
             behind.close()
         except Exception:  # noqa: S110 (the error is the one being reported)
             pass
-        ms = self._tabs[shown]
-        for col, value in columns:
-            ms.putcol(col, value, startrow=n0, nrow=self.bmap.nbls)
-        ms.flush()
+        self._write_rows(self._tabs[shown], n0, columns)
 
     def _show(self, k: int) -> None:
         """Point ``path`` at copy ``k``: a new link renamed over the old, so a reader (or a
