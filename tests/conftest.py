@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,66 +67,56 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
-#: Set (e.g. by .ci/run, where Bifrost is built from the vendored tarball) to make a missing
-#: Bifrost a test failure instead of a skip.
-REQUIRE_BIFROST_ENV = "XENGINE_REQUIRE_BIFROST"
-
-
-def bifrost_or_skip():
-    """``xengine_block.bifrost`` (real Bifrost), or skip the module with the reason; fail
-    instead where ``$XENGINE_REQUIRE_BIFROST`` is set."""
-    try:
-        import xengine_block.bifrost as xb
-    except ImportError as exc:
-        if os.environ.get(REQUIRE_BIFROST_ENV):
-            pytest.fail(f"{REQUIRE_BIFROST_ENV} is set but Bifrost does not import: {exc}",
-                        pytrace=False)
-        pytest.skip(str(exc), allow_module_level=True)
-    return xb
-
-
-#: Set by .ci/run's full pass: a comma-separated list of optional peers and tools (``chromium``,
-#: ``wsclean``, ``casacore``, ``casatools``, ``aoflagger``, ``lsl``, ``mwalib``, ...) or ``all``,
-#: whose absence fails a test instead of skipping it (the newcomer's pass leaves it unset).
+#: Set by .ci/run's full pass: a comma-separated list of optional peers and tools (``bifrost``,
+#: ``blri``, ``chromium``, ``wsclean``, ``casacore``, ``casatools``, ``aoflagger``, ``lsl``,
+#: ``mwalib``, ...) or ``all``, whose absence fails a test instead of skipping it (the
+#: newcomer's pass leaves it unset). ``XENGINE_REQUIRE_<NAME>`` (e.g.
+#: ``XENGINE_REQUIRE_BIFROST=1``) asks for one of them alone.
 REQUIRE_ENV = "XENGINE_REQUIRE"
+
+
+def required(name: str) -> str | None:
+    """The variable that makes a missing ``name`` fail instead of skip
+    (:data:`REQUIRE_ENV`), or None."""
+    wanted = {w.strip() for w in os.environ.get(REQUIRE_ENV, "").split(",") if w.strip()}
+    own = f"{REQUIRE_ENV}_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}"
+    if name in wanted or "all" in wanted:
+        return REQUIRE_ENV
+    return own if os.environ.get(own) else None
 
 
 def require(name: str, missing: str | None) -> None:
     """Nothing when ``missing`` is None; else skip saying ``name`` is absent and why
-    (``missing``), or fail instead where ``$XENGINE_REQUIRE`` names ``name`` or says ``all``."""
+    (``missing``), or fail instead where it is :func:`required`."""
     if missing is None:
         return
-    wanted = {w.strip() for w in os.environ.get(REQUIRE_ENV, "").split(",") if w.strip()}
-    if name in wanted or "all" in wanted:
-        pytest.fail(f"{REQUIRE_ENV} asks for {name}, but {missing}", pytrace=False)
+    by = required(name)
+    if by:
+        pytest.fail(f"{by} asks for {name}, but {missing}", pytrace=False)
     pytest.skip(f"{name} is not available here: {missing}", allow_module_level=True)
 
 
-def import_or_require(module: str, name: str | None = None) -> Any:
-    """``import module``, or :func:`require` (skip with the reason, or fail where required)."""
+def import_or_require(module: str, name: str | None = None, hint: str = "") -> Any:
+    """``import module``, or :func:`require` (skip with the reason, and ``hint`` on how to get
+    it, or fail where required)."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        require(name or module, f"import {module} failed: {exc}")
+        require(name or module, f"import {module} failed: {exc}{hint}")
 
 
-#: Set (by .ci/run, which installs BLRI from the vendored tarballs) to make a missing BLRI, the
-#: reprocessing peer of the GUPPI tests, a test failure instead of a skip.
-REQUIRE_BLRI_ENV = "XENGINE_REQUIRE_BLRI"
+def bifrost_or_skip():
+    """``xengine_block.bifrost`` (real Bifrost), or skip the module with the reason; fail
+    instead where Bifrost is required (``XENGINE_REQUIRE_BIFROST=1`` or ``all``)."""
+    return import_or_require("xengine_block.bifrost", "bifrost",
+                             " (scripts/install_bifrost.sh builds it; .ci/run does)")
 
 
 def blri_or_skip():
-    """The ``blri`` module, or skip the module with the reason; fail instead where
-    ``$XENGINE_REQUIRE_BLRI`` is set."""
-    try:
-        import blri
-    except ImportError as exc:
-        if os.environ.get(REQUIRE_BLRI_ENV):
-            pytest.fail(f"{REQUIRE_BLRI_ENV} is set but BLRI does not import: {exc}",
-                        pytrace=False)
-        pytest.skip(f"BLRI is not installed (MydonSolutions/BLRI; .ci/run installs it): {exc}",
-                    allow_module_level=True)
-    return blri
+    """The ``blri`` module, the reprocessing peer of the GUPPI tests, or skip the module with
+    the reason; fail instead where BLRI is required (``XENGINE_REQUIRE_BLRI=1`` or ``all``)."""
+    return import_or_require("blri", "blri",
+                             " (MydonSolutions/BLRI; .ci/run installs it)")
 
 
 @pytest.fixture(params=["ours", "bifrost"])
