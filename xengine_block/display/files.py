@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..outputs.times import load_time_tables
-from .model import Baselines, Dump, ParamError, flag_summary, unix_from_jd
+from ..outputs.times import jd_to_unix, load_time_tables
+from .model import Baselines, Dump, ParamError, flag_summary
 
 #: Bytes of dumps the file cache keeps (a file larger than this is still read, alone).
 CACHE_BYTES = 1 << 30
@@ -94,7 +94,7 @@ class FileDumps:
         last = self.dump(len(self.entries) - 1)
         return {"source": "files", "files": [p.name for p in self.paths],
                 "dumps": len(self.entries), "first_dump": 0,
-                "time_unix": unix_from_jd(self.entries[-1].time_jd),
+                "time_unix": jd_to_unix(self.entries[-1].time_jd),
                 "nants": len(last.baselines.antennas), "antennas": last.baselines.antennas,
                 "nfreq": int(self.freq_hz.size), "freq_hz": self.freq_hz.tolist(),
                 "pols": list(self.pols), "integration_s": last.integration_s,

@@ -155,8 +155,7 @@ class DisplayLogic(BlockLogic):
         self.baselines = Baselines.of(bmap.ant_1, bmap.ant_2)
         self.freqs = channel_freqs(hdr)
         float_vis = hdr["_tensor"]["dtype"].startswith("cf")
-        dtype = (np.dtype([("r", np.float64), ("i", np.float64)]) if float_vis
-                 else visdata_dtype(self.nspectra, self.geometry.sample_bits))
+        dtype = visdata_dtype(self.nspectra, self.geometry.sample_bits, float_vis)
         self.rows = DumpRows(bmap, self.freqs.size, dtype, hdr["chan_bw_hz"] < 0)
         self.store.new_sequence(str(hdr.get("name", "")))
         return []
@@ -180,13 +179,14 @@ class DisplayLogic(BlockLogic):
         for f in range(max(lo, self._next), hi):
             self._next = f + 1
             tri = as_triangle(self.array(ispans[0])[f - ispans[0].frame_offset], self.hdr)
-            if np.iscomplexobj(tri):
-                tri = np.stack([tri.real, tri.imag], axis=-1).astype(np.float64)
+            if np.iscomplexobj(tri):  # a new array already
+                tri = np.stack([tri.real, tri.imag], axis=-1).astype(np.float64, copy=False)
+            else:  # a view of the ring: copied before the writer can come back to it
+                tri = np.array(tri, copy=True)
             if len(ispans) > 1:
                 valid = self.array(ispans[1])[f - ispans[1].frame_offset].copy()
             else:
                 valid = np.full((1, self.geometry.nbaseline), self.nspectra, np.int64)
-            tri = np.array(tri, copy=True)
             if self.overwritten(ispans):  # the writer came back while it was read: lost
                 self._lost(f)
                 continue

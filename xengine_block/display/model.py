@@ -19,9 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+
+from ..outputs.times import jd_to_unix
 
 #: Input health marks (the per-input health states another module decides: dead, saturated,
 #: ...), given to the display as a callable returning ``{(antenna, pol): state}`` or a list of
@@ -38,10 +41,6 @@ class ParamError(ValueError):
     """A request's parameter is wrong: one line naming it (HTTP 400)."""
 
 
-def unix_from_jd(jd: float) -> float:
-    return (jd - 2440587.5) * 86400.0
-
-
 @dataclass(frozen=True, eq=False)
 class Baselines:
     """The rows of a dump: antenna numbers per row and where each pair is."""
@@ -56,14 +55,19 @@ class Baselines:
         return cls(a1, a2, {(int(x), int(y)): i for i, (x, y) in enumerate(zip(a1, a2,
                                                                                strict=True))})
 
+    @cached_property
+    def antenna_set(self) -> frozenset[int]:
+        """The antenna numbers (computed once for every dump of these rows)."""
+        return frozenset({*self.ant_1.tolist(), *self.ant_2.tolist()})
+
+    @cached_property
+    def _antennas(self) -> tuple[int, ...]:
+        return tuple(sorted(self.antenna_set))
+
     @property
     def antennas(self) -> list[int]:
-        """The antenna numbers, sorted (computed once)."""
-        cached = self.__dict__.get("_antennas")
-        if cached is None:
-            cached = sorted({*self.ant_1.tolist(), *self.ant_2.tolist()})
-            object.__setattr__(self, "_antennas", cached)
-        return list(cached)
+        """The antenna numbers, sorted."""
+        return list(self._antennas)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,7 +93,7 @@ class Dump:
 
     @property
     def time_unix(self) -> float:
-        return unix_from_jd(self.time_jd)
+        return jd_to_unix(self.time_jd)
 
     @property
     def nbytes(self) -> int:
@@ -116,7 +120,7 @@ class Dump:
     def where(self, ant1: int, ant2: int, pol: str) -> tuple[int, int, bool]:
         """(row, pol index, conjugate) of ``(ant1, ant2, pol)``."""
         for a in (ant1, ant2):
-            if a not in self._antenna_set:
+            if a not in self.baselines.antenna_set:
                 ants = self.baselines.antennas
                 raise ParamError(f"antenna {a} is not in the data (antennas: "
                                  f"{_ranges(ants)})")
@@ -128,14 +132,6 @@ class Dump:
         if row is None:
             raise ParamError(f"baseline ({ant1}, {ant2}) is not in the data")
         return row, self.pol_index(conj_pol(pol)), True
-
-    @property
-    def _antenna_set(self) -> set[int]:
-        cached = self.__dict__.get("_ants")
-        if cached is None:
-            cached = set(self.baselines.antennas)
-            object.__setattr__(self, "_ants", cached)
-        return cached
 
     def spectrum(self, ant1: int, ant2: int, pol: str) -> tuple[np.ndarray, np.ndarray,
                                                                 np.ndarray]:

@@ -113,12 +113,22 @@ class DumpRows:
         self.flags |= np.moveaxis(flags[:, self.index], 0, 1)
 
 
-def visdata_dtype(max_spectra: int, sample_bits: int = 8) -> np.dtype:
+def visdata_dtype(max_spectra: int, sample_bits: int = 8,
+                  float_visdata: bool = False) -> np.dtype:
     """int32 compound while no integration of ``max_spectra`` spectra of ``sample_bits``-bit
     samples can overflow (the geometry's bound: 65,535 spectra for ci8, 16,777,215 for ci4),
-    else float64."""
-    base = np.int32 if max_spectra <= max_spectra_int32(sample_bits) else np.float64
+    else float64; float64 whatever the bound for ``float_visdata`` (float input, e.g.
+    Bifrost's cf32)."""
+    exact = not float_visdata and max_spectra <= max_spectra_int32(sample_bits)
+    base = np.int32 if exact else np.float64
     return np.dtype([("r", base), ("i", base)])
+
+
+def flagged_baselines(bmap: BaselineMap, flagged: np.ndarray | None) -> np.ndarray | None:
+    """The baselines of ``bmap`` with a flagged antenna (``flagged``: per antenna, in the
+    map's antenna order), flagged whatever their counts; None when no antenna is."""
+    bad = np.zeros(0, bool) if flagged is None else np.asarray(flagged, bool)
+    return (bad[bmap.idx_1] | bad[bmap.idx_2]) if bad.any() else None
 
 
 

@@ -15,13 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .baselines import POLARIZATIONS
+from .baselines import POLARIZATIONS, BaselineMap
 from .phasing import PhaseCentre
 from .site import SiteInfo
-from .times import offline_iers
+from .times import jd_to_unix, offline_iers
 
 #: Output suffix -> what writes it.
 CONVERSIONS = (".ms", ".uvfits")
+#: Bytes of dumps read from a UVH5 file at a time (pyuvdata reads the file's header, every
+#: row's metadata, at each read: one read per dump made a conversion quadratic in its length).
+READ_BYTES = 256 << 20
 
 
 def _site(uv) -> SiteInfo:  # uv: pyuvdata.UVData (metadata)
@@ -30,6 +33,23 @@ def _site(uv) -> SiteInfo:  # uv: pyuvdata.UVData (metadata)
                     float(tel.location.height.to_value("m")), [str(n) for n in tel.antenna_names],
                     np.asarray(tel.antenna_numbers), np.asarray(tel.antenna_positions),
                     np.asarray(tel.get_enu_antpos()))
+
+
+def _rows_of(bmap: BaselineMap, ant_1: np.ndarray, ant_2: np.ndarray, path: Path) -> np.ndarray:
+    """The writer's row of each (``ant_1``, ``ant_2``) pair of a dump read from ``path``;
+    ValueError naming the first pair the writer has no row for."""
+    size = int(max(bmap.ant_1.max(initial=0), bmap.ant_2.max(initial=0))) + 1
+    keys = bmap.ant_1.astype(np.int64) * size + bmap.ant_2
+    order = np.argsort(keys, kind="stable")
+    a1, a2 = np.asarray(ant_1, np.int64), np.asarray(ant_2, np.int64)
+    wanted = a1 * size + a2
+    pos = np.minimum(np.searchsorted(keys[order], wanted), keys.size - 1)
+    ok = (a1 >= 0) & (a2 >= 0) & (a1 < size) & (a2 < size) & (keys[order][pos] == wanted)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"{path}: baseline ({a1[k]}, {a2[k]}) is not in the "
+                         f"antenna-number order ant_1 <= ant_2")
+    return order[pos]
 
 
 def _check_unprojected(uv, path: Path) -> None:
@@ -90,29 +110,25 @@ def uvh5_to_ms(inputs: Sequence[Path], output: Path, pc: PhaseCentre, overwrite:
                     freqs, first[1]):
                 raise ValueError(f"{path}: antennas or channels differ from {inputs[0]}")
             assert writer is not None
-            row = {(int(a), int(b)): i
-                   for i, (a, b) in enumerate(zip(writer.bmap.ant_1, writer.bmap.ant_2,
-                                                  strict=True))}
             pol = [list(meta.polarization_array).index(c) for c in codes]
-            for jd in np.unique(meta.time_array):
-                uv = pyuvdata.UVData.from_file(str(path), times=[jd], run_check=False,
-                                              file_type="uvh5")
-                data = np.zeros((writer.bmap.nbls, freqs.size, 4), np.complex128)
-                flags = np.ones(data.shape, bool)
-                nsamples = np.zeros(data.shape, np.float32)
-                for k, (a, b) in enumerate(zip(uv.ant_1_array, uv.ant_2_array, strict=True)):
-                    i = row.get((int(a), int(b)))
-                    if i is None:
-                        raise ValueError(f"{path}: baseline ({a}, {b}) is not in the "
-                                         f"antenna-number order ant_1 <= ant_2")
-                    data[i] = uv.data_array[k][:, pol]
-                    flags[i] = uv.flag_array[k][:, pol]
-                    nsamples[i] = uv.nsample_array[k][:, pol]
-                duration = float(uv.integration_time[0])
-                mid_unix = (float(jd) - 2440587.5) * 86400.0
-                writer.append_rows(data, flags, nsamples, mid_unix, duration)
-                if progress is not None:
-                    progress(1)
+            jds = np.unique(meta.time_array)
+            batch = max(1, READ_BYTES // (writer.bmap.nbls * freqs.size * 4 * (16 + 1 + 8)))
+            for j0 in range(0, jds.size, batch):  # the header read once per batch of dumps
+                uv = pyuvdata.UVData.from_file(str(path), times=list(jds[j0:j0 + batch]),
+                                              run_check=False, file_type="uvh5")
+                for jd in jds[j0:j0 + batch]:
+                    sel = np.flatnonzero(uv.time_array == jd)
+                    rows = _rows_of(writer.bmap, uv.ant_1_array[sel], uv.ant_2_array[sel], path)
+                    data = np.zeros((writer.bmap.nbls, freqs.size, 4), np.complex128)
+                    flags = np.ones(data.shape, bool)
+                    nsamples = np.zeros(data.shape, np.float32)
+                    data[rows] = uv.data_array[sel][:, :, pol]
+                    flags[rows] = uv.flag_array[sel][:, :, pol]
+                    nsamples[rows] = uv.nsample_array[sel][:, :, pol]
+                    writer.append_rows(data, flags, nsamples, jd_to_unix(float(jd)),
+                                       float(uv.integration_time[sel[0]]))
+                    if progress is not None:
+                        progress(1)
         assert writer is not None
         writer.close()
     except BaseException:

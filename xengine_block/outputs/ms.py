@@ -48,9 +48,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .baselines import POLARIZATIONS, DumpRows, baseline_map, checked_dump, visdata_dtype
+from .baselines import (
+    POLARIZATIONS,
+    DumpRows,
+    baseline_map,
+    checked_dump,
+    flagged_baselines,
+    visdata_dtype,
+)
 from .errors import OutputWriteError
-from .phasing import PhaseCentre, Phaser, altitude_deg, zenith_icrs
+from .phasing import PhaseCentre, Phaser, altitude_deg, site_location, zenith_icrs
 from .site import SiteInfo
 from .times import LstClock, unix_to_jd, unix_to_mjd_seconds
 
@@ -143,13 +150,13 @@ class MSWriter:
         self.instrument, self.history = instrument, history or "Written by xengine_block."
         self.ndump = 0
         self.error: Exception | None = None
-        vis_dtype = (np.dtype([("r", np.float64), ("i", np.float64)]) if float_visdata
-                     else visdata_dtype(max_spectra, sample_bits))
-        self._rows = DumpRows(self.bmap, self.freq_hz.size, vis_dtype, self.conjugate)
+        self._rows = DumpRows(self.bmap, self.freq_hz.size,
+                              visdata_dtype(max_spectra, sample_bits, float_visdata),
+                              self.conjugate)
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
-        bad = (np.zeros(site.nant, bool) if site.flagged is None
-               else np.asarray(site.flagged, bool))
-        self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
+        self._flag_bls = flagged_baselines(self.bmap, site.flagged)
+        #: The site's ITRF position, metres (ANTENNA's POSITION, OBSERVATION's location).
+        self._site_xyz = np.array([c.to_value("m") for c in site_location(site).geocentric])
         self._phaser: Phaser | None = None
         self._t_range = [0.0, 0.0]
         self.kill_safe = kill_safe
@@ -191,10 +198,9 @@ class MSWriter:
         # ANTENNA: row = antenna number (MS antenna ids index this table)
         numbers = np.asarray(s.antenna_numbers, np.int64)
         nrow = int(numbers.max()) + 1 if numbers.size else 0
-        site_xyz = _site_ecef(s)
         pos = np.zeros((nrow, 3))
         names, flag = [""] * nrow, np.ones(nrow, bool)
-        pos[numbers] = site_xyz + np.asarray(s.antenna_positions, np.float64)
+        pos[numbers] = self._site_xyz + np.asarray(s.antenna_positions, np.float64)
         for name, num in zip(s.antenna_names, numbers, strict=True):
             names[num] = str(name)
         flag[numbers] = False
@@ -316,7 +322,7 @@ class MSWriter:
             obs.addcols(t.makearrcoldesc("TELESCOPE_LOCATION", 0.0, shape=[3],
                                          valuetype="double"))
             obs.addrows(1)
-            obs.putcell("TELESCOPE_LOCATION", 0, _site_ecef(self.site))
+            obs.putcell("TELESCOPE_LOCATION", 0, self._site_xyz)
             for col, value in (("TELESCOPE_NAME", self.site.telescope_name),
                                ("OBSERVER", self.instrument), ("PROJECT", ""),
                                ("SCHEDULE_TYPE", ""), ("RELEASE_DATE", 0.0),
@@ -578,16 +584,6 @@ def _share_tiles(a: Path, b: Path) -> None:
 def jd_mjd_seconds(jd: float) -> float:
     """A JD (UTC) as MJD seconds, for the subtables' times."""
     return (jd - 2400000.5) * 86400.0
-
-
-def _site_ecef(site: SiteInfo) -> np.ndarray:
-    """The site's ITRF position, metres (WGS84 geodetic, as pyuvdata's)."""
-    from astropy import units as u
-    from astropy.coordinates import EarthLocation
-
-    loc = EarthLocation.from_geodetic(site.longitude_deg * u.deg, site.latitude_deg * u.deg,
-                                      site.altitude_m * u.m)
-    return np.array([loc.x.to_value(u.m), loc.y.to_value(u.m), loc.z.to_value(u.m)])
 
 
 def _os_error(exc: BaseException, path: Path | None = None) -> BaseException:

@@ -67,7 +67,8 @@ class PhaseCentre:
         return "zenith" if self.zenith else f"{self.ra_deg!r},{self.dec_deg!r}"
 
 
-def _location(site: SiteInfo):  # -> astropy EarthLocation
+def site_location(site: SiteInfo):  # -> astropy EarthLocation
+    """The site as astropy's EarthLocation (WGS84 geodetic, as pyuvdata's)."""
     from astropy import units as u
     from astropy.coordinates import EarthLocation
 
@@ -82,7 +83,7 @@ def zenith_icrs(site: SiteInfo, jd: float) -> tuple[float, float]:
     from astropy.time import Time
 
     offline_iers()
-    loc = _location(site)
+    loc = site_location(site)
     zen = SkyCoord(alt=Angle(90 * u.deg), az=Angle(0 * u.deg), obstime=Time(jd, format="jd"),
                    frame="altaz", location=loc).transform_to("icrs")
     return float(zen.ra.rad), float(zen.dec.rad)
@@ -95,7 +96,7 @@ def altitude_deg(site: SiteInfo, ra_rad: float, dec_rad: float, jd: float) -> fl
     from astropy.time import Time
 
     offline_iers()
-    loc = _location(site)
+    loc = site_location(site)
     return float(SkyCoord(ra=ra_rad * u.rad, dec=dec_rad * u.rad, frame="icrs").transform_to(
         AltAz(obstime=Time(jd, format="jd"), location=loc)).alt.deg)
 
@@ -108,7 +109,7 @@ class Phaser:
                  ra_rad: float, dec_rad: float) -> None:
         self.site, self.ra, self.dec = site, ra_rad, dec_rad
         self.ant_1, self.ant_2 = np.asarray(ant_1), np.asarray(ant_2)
-        self._loc = _location(site)
+        self._loc = site_location(site)
         #: Apparent RA, Dec and frame angle of the coming dumps' times, computed together.
         self._ahead: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 

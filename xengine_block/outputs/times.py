@@ -87,6 +87,10 @@ def unix_to_jd(unix: float) -> float:
     return unix / 86400.0 + 2440587.5
 
 
+def jd_to_unix(jd: float) -> float:
+    return (jd - 2440587.5) * 86400.0
+
+
 def unix_to_mjd_seconds(unix: float) -> float:
     """Unix seconds as a Measurement Set's TIME: MJD seconds, UTC (from the Unix time itself:
     a JD in float64 is good to 40 us only)."""

@@ -72,6 +72,7 @@ from .baselines import (
     baseline_map,
     checked_dump,
     count_rows,
+    flagged_baselines,
     uniform_counts,
     visdata_dtype,
 )
@@ -273,13 +274,11 @@ class UVH5Writer:
         self.conjugate = channel_width_hz < 0
         self.ndump = 0
         self.error: Exception | None = None  # what stopped the writing, if anything
-        self.vis_dtype = (np.dtype([("r", np.float64), ("i", np.float64)]) if float_visdata
-                          else visdata_dtype(max_spectra, sample_bits))
+        self.vis_dtype = visdata_dtype(max_spectra, sample_bits, float_visdata)
         self._lst = LstClock(site.latitude_deg, site.longitude_deg, site.altitude_m)
         self._uvw = (site.enu[self.bmap.idx_2] - site.enu[self.bmap.idx_1]).astype(np.float64)
-        bad = np.zeros(site.nant, bool) if site.flagged is None else np.asarray(site.flagged, bool)
         #: Baselines flagged whatever their counts (a flagged antenna's), or None.
-        self._flag_bls = (bad[self.bmap.idx_1] | bad[self.bmap.idx_2]) if bad.any() else None
+        self._flag_bls = flagged_baselines(self.bmap, site.flagged)
         self._rows = DumpRows(self.bmap, self.freq_hz.size, self.vis_dtype, self.conjugate)
         try:
             self._io = StagedFile(self.path, overwrite=overwrite, kill_safe=kill_safe)
