@@ -36,13 +36,12 @@ from xengine_block.backends.npu import NpuBackend, predicted
 from xengine_block.frames import frames_to_natural
 from xengine_block.geometry import PUBLISHED
 from xengine_block.npu.host.simdevice import SimulatedXrt, write_simulated_build
-from xengine_block.npu.model.perfmodel import HOST, predict
+from xengine_block.npu.model.perfmodel import HOST, Prediction, predict
 from xengine_block.reference import reference_triangle
 
 
-def timing_device() -> tuple[SimulatedXrt, dict]:
-    """The simulated device timed as the model predicts the published geometry."""
-    pred = predicted(PUBLISHED)
+def timing_device(pred: Prediction) -> tuple[SimulatedXrt, dict]:
+    """The simulated device timed as the model predicts the published geometry (``pred``)."""
     main, *rest = pred.timings
     kernel_s_of = {"main": main[0].device_s}
     if rest:
@@ -54,17 +53,16 @@ def timing_device() -> tuple[SimulatedXrt, dict]:
                         sync_s_per_mib=sync_s_per_mib), model
 
 
-def previous_idle() -> float:
-    """The model's idle fraction with each output placed on the launch thread."""
-    pred = predicted(PUBLISHED)
+def previous_idle(pred: Prediction) -> float:
+    """The model's idle fraction (of ``pred``) with each output placed on the launch thread."""
     return predict(pred.base_plan, pred.device,
                    pred.schedule.replace(place="launch")).idle_fraction
 
 
-def run_loop(cls: type[NpuBackend], root: str, ncalls: int, nring: int) -> dict:
+def run_loop(pred: Prediction, root: str, ncalls: int, nring: int) -> dict:
     g = PUBLISHED
-    xrt, model = timing_device()
-    backend = cls(g, xrt=xrt, build_dir=root, nring=nring)
+    xrt, model = timing_device(pred)
+    backend = NpuBackend(g, xrt=xrt, build_dir=root, nring=nring)
     try:
         size = g.npacket * g.frame_bytes
         memory = backend.allocate_host(nring * size)
@@ -111,16 +109,17 @@ def main() -> None:
     ap.add_argument("--no-exact", action="store_true", help="skip the emulated exact call")
     add_option(ap)
     a = ap.parse_args()
+    pred = predicted(PUBLISHED)
     with tempfile.TemporaryDirectory() as root:
         write_simulated_build(root, PUBLISHED)
-        ours = run_loop(NpuBackend, root, a.ncalls, a.nring)
+        ours = run_loop(pred, root, a.ncalls, a.nring)
         exact = None if a.no_exact else exact_check(root)
     emit("bench_npu_host", {
         "benchmark": "npu_host_loop_simulated", "device": "SIMULATED (timing from the model)",
         "geometry": "published (S = 256, 9 channels, P = 136)", "ncalls": a.ncalls,
         "nring": a.nring, "npu_idle_fraction": ours["npu_idle_fraction"],
         "model_npu_idle_fraction": ours["model"]["npu_idle_fraction"],
-        "model_npu_idle_fraction_place_on_launch": previous_idle(),
+        "model_npu_idle_fraction_place_on_launch": previous_idle(pred),
         "results": {"ours": ours}, "exact": exact}, a)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -336,17 +336,28 @@ def pages(docs: Path = DOCS) -> list[Path]:
     return [p for p in candidates if p.exists() and SECTION_RE.search(p.read_text())]
 
 
+def _renewed(docs: Path) -> Iterator[tuple[Path, str]]:
+    """Each page whose generated sections differ from what the code renders now, with its
+    text rendered anew (each page read and rendered once)."""
+    for page in pages(docs):
+        old = page.read_text()
+        new = regenerated(old, str(page))
+        if new != old:
+            yield page, new
+
+
 def stale_pages(docs: Path = DOCS) -> list[Path]:
     """The pages whose generated sections differ from what the code renders now."""
-    return [p for p in pages(docs) if regenerated(p.read_text(), str(p)) != p.read_text()]
+    return [page for page, _ in _renewed(docs)]
 
 
 def write_pages(docs: Path = DOCS) -> list[Path]:
     """Rewrite every stale page's generated sections; the pages written."""
-    stale = stale_pages(docs)
-    for page in stale:
-        page.write_text(regenerated(page.read_text(), str(page)))
-    return stale
+    written = []
+    for page, new in _renewed(docs):
+        page.write_text(new)
+        written.append(page)
+    return written
 
 
 def warn_if_stale(app: Any) -> None:

@@ -262,7 +262,7 @@ def test_design_changes_only_list_gains():
     undone = {c.name: c for c in perfmodel.DESIGN_CHANGES}
     for name in made:  # made ones priced on the old loop as options
         gained = perfmodel.predict(pred.base_plan, XDNA2,
-                                   undone[name].options(pred.base_plan, before))
+                                   undone[name].options(before))
         assert gained.msps >= old.msps * (1 - perfmodel.MIN_GAIN), name
 
 

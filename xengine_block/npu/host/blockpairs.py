@@ -138,7 +138,7 @@ def dev_frame_shape(g: Geometry) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=8)
-def _output_positions(g: Geometry) -> tuple[np.ndarray, np.ndarray, int]:
+def _output_positions(g: Geometry) -> tuple[np.ndarray, np.ndarray]:
     """Flat positions in one channel of the NPU output of (re, im) for [A stream, B stream].
 
     Derived by passing an index array through ``hostio.npu_output_to_matrix``, so the output
@@ -147,7 +147,7 @@ def _output_positions(g: Geometry) -> tuple[np.ndarray, np.ndarray, int]:
     shape = hostio.output_shape(g)
     idx = np.arange(prod(shape), dtype=np.int64).reshape(shape)
     re, im = hostio.npu_output_to_matrix(idx, g)
-    return re[0], im[0], prod(shape) // g.nchan_pkt
+    return re[0], im[0]
 
 
 @lru_cache(maxsize=64)
@@ -157,7 +157,7 @@ def pair_index(g: Geometry, i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.
     Keeps A stream <= B stream (the diagonal call's lower half belongs to nobody) and drops the
     zero-padding streams beyond S.
     """
-    re_pos, im_pos, _ = _output_positions(g)
+    re_pos, im_pos = _output_positions(g)
     blk = g.npu_block
     a = np.arange(blk)[:, None] + i * blk
     b = np.arange(blk)[None, :] + j * blk

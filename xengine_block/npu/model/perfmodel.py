@@ -619,8 +619,12 @@ class Prediction:
             return longest
         if self.device_s < self.group["npu"] - self.device_s:
             return "host_launch"
-        device_terms = {k: v for k, v in self.terms.items() if k in self.main.per_call}
-        return min(device_terms, key=device_terms.__getitem__)
+        return min(self.device_terms, key=self.device_terms.__getitem__)
+
+    @property
+    def device_terms(self) -> dict[str, float]:
+        """The limits of the NPU's own resources (``terms`` less the host's)."""
+        return {k: v for k, v in self.terms.items() if k in self.main.per_call}
 
     def caveats(self) -> list[str]:
         """Where the prediction leaves what was measured."""
@@ -753,7 +757,7 @@ class DesignChange:
                 "placement_off_gil": host and sched.gil and sched.place is not None,
                 "native_ring": host and sched.gil}[self.name]
 
-    def options(self, plan: NpuPlan, sched: HostSchedule) -> HostSchedule:
+    def options(self, sched: HostSchedule) -> HostSchedule:
         """The schedule with this change made (changes not made yet)."""
         return {"place_beside_runs": lambda: sched.replace(place="thread"),
                 "single_read_diagonal": lambda: sched.replace(diagonal_read_once=True),
@@ -843,7 +847,7 @@ def design_changes(base: Prediction) -> list[dict]:
     for change in DESIGN_CHANGES:
         if change.made or not change.applies(schedule, dev):
             continue
-        pred = predict(plan, dev, change.options(plan, schedule))
+        pred = predict(plan, dev, change.options(schedule))
         if pred.msps >= base.msps * (1 - MIN_GAIN):
             together.append(change)
         if pred.msps > base.msps * (1 + MIN_GAIN):
@@ -853,7 +857,7 @@ def design_changes(base: Prediction) -> list[dict]:
     found.sort(key=lambda c: -c["gain"])
     sched = schedule
     for change in together:
-        sched = change.options(plan, sched)
+        sched = change.options(sched)
     pred = predict(plan, dev, sched)
     best = max((c["msps"] for c in found), default=base.msps)
     if len(together) > 1 and pred.msps > best * (1 + MIN_GAIN):
