@@ -26,7 +26,7 @@ from results_file import add_option, emit
 from xengine_block.backends.base import BackendUnavailable
 from xengine_block.backends.native import NativeBackend
 from xengine_block.geometry import Geometry
-from xengine_block.health.inputs import dump_stats, judge
+from xengine_block.health.inputs import auto_index, dump_stats, judge
 from xengine_block.sample_layout import SampleLayout
 
 
@@ -78,9 +78,9 @@ def judging(nstream: int, nchan: int, nspec: int, repeat: int) -> float:
     rng = np.random.default_rng(1)
     nbl = nstream * (nstream + 1) // 2
     tri = rng.integers(-(1 << 20), 1 << 20, (nchan, nbl, 2)).astype(np.int64)
-    a = np.arange(nstream)
-    tri[:, a * (a + 1) // 2 + a, 0] = nspec * 200
-    tri[:, a * (a + 1) // 2 + a, 1] = 0
+    autos = auto_index(nstream)
+    tri[:, autos, 0] = nspec * 200
+    tri[:, autos, 1] = 0
     valid = np.full(nchan, nspec)
     ext = np.zeros(nstream, np.int64)
     parts = np.full(nstream, 2 * nchan * nspec)

@@ -531,14 +531,14 @@ static PyObject *py_unpack_ci4_rows(PyObject *self, PyObject *args)
     return result;
 }
 
-/* Whether every int64 of b lies in [0, bound). */
-static int indices_below(const Py_buffer *b, Py_ssize_t bound)
+/* The position of the first int64 of b outside [0, bound), or -1 where there is none. */
+static Py_ssize_t first_outside(const Py_buffer *b, Py_ssize_t bound)
 {
     const int64_t *v = b->buf;
     for (Py_ssize_t i = 0; i < b->len / 8; i++)
         if (v[i] < 0 || v[i] >= bound)
-            return 0;
-    return 1;
+            return i;
+    return -1;
 }
 
 static PyObject *py_place_pair(PyObject *self, PyObject *args)
@@ -555,13 +555,13 @@ static PyObject *py_place_pair(PyObject *self, PyObject *args)
     const Py_ssize_t per_chan = nchan ? b[0].len / 4 / nchan : 0;
     if (b[0].itemsize != 4 || b[4].itemsize != 4 || b[1].itemsize != 8 || b[2].itemsize != 8
             || b[3].itemsize != 8 || b[1].len != b[3].len || b[2].len != b[3].len
-            || b[4].ndim != 3 || b[4].shape[2] != 2 || !PyBuffer_IsContiguous(&b[4], 'C')
-            || !PyBuffer_IsContiguous(&b[0], 'C') || !nchan || b[0].len != 4 * per_chan * nchan)
+            || b[4].ndim != 3 || b[4].shape[2] != 2 || !nchan
+            || b[0].len != 4 * per_chan * nchan)  /* C-contiguous: buf_in and buf_out ask so */
         PyErr_SetString(PyExc_ValueError, "place_pair(out, re_pos, im_pos, dst, tri): out "
                         "int32 of nchan equal rows, positions and dst int64 of one length, tri "
                         "C-contiguous int32 [nchan, nbl, 2]");
-    else if (!indices_below(&b[1], per_chan) || !indices_below(&b[2], per_chan)
-             || !indices_below(&b[3], nbl))
+    else if (first_outside(&b[1], per_chan) >= 0 || first_outside(&b[2], per_chan) >= 0
+             || first_outside(&b[3], nbl) >= 0)
         PyErr_SetString(PyExc_ValueError, "place_pair: a position outside a channel's output or "
                         "a baseline outside the triangle");
     else {
@@ -589,13 +589,12 @@ static int check_index(const Py_buffer *ix, Py_ssize_t nbl)
     const buffer_spec spec = {"index", 'i', 8, 2, {-1, -1}};
     if (check_buffer(ix, &spec) != 0)
         return -1;
-    const int64_t *index = ix->buf;
-    for (Py_ssize_t i = 0; i < ix->len / 8; i++)
-        if (index[i] < 0 || index[i] >= nbl) {
-            PyErr_Format(PyExc_ValueError, "index[%zd] = %lld is outside the triangle's %zd "
-                         "baselines", i, (long long)index[i], nbl);
-            return -1;
-        }
+    const Py_ssize_t i = first_outside(ix, nbl);
+    if (i >= 0) {
+        PyErr_Format(PyExc_ValueError, "index[%zd] = %lld is outside the triangle's %zd "
+                     "baselines", i, (long long)((const int64_t *)ix->buf)[i], nbl);
+        return -1;
+    }
     return 0;
 }
 
@@ -627,7 +626,7 @@ static PyObject *py_uvh5_rows(PyObject *self, PyObject *args)
         ;
     else if (!(vt == XE_F64 || (vt == XE_I32 && tt != XE_F64)))
         PyErr_SetString(PyExc_ValueError, "vis must be int32 (from an integer tri) or float64");
-    else if (b[4].obj && !indices_below(&b[4], nbls))
+    else if (b[4].obj && first_outside(&b[4], nbls) >= 0)
         PyErr_Format(PyExc_ValueError, "order: a row outside the %zd rows", nbls);
     else {
         Py_BEGIN_ALLOW_THREADS

@@ -61,8 +61,6 @@ class HealthLogic(BlockLogic):
         self.flag_inputs, self.thresholds, self.xengine = flag_inputs, thresholds, xengine
         self.rfi = None if rfi is None else SlidingRfi(rfi, rfi_window)
         self.monitor: HealthMonitor | None = None
-        self.dumps = 0
-        self.flagged_inputs = 0  # dumps x inputs flagged
         #: Per dump, the fraction RFI-flagged (of the baselines of no bad input); per channel,
         #: those flagged and those looked at.
         self.rfi_per_dump: list[float] = []
@@ -101,7 +99,6 @@ class HealthLogic(BlockLogic):
         parts = np.full(g.nstream, 2 * g.nchan * self.nspectra, np.int64)
         states = self.monitor.observe(frame, vis, valid, extremes, parts)
         inputs = self.monitor.flags(states) if self.flag_inputs else np.zeros(g.nbaseline, bool)
-        self.flagged_inputs += len(self.monitor.bad_streams(states)) if self.flag_inputs else 0
         flags = np.broadcast_to(inputs, (g.nchan, g.nbaseline)).copy()
         if self.rfi is not None and valid.any():
             found = self.rfi.push(vis, valid, flags)
@@ -146,7 +143,6 @@ class HealthLogic(BlockLogic):
                 vis, valid = vis.copy(), valid.copy()
             out[n] = self._flags(f, vis, valid)
             self._next = f + 1
-            self.dumps += 1
             n += 1
         return [n]
 

@@ -58,7 +58,6 @@ class HealthMonitor:
         self.thresholds, self.name = thresholds, name
         self.states = ["ok"] * self.nstream
         self.stats: DumpStats | None = None  # the latest dump's
-        self.dumps = 0  # dumps judged
         #: (stream, reason) -> the dumps it held in
         self.episodes: dict[tuple[int, str], list[int]] = {}
         self._lock = threading.Lock()
@@ -82,7 +81,6 @@ class HealthMonitor:
                     self.episodes.setdefault((s, new), []).append(dump)
             self.states = list(states)
             self.stats = stats
-            self.dumps += 1
 
     def observe(self, dump: int, tri: np.ndarray, valid: np.ndarray,
                 extremes: np.ndarray | None = None,

@@ -28,6 +28,7 @@ from typing import Any
 from ..array import ArrayDescription, default_array
 from ..backends import BackendUnavailable, choose_backend
 from ..blocks.chain import Flagging
+from ..blocks.writer import FILE_FORMATS
 from ..capture.meerkat import CAPTURE_FORMATS, DEFAULT_SPECTRA_PER_HEAP, FormatError, MeerkatFormat
 from ..console.argtypes import directory_problem, sample_bits
 from ..geometry import NIBBLE_ORDERS, Geometry, GeometryError, max_spectra_int32
@@ -180,7 +181,7 @@ def file_formats(value: Any) -> tuple[str, ...]:
     if not isinstance(items, (list, tuple)) or not items:
         raise argparse.ArgumentTypeError(f"expected a list of uvh5 and ms, got {value!r}")
     formats = tuple(dict.fromkeys(str(f).strip() for f in items))
-    bad = [f for f in formats if f not in ("uvh5", "ms")]
+    bad = [f for f in formats if f not in FILE_FORMATS]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown format {bad[0]!r}; uvh5 and/or ms")
     if "ms" in formats:

@@ -146,13 +146,7 @@ class CorrelatorService:
         (``display.model.HealthMarks``): the health block's latest state per input, where
         ``[flagging]`` judges inputs; None (no marks) where it does not."""
         health = self.chain.health
-        if health is None:
-            return None
-
-        def latest() -> dict[tuple[int, str], str]:
-            monitor = health.monitor  # made at the block's first sequence
-            return monitor.latest() if monitor is not None else {}
-        return latest
+        return None if health is None else health.latest_states
 
     def display_counters(self) -> dict[str, Any]:
         """The counters the display's health panel plots, sampled as each dump arrives: the
