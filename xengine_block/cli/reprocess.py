@@ -27,8 +27,6 @@ def _channels_arg(text: str) -> tuple[int, ...] | None:
 
 
 def _rfi_arg(text: str) -> str:
-    from ..health.rfi import parse_rfi
-
     try:
         parse_rfi(text)
     except ValueError as exc:

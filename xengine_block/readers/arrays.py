@@ -223,6 +223,14 @@ def match_antennas(meta: RecordingMeta, array: ArrayDescription | None,
                    f"not by name, not by number)")
         raise RecordingError(f"{where}--array lacks recorded antenna(s) "
                              f"{', '.join(missing[:5])}{more}{ids}")
+    return _recorded_subset(array, recorded, listed)
+
+
+def _recorded_subset(array: ArrayDescription, recorded: Sequence, listed: Sequence,
+                     ) -> tuple[ArrayDescription, list[int]]:
+    """The antennas of ``array`` (keys ``listed``: its names or numbers) that the recording
+    has (``recorded``: the same keys, in the file's order), in the array's order, and the
+    file antenna of each."""
     index = {n: i for i, n in enumerate(recorded)}
     keep = [i for i, n in enumerate(listed) if n in index]
     return array.select(keep), [index[listed[i]] for i in keep]
@@ -232,7 +240,6 @@ def _match_numbers(numbers: Sequence[int], array: ArrayDescription,
                    where: str) -> tuple[ArrayDescription, list[int]]:
     """:func:`match_antennas` for a recording that numbers its antennas but names none (LWA
     stands): the array file's antennas of those numbers, in the array file's order."""
-    index = {n: i for i, n in enumerate(numbers)}
     have = set(array.antenna_numbers)
     missing = [n for n in numbers if n not in have]
     if missing:
@@ -240,8 +247,7 @@ def _match_numbers(numbers: Sequence[int], array: ArrayDescription,
         raise RecordingError(f"{where}--array lacks recorded antenna number(s) "
                              f"{', '.join(map(str, missing[:5]))}{more} (the recording's "
                              f"stand numbers)")
-    keep = [i for i, n in enumerate(array.antenna_numbers) if n in index]
-    return array.select(keep), [index[array.antenna_numbers[i]] for i in keep]
+    return _recorded_subset(array, numbers, array.antenna_numbers)
 
 
 def _names(meta: RecordingMeta) -> str:

@@ -294,17 +294,23 @@ class Recording:
         a window that cuts a frame gives a chunk of the frame's part.
         """
         streams = self.stream_order(antennas)
-        for i, run in enumerate(self.runs):
-            lo, hi = max(t0, run.time_tag), min(t1, run.end)
-            if lo >= hi:
-                continue
-            key = (i, channels, None if streams is None else tuple(streams))
-            if key not in self._selected:
-                self._selected[key] = self._select(run, channels, streams)
-            layout, c0 = self._selected[key]
-            if layout is not None:
-                yield from self._run_chunks(run, layout, c0, lo - run.time_tag,
-                                            hi - run.time_tag)
+        for i in range(len(self.runs)):
+            yield from self._window_chunks(i, t0, t1, channels, streams)
+
+    def _window_chunks(self, i: int, t0: int, t1: int, channels: tuple[int, int] | None,
+                       streams: list[int] | None) -> Iterator[Chunk]:
+        """:meth:`chunks` of run ``i`` alone (its layout for ``channels`` and ``streams``
+        selected once and kept)."""
+        run = self.runs[i]
+        lo, hi = max(t0, run.time_tag), min(t1, run.end)
+        if lo >= hi:
+            return
+        key = (i, channels, None if streams is None else tuple(streams))
+        if key not in self._selected:
+            self._selected[key] = self._select(run, channels, streams)
+        layout, c0 = self._selected[key]
+        if layout is not None:
+            yield from self._run_chunks(run, layout, c0, lo - run.time_tag, hi - run.time_tag)
 
     @staticmethod
     def _select(run: Run, channels: tuple[int, int] | None,

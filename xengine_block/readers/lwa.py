@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ..frames import pack_ci4
 from ..sample_layout import SampleLayout
 from .base import Chunk, Recording, RecordingError, RecordingMeta, Run
 
@@ -98,6 +99,12 @@ class FrameFormat:
 
     def frame_bytes(self, f: dict[str, np.ndarray], i: int = 0) -> int:
         return self.header_bytes + int(f["nchan"][i]) * int(f["nstand"][i]) * 2
+
+    def plausible(self, f: dict[str, np.ndarray]) -> bool:
+        """Whether the first header of ``f`` is one of this format's: its frame id, and stand
+        and channel counts in 1..1024."""
+        return (int(f["id"][0]) in self.ids and 0 < int(f["nstand"][0]) <= 1024
+                and 0 < int(f["nchan"][0]) <= 1024)
 
 
 TBF = FrameFormat("tbf", 24, (0x01, 0x05), ">h", 12)
@@ -168,12 +175,12 @@ class LwaFrameRecording(Recording):
     @classmethod
     def sniff(cls, head: bytes, path: Path) -> bool:
         fmt = cls.frame_format
-        if len(head) < fmt.header_bytes or head[:4] != SYNC or head[4] not in fmt.ids:
+        if len(head) < fmt.header_bytes or head[:4] != SYNC:
             return False
         f = fmt.fields(np.frombuffer(head[:fmt.header_bytes], np.uint8)[None])
-        n = fmt.frame_bytes(f)
-        if not 0 < int(f["nstand"][0]) <= 1024 or not 0 < int(f["nchan"][0]) <= 1024:
+        if not fmt.plausible(f):
             return False
+        n = fmt.frame_bytes(f)
         return len(head) <= n or head[n:n + 4] == SYNC or len(head) < n + 4
 
     # ------------------------------------------------------------------ index
@@ -191,7 +198,7 @@ class LwaFrameRecording(Recording):
         frame_id = majority(f["id"])
         mine = f["id"] == frame_id
         nstand, nchan = majority(f["nstand"][mine]), majority(f["nchan"][mine])
-        good = ((f["id"] == frame_id) & (f["nstand"] == nstand) & (f["nchan"] == nchan)
+        good = (mine & (f["nstand"] == nstand) & (f["nchan"] == nchan)
                 & (f["chan"] >= 0) & (f["chan"] + nchan <= MAX_CHANNEL)
                 & (fmt.header_bytes + nchan * nstand * 2 == size))
         self.damage.add(path, "bad_headers", int((~good).sum()))
@@ -227,9 +234,8 @@ class LwaFrameRecording(Recording):
                 break
             f = fmt.fields(buf[pos:pos + fmt.header_bytes][None])
             n = fmt.frame_bytes(f)
-            if (int(f["id"][0]) in fmt.ids and 0 < int(f["nstand"][0]) <= 1024
-                    and 0 < int(f["nchan"][0]) <= 1024
-                    and (pos + n >= len(buf) or bytes(buf[pos + n:pos + n + 4]) == SYNC)):
+            if fmt.plausible(f) and (pos + n >= len(buf)
+                                     or bytes(buf[pos + n:pos + n + 4]) == SYNC):
                 return n, pos
             pos = find_sync(buf, pos + 1)
         raise RecordingError(f"{where}no {self.format.upper()} frame (Mark 5C sync word "
@@ -356,10 +362,6 @@ class LwaFrameRecording(Recording):
 
     # ------------------------------------------------------------------ reading
     @property
-    def start(self) -> int:
-        return min(r.time_tag for r in self.runs)
-
-    @property
     def end(self) -> int:
         return max(r.end for r in self.runs)
 
@@ -377,15 +379,7 @@ class LwaFrameRecording(Recording):
             by_block.setdefault(self.runs[i].chan0, []).append(i)
         for chan0, which in sorted(by_block.items()):
             if len(which) == 1:
-                i = which[0]
-                run = self.runs[i]
-                key = (i, channels, None if streams is None else tuple(streams))
-                if key not in self._selected:
-                    self._selected[key] = self._select(run, channels, streams)
-                layout, c0 = self._selected[key]
-                if layout is not None:
-                    yield from self._run_chunks(run, layout, c0, max(t0, run.time_tag)
-                                                - run.time_tag, min(t1, run.end) - run.time_tag)
+                yield from self._window_chunks(which[0], t0, t1, channels, streams)
                 continue
             layout, c0 = self._select(Run(0, 0, self.payload, 1, 0, chan0), channels, streams)
             if layout is None:
@@ -472,7 +466,7 @@ def write_frames(path: str | Path, fmt: FrameFormat, samples: np.ndarray, *, cha
     ntime, nblock, nchan, nstand = x.shape[:4]
     frame_id = fmt.ids[-1] if frame_id is None else frame_id
     ticks = spectrum_ticks(fmt, frame_id) if ticks is None else ticks
-    packed = ((x[..., 0].astype(np.uint8) & 15) << 4) | (x[..., 1].astype(np.uint8) & 15)
+    packed = pack_ci4(x)
     order = [(t, b) for t in range(ntime) for b in range(nblock)] if order is None else order
     path = Path(path)
     # Frames go out in writes of WRITE_BUFFER bytes, as a recorder writes its buffers, not one

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..frames import pack_ci4
 from ..sample_layout import SampleLayout
 from .base import Recording, RecordingError, RecordingMeta, Run
 from .guppi import number
@@ -86,7 +87,7 @@ class OvroLwaRecording(Recording):
 
     def _index(self) -> tuple[RecordingMeta, list[Run]]:
         runs: list[Run] = []
-        first: Mapping[str, Any] | None = None
+        ref: _Shape | None = None  # the first file's
         for fi, path in enumerate(self.files):
             buf = self.map(fi)
             where = f"{path}: "
@@ -97,19 +98,19 @@ class OvroLwaRecording(Recording):
                                      f"with nchan, nstand, npol)")
             hblock, hdr = got
             shape = _Shape(hdr, where)
-            if first is None:
-                first, ref = hdr, shape
+            if ref is None:
+                ref = shape
             elif shape.key() != ref.key():
                 raise RecordingError(f"{where}not the shape and channels of "
                                      f"{self.files[0].name}")
             data = max(len(buf) - hblock, 0)
-            nspec, cut = divmod(data, shape.frame_bytes)
+            nspec, cut = divmod(data, shape.layout.frame_bytes)
             self.damage.add(path, "truncated_bytes", cut)
             if len(buf) < hblock:
                 self.damage.add(path, "truncated_bytes", len(buf))
             if nspec:
                 runs.append(Run(fi, hblock, shape.layout, nspec, shape.seq - ref.seq))
-        assert first is not None
+        assert ref is not None
         runs.sort(key=lambda r: r.time_tag)
         kept: list[Run] = []
         for r in runs:  # a file overlapping the one before: its spectra repeat, skipped
@@ -158,7 +159,6 @@ class _Shape:
                                  f"must lie in 0..4095 and seq be a spectrum number")
         self.layout = SampleLayout.from_axes([("freq", self.nchan), ("stream", 2 * self.nstand)],
                                              encoding="ci4", nibble_order="re_high")
-        self.frame_bytes = self.layout.frame_bytes
 
     def key(self) -> tuple:
         return (self.nchan, self.nstand, self.chan0)
@@ -175,7 +175,7 @@ def write_dump(path: str | Path, samples: np.ndarray, *, chan0: int, seq: int,
            "_tensor": {"dtype": "ci4", "shape": [-1, nchan, nstand, 2],
                        "labels": ["time", "freq", "station", "pol"]}, **(extra or {})}
     text = json.dumps(hdr).encode()
-    packed = ((x[..., 0].astype(np.uint8) & 15) << 4) | (x[..., 1].astype(np.uint8) & 15)
+    packed = pack_ci4(x)
     path = Path(path)
     with open(path, "wb") as f:
         f.write((struct.pack("<II", len(text), HEADER_BLOCK) + text).ljust(HEADER_BLOCK, b"\0"))

@@ -544,12 +544,12 @@ def write_dumps(path: Path, corr: RecordingCorrelator, wins: list[tuple[int, int
 
     from ..outputs.uvh5 import UVH5Writer
 
-    c0 = int(chans.min())
-    every = np.array_equal(chans, np.arange(c0, int(chans.max()) + 1))  # no gather needed
-    nbl, spectra, gaps = corr.nbaseline, 0, 0
     if flagging != (None, None):
         return write_flagged(path, corr, wins, chans, nspec, site, meta, flagging,
                              {} if report is None else report, **writer)
+    c0 = int(chans.min())
+    every = np.array_equal(chans, np.arange(c0, int(chans.max()) + 1))  # no gather needed
+    nbl, spectra, gaps = corr.nbaseline, 0, 0
     # The file is made, and each dump written, by one writer thread while the next
     # integration correlates (the backends release the GIL): creating the file overlaps the
     # first integration, the appends stay in order, one at a time, and the first failure stops

@@ -68,14 +68,15 @@ class RecordingCorrelator:
     in the order they become streams) and recording channels ``[channels[0], channels[1])``.
 
     ``backend``: name or ``auto``; one backend per distinct chunk shape, made on first use.
-    ``count_extremes``: also count each stream's sample parts at the quantiser's extremes
-    (:attr:`Correlated.extremes`, input health).
+    :attr:`count_extremes` set: also count each stream's sample parts at the quantiser's
+    extremes (:attr:`Correlated.extremes`, input health).
     """
 
     def __init__(self, rec: Recording, antennas: Sequence[int], channels: tuple[int, int],
-                 backend: str = "auto", count_extremes: bool = False) -> None:
+                 backend: str = "auto") -> None:
         self.rec, self.antennas, self.channels = rec, list(antennas), channels
-        self.count_extremes = count_extremes
+        #: Count the quantiser's extremes too (set by a job that judges its inputs).
+        self.count_extremes = False
         self.backend_name = backend
         self._backends: dict[tuple, Backend] = {}
         self._used: set[str] = set()  # names of the backends made (kept past close)
